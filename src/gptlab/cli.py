@@ -1,0 +1,23 @@
+"""What every entry script shares: a user's mistake is a message and exit code 2, not a traceback."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, TypeVar
+
+from gptlab.errors import ConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors_exit(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as err:
+            print(f"gptlab: error: {err}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]

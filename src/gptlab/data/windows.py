@@ -1,0 +1,81 @@
+"""Datasets of (input, target) windows cut from a 1-D token array (in memory or a memmap).
+
+Each item is block_size+1 contiguous tokens split into x = w[:-1], y = w[1:].
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from gptlab.errors import ConfigError
+
+
+def _check_length(tokens: np.ndarray, block_size: int, what: str) -> None:
+    if len(tokens) < block_size + 1:
+        raise ConfigError(
+            f"the {what} split has {len(tokens)} tokens, fewer than model.block_size+1={block_size + 1}; "
+            "use a smaller block_size or a larger corpus."
+        )
+
+
+def _as_pair(window: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    w = torch.from_numpy(window.astype(np.int64))
+    return w[:-1], w[1:]
+
+
+class RandomWindows(Dataset):
+    """Windows at random starts (as nanoGPT samples), but reproducible: the window of global sample index i
+    is drawn from a generator seeded with (seed, i), so every rank, worker or resumed run agrees on it.
+    `EpochSampler` hands out the indices; an epoch is `samples_per_epoch` of them."""
+
+    def __init__(self, tokens: np.ndarray, block_size: int, samples_per_epoch: int, seed: int = 0) -> None:
+        _check_length(tokens, block_size, "train")
+        self.tokens, self.block_size, self.samples_per_epoch, self.seed = tokens, block_size, samples_per_epoch, seed
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, i])
+        start = int(rng.integers(0, len(self.tokens) - self.block_size))
+        return _as_pair(self.tokens[start : start + self.block_size + 1])
+
+
+class SequentialWindows(Dataset):
+    """Non-overlapping windows covering the array once: a fixed, complete evaluation set."""
+
+    def __init__(self, tokens: np.ndarray, block_size: int) -> None:
+        _check_length(tokens, block_size, "val")
+        self.tokens, self.block_size = tokens, block_size
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.block_size
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = i * self.block_size
+        return _as_pair(self.tokens[start : start + self.block_size + 1])
+
+
+class EpochSampler(Sampler[int]):
+    """Global sample indices for one rank: epoch e covers e*N .. (e+1)*N-1, dealt round-robin to ranks.
+
+    Written by hand (instead of Lightning's DistributedSampler) because it must move to fresh indices every
+    epoch without shuffling a list of N, and ranks must stay disjoint; the trainer calls `set_epoch`."""
+
+    def __init__(self, samples_per_epoch: int, rank: int = 0, world_size: int = 1) -> None:
+        self.samples_per_epoch, self.rank, self.world_size = samples_per_epoch, rank, world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.samples_per_epoch, self.world_size))
+
+    def __iter__(self) -> Iterator[int]:
+        offset = self.epoch * self.samples_per_epoch
+        return iter(range(offset + self.rank, offset + self.samples_per_epoch, self.world_size))

@@ -1,0 +1,18 @@
+"""The one exception type that means "the user asked for something invalid".
+
+Entry scripts catch it and print its message without a traceback; anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+class ConfigError(ValueError):
+    """A bad config value, file or argument; the message names the field and what to use instead."""
+
+
+def invalid_choice(field: str, value: Any, allowed: Iterable[Any]) -> ConfigError:
+    choices = ", ".join(repr(a) for a in allowed)
+    return ConfigError(f"{field}={value!r} is not a valid choice; use one of: {choices}.")

@@ -1,0 +1,69 @@
+"""The LightningModule: the training recipe around a plain `GPT`, and nothing about its architecture."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import lightning as L
+import torch
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+from torchmetrics import MeanMetric
+
+from gptlab.model import GPT, next_token_loss
+from gptlab.optim import weight_decay_groups
+
+OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
+SchedulerFactory = Callable[..., LRScheduler]  # a Hydra `_partial_` scheduler: called with (optimizer, total_steps)
+
+
+class GPTLitModule(L.LightningModule):
+    def __init__(
+        self,
+        model: GPT,
+        optimizer: OptimizerFactory,
+        scheduler: Optional[SchedulerFactory] = None,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.label_smoothing = label_smoothing
+        # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra.
+        self.save_hyperparameters({"model": model.config.to_dict(), "label_smoothing": label_smoothing})
+        self.val_loss = MeanMetric()
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model(idx)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = next_token_loss(self.model(x), y, self.label_smoothing)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        # Logged here rather than by LearningRateMonitor, which splits it per parameter group
+        # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
+        self.val_loss.update(next_token_loss(self.model(x), y), weight=x.numel())
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.val_loss.compute()  # synchronised across ranks
+        self.val_loss.reset()
+        self.log("val/loss", loss, prog_bar=True)
+        self.log("val/ppl", torch.exp(loss))
+
+    def configure_optimizers(self) -> Any:
+        weight_decay = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0)
+        optimizer = self.optimizer_factory(weight_decay_groups(self.model, weight_decay))
+        if self.scheduler_factory is None:
+            return optimizer
+        total_steps = self.trainer.max_steps
+        if total_steps is None or total_steps < 0:
+            total_steps = int(self.trainer.estimated_stepping_batches)
+        scheduler = self.scheduler_factory(optimizer, total_steps=total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+

@@ -1,0 +1,7 @@
+"""The GPT model of DESIGN §1 as plain PyTorch: no Lightning, no Hydra."""
+
+from gptlab.model.config import GPTConfig
+from gptlab.model.gpt import GPT
+from gptlab.model.loss import next_token_loss
+
+__all__ = ["GPT", "GPTConfig", "next_token_loss"]

@@ -1,0 +1,29 @@
+"""One transformer block: pre-LN (GPT-2/3, eq. 9) or post-LN (GPT-1 and the original Transformer)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from gptlab.model.attention import CausalSelfAttention
+from gptlab.model.config import GPTConfig
+from gptlab.model.mlp import MLP
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm == "pre"
+        self.norm_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.attn = CausalSelfAttention(cfg)
+        self.attn_drop = nn.Dropout(cfg.dropout)
+        self.norm_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre_norm:  # X ← X + ATT(Norm(X)); X ← X + MLP(Norm(X))
+            x = x + self.attn_drop(self.attn(self.norm_1(x)))
+            return x + self.mlp(self.norm_2(x))
+        # X ← Norm(X + ATT(X)); X ← Norm(X + MLP(X))
+        x = self.norm_1(x + self.attn_drop(self.attn(x)))
+        return self.norm_2(x + self.mlp(x))

@@ -1,0 +1,78 @@
+"""GPT: token (+ position) embedding, M blocks, optional final norm, and the head (DESIGN §1)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from gptlab.errors import ConfigError
+from gptlab.model.block import Block
+from gptlab.model.config import GPTConfig
+from gptlab.model.positions import sinusoidal_table
+
+INIT_STD = 0.02
+
+
+class GPT(nn.Module):
+    """A plain nn.Module: `GPT(cfg)(idx)` maps token ids (B, T) to logits (B, T, vocab_size)."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        if cfg.vocab_size is None:
+            raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
+        self.config = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # E_1
+        if cfg.pos_emb == "learned":
+            self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)  # E_2 (eq. 2)
+        elif cfg.pos_emb == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(cfg.block_size, cfg.n_embd), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.final_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # W_head
+        self.reset_parameters()
+        if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters (seed 003)
+            self.head.weight = self.tok_emb.weight
+
+    def reset_parameters(self) -> None:
+        """N(0, 0.02) everywhere (GPT-2), and 0.02/sqrt(2M) for the projections that write into the
+        residual stream, so its variance does not grow with depth (two such writes per block)."""
+        residual_std = INIT_STD / math.sqrt(2 * self.config.n_layer)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                std = residual_std if getattr(module, "is_residual_projection", False) else INIT_STD
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def embed(self, idx: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+        """Enc+(X) = X E_1 + P E_2 (or the fixed table, or nothing), for positions start_pos.."""
+        T = idx.shape[1]
+        if start_pos + T > self.config.block_size:
+            raise ValueError(
+                f"sequence of length {start_pos + T} exceeds model.block_size={self.config.block_size}; "
+                "crop the context or train with a larger block_size."
+            )
+        x = self.tok_emb(idx)
+        if self.config.pos_emb == "learned":
+            x = x + self.pos_emb.weight[start_pos : start_pos + T]
+        elif self.config.pos_emb == "sinusoidal":
+            x = x + self.pos_table[start_pos : start_pos + T]
+        return self.drop(x)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.final_norm(x))
+
+    def num_parameters(self) -> int:
+        """Unique parameters: a tied head is counted once."""
+        return sum(p.numel() for p in self.parameters())

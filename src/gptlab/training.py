@@ -1,0 +1,70 @@
+"""`train(cfg)`: compose the objects a Hydra config names, fit, and return the best val/loss."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+import hydra
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.errors import ConfigError
+from gptlab.lit_module import GPTLitModule
+from gptlab.model import GPT, GPTConfig
+from gptlab.utils import atomic_write_text, instantiate_dict
+
+log = logging.getLogger(__name__)
+
+
+def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
+    """The preset, with vocab_size taken from the tokenizer when the preset leaves it null."""
+    values = dict(OmegaConf.to_container(model_cfg, resolve=True)) if isinstance(model_cfg, DictConfig) else dict(model_cfg)
+    if values.get("vocab_size") is None:
+        values["vocab_size"] = vocab_size
+    elif values["vocab_size"] < vocab_size:
+        raise ConfigError(
+            f"the tokenizer has {vocab_size} ids but model.vocab_size={values['vocab_size']}; "
+            f"set model.vocab_size >= {vocab_size} or null to take it from the tokenizer."
+        )
+    return GPTConfig.from_dict(values)
+
+
+def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    log.info("Resolved config:\n%s", text)
+    atomic_write_text(output_dir / "config_resolved.yaml", text)
+
+
+def train(cfg: DictConfig) -> Optional[float]:
+    output_dir = Path(cfg.paths.output_dir)
+    L.seed_everything(cfg.seed, workers=True)
+
+    tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
+    model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
+    model = GPT(model_cfg)
+    module = GPTLitModule(
+        model,
+        optimizer=hydra.utils.instantiate(cfg.optimizer),
+        scheduler=hydra.utils.instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        label_smoothing=cfg.label_smoothing,
+    )
+    callbacks = list(instantiate_dict(cfg.get("callbacks")).values())
+    loggers = list(instantiate_dict(cfg.get("logger")).values())
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+
+    if trainer.is_global_zero:
+        save_resolved_config(cfg, output_dir)
+        log.info("Model: %s parameters; tokenizer %s (%d ids)", f"{model.num_parameters():,}", tokenizer.name, tokenizer.vocab_size)
+
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+
+    checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
+    best = checkpoint.best_model_score if checkpoint is not None else trainer.callback_metrics.get("val/loss")
+    if best is None:
+        return None
+    log.info("Best val/loss %.4f; run dir %s", float(best), output_dir)
+    return float(best)

@@ -1,0 +1,19 @@
+"""Train a GPT: `python src/train.py [overrides]`; `-m` runs a sweep. See conf/train.yaml."""
+
+from typing import Optional
+
+import hydra
+from omegaconf import DictConfig
+
+from gptlab.cli import user_errors_exit
+from gptlab.training import train
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@user_errors_exit
+def main(cfg: DictConfig) -> Optional[float]:
+    return train(cfg)  # the best val/loss, for sweepers
+
+
+if __name__ == "__main__":
+    main()
