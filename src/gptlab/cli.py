@@ -11,13 +11,26 @@ from gptlab.errors import ConfigError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def find_config_error(err: BaseException) -> ConfigError | None:
+    """The ConfigError behind `err`, also when Hydra's instantiate wrapped it in its own exception."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ConfigError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def user_errors_exit(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except ConfigError as err:
-            print(f"gptlab: error: {err}", file=sys.stderr)
+        except Exception as err:
+            user_error = find_config_error(err)
+            if user_error is None:
+                raise
+            print(f"gptlab: error: {user_error}", file=sys.stderr)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]

@@ -43,8 +43,8 @@ def train(cfg: DictConfig) -> Optional[float]:
     L.seed_everything(cfg.seed, workers=True)
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
-    model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
     model = GPT(model_cfg)
     module = GPTLitModule(
         model,

@@ -1,0 +1,73 @@
+"""Training end to end: the loss falls, the entry script writes what it promises, and resumes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from gptlab.data import ByteTokenizer, CorpusDataModule
+from gptlab.model import GPT, next_token_loss
+from gptlab.training import build_model_config, train
+
+from conftest import TINY_RUN, run_train
+
+
+def _val_loss(model: GPT, dm: CorpusDataModule) -> float:
+    model.eval()
+    with torch.no_grad():
+        losses = [next_token_loss(model(x), y).item() for x, y in dm.val_dataloader()]
+    return sum(losses) / len(losses)
+
+
+def test_short_training_lowers_val_loss_by_a_third(compose_train, tmp_path: Path) -> None:
+    overrides = TINY_RUN + ["model.n_layer=2", "model.n_embd=64", "model.block_size=64", "trainer.max_steps=120",
+                            "trainer.val_check_interval=60", "scheduler.warmup_steps=10", "optimizer.lr=3e-3"]
+    cfg = compose_train(overrides, tmp_path)
+    torch.manual_seed(cfg.seed)
+    dm = CorpusDataModule(ByteTokenizer(), block_size=64, batch_size=8)
+    dm.setup()
+    before = _val_loss(GPT(build_model_config(cfg.model, 257)), dm)
+    assert abs(before - math.log(257)) < 0.3  # an untrained model is close to uniform
+    best = train(cfg)
+    assert best is not None and best <= 0.7 * before, (before, best)
+
+
+def test_fast_dev_run_through_the_composed_config(compose_train, tmp_path: Path) -> None:
+    cfg = compose_train(TINY_RUN + ["debug=fast_dev_run"], tmp_path)
+    assert cfg.trainer.fast_dev_run is True
+    train(cfg)  # one train and one val batch through every object the config names
+
+
+def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_entry_script_logs_checkpoints_and_resumes(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    args = TINY_RUN + ["trainer.val_check_interval=15", "trainer.log_every_n_steps=5"]
+    proc = run_train(args + ["trainer.max_steps=30", f"hydra.run.dir={first}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scalars = _scalars(first)
+    for tag in ("train/loss", "val/loss", "val/ppl", "lr"):
+        assert tag in scalars, sorted(scalars)
+    val = scalars["val/loss"]
+    assert [s for s, _ in val] == [14, 29] and val[-1][1] < val[0][1]
+    ppl = scalars["val/ppl"][-1][1]
+    assert math.isclose(ppl, math.exp(val[-1][1]), rel_tol=1e-4)
+    assert (first / "config_resolved.yaml").read_text().count("n_embd: 32") == 1
+    last = first / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] == 30 and ckpt["hyper_parameters"]["model"]["n_embd"] == 32
+    assert len(list((first / "checkpoints").glob("step*.ckpt"))) == 1  # the best one
+
+    second = tmp_path / "second"
+    proc = run_train(args + ["trainer.max_steps=45", f"ckpt_path={last}", f"hydra.run.dir={second}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [s for s, _ in _scalars(second)["train/loss"]]
+    assert min(steps) >= 30 and max(steps) >= 40  # continued from step 30, not from 0
+    assert torch.load(second / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 45
