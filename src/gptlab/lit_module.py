@@ -53,8 +53,9 @@ class GPTLitModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()  # synchronised across ranks
         self.val_loss.reset()
-        self.log("val/loss", loss, prog_bar=True)
-        self.log("val/ppl", torch.exp(loss))
+        # Already reduced over ranks by the metric; sync_dist only keeps Lightning's bookkeeping in step.
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("val/ppl", torch.exp(loss), sync_dist=True)
 
     def configure_optimizers(self) -> Any:
         weight_decay = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0)

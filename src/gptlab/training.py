@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
+from gptlab.hydra_ddp import ddp_job_scope
 from gptlab.lit_module import GPTLitModule
 from gptlab.model import GPT, GPTConfig
 from gptlab.utils import atomic_write_text, instantiate_dict
@@ -39,6 +40,11 @@ def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
 
 
 def train(cfg: DictConfig) -> Optional[float]:
+    with ddp_job_scope():
+        return _train(cfg)
+
+
+def _train(cfg: DictConfig) -> Optional[float]:
     output_dir = Path(cfg.paths.output_dir)
     L.seed_everything(cfg.seed, workers=True)
 

@@ -1,0 +1,72 @@
+"""Make Lightning's DDP ranks > 0 join the Hydra job that started them, also under `-m`.
+
+Lightning starts ranks > 0 by re-running the script with `sys.argv[1:]` plus `hydra.run.dir=<run.dir>`.
+Under multirun that argv still holds `-m` and the sweep's comma lists, so every child starts a whole
+sweep of its own in a fresh sweep dir (lightning-hydra-template #393). The fix: re-run the *job* instead
+of the command line — the job's own overrides (`hydra.overrides.task`, which already holds this job's
+sweep values) in single-run mode, with the job's output dir as run dir.
+
+This replaces a private Lightning function (`_hydra_subprocess_cmd`); nothing public lets us choose the
+children's command, and subclassing the launcher would copy all of its environment set-up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import lightning.pytorch.strategies.launchers.subprocess_script as pl_launcher
+import torch.distributed as dist
+
+# Set in the launching process by Lightning's DDP launcher; left behind, they make the next job of a
+# sweep believe it is a child rank of an already running group.
+LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_original_cwd, to_absolute_path
+
+    import __main__
+
+    hydra_cfg = HydraConfig.get()
+    if __main__.__spec__ is None:
+        command = [sys.executable, to_absolute_path(sys.argv[0])]
+    else:
+        command = [sys.executable, "-m", __main__.__spec__.name]
+    command += list(hydra_cfg.overrides.task)
+    command += [
+        f"hydra.run.dir={hydra_cfg.runtime.output_dir}",
+        f"hydra.job.name={hydra_cfg.job.name}_rank{local_rank}",  # its own log file in the job dir
+        "hydra.output_subdir=null",  # rank 0 already saved the job's .hydra/ configs
+    ]
+    return command, get_original_cwd()
+
+
+@contextmanager
+def ddp_job_scope() -> Iterator[None]:
+    """One sweep job's distributed life: children are routed into its dir, and afterwards the process
+    group and the launcher's environment are torn down so the next job in this process starts clean."""
+    _route_ddp_ranks_into_job_dir()
+    saved = {key: os.environ.get(key) for key in LAUNCHER_ENV}
+    try:
+        yield
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _route_ddp_ranks_into_job_dir() -> None:
+    if not hasattr(pl_launcher, "_hydra_subprocess_cmd"):
+        raise RuntimeError(
+            "this Lightning version no longer has subprocess_script._hydra_subprocess_cmd; "
+            "gptlab.hydra_ddp must be updated before DDP runs under Hydra."
+        )
+    pl_launcher._hydra_subprocess_cmd = job_subprocess_cmd
