@@ -1,5 +1,6 @@
 """Train a GPT: `python src/train.py [overrides]`; `-m` runs a sweep. See conf/train.yaml."""
 
+import warnings
 from typing import Optional
 
 import hydra
@@ -7,6 +8,10 @@ from omegaconf import DictConfig
 
 from gptlab.cli import user_errors_exit
 from gptlab.training import train
+
+# conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
+# `hydra/launcher=submitit_slurm` maps devices and nodes to SLURM tasks; Hydra warns about the name match.
+warnings.filterwarnings("ignore", message=".*validated against ConfigStore schema with the same name.*")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")

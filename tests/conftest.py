@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,14 @@ def compose_train():
     GlobalHydra.instance().clear()
 
 
-def run_train(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_train(args: list[str], cwd: Path, timeout: int = 300, threads: int | None = None) -> subprocess.CompletedProcess:
+    """`python src/train.py args` in `cwd`; `threads` caps torch's threads (e.g. 1 per DDP rank on 2 cores).
+
+    PYTHONPATH points at this checkout so processes that do not start from src/train.py (submitit's
+    workers) import this gptlab, not another installed copy."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     return subprocess.run(
-        [sys.executable, str(TRAIN_SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(TRAIN_SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
     )

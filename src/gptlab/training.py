@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,6 +20,8 @@ from gptlab.model import GPT, GPTConfig
 from gptlab.utils import atomic_write_text, instantiate_dict
 
 log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 
 
 def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
@@ -66,11 +70,28 @@ def _train(cfg: DictConfig) -> Optional[float]:
         save_resolved_config(cfg, output_dir)
         log.info("Model: %s parameters; tokenizer %s (%d ids)", f"{model.num_parameters():,}", tokenizer.name, tokenizer.vocab_size)
 
+    start_step, started = trainer.global_step, time.perf_counter()
     trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    fit_seconds = time.perf_counter() - started
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
     best = checkpoint.best_model_score if checkpoint is not None else trainer.callback_metrics.get("val/loss")
-    if best is None:
-        return None
-    log.info("Best val/loss %.4f; run dir %s", float(best), output_dir)
-    return float(best)
+    best = None if best is None else float(best)
+    if trainer.is_global_zero and not trainer.fast_dev_run:
+        tokens_per_step = datamodule.batch_size * model_cfg.block_size * trainer.accumulate_grad_batches * trainer.world_size
+        final = trainer.callback_metrics.get("val/loss")
+        summary = {
+            "name": cfg.name,
+            "parameters": model.num_parameters(),
+            "best_val_loss": best,
+            "final_val_loss": None if final is None else float(final),
+            "global_step": trainer.global_step,
+            "tokens_per_step": tokens_per_step,
+            "tokens_seen": trainer.global_step * tokens_per_step,
+            "fit_seconds": fit_seconds,
+            "tokens_per_sec": (trainer.global_step - start_step) * tokens_per_step / fit_seconds,
+        }
+        atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+    if best is not None:
+        log.info("Best val/loss %.4f; run dir %s", best, output_dir)
+    return best

@@ -1,0 +1,26 @@
+"""Summarise a sweep: `python scripts/ablation_report.py <sweep dir>` writes ablation_report.md and
+val_loss.png into that dir and prints the table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # also from a plain checkout
+
+from gptlab.cli import user_errors_exit  # noqa: E402
+from gptlab.reporting import write_report  # noqa: E402
+
+
+@user_errors_exit
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("sweep_dir", type=Path, help="a multirun dir, e.g. outputs/multiruns/ablate_norm/<date>/<time>")
+    table, plot = write_report(parser.parse_args().sweep_dir)
+    print(table.read_text())
+    print(f"wrote {table} and {plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Sweeps: a real DDP multirun keeps every rank in its job's dir, the report reads it, launchers run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gptlab.reporting import write_report
+
+from conftest import TINY_RUN, run_train
+
+SWEEP = TINY_RUN + ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1"]
+DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+
+
+def _only_child(path: Path) -> Path:
+    children = list(path.iterdir())
+    assert len(children) == 1, children
+    return children[0]
+
+
+def _assert_job_dir_of_two_ranks(job: Path) -> None:
+    assert (job / "train_rank1.log").exists()  # rank 1 ran inside this job's dir
+    assert len(list((job / "tensorboard").glob("events.out.tfevents.*"))) == 1  # one log per job
+    assert "Model weights identical on all 2 ranks" in (job / "train.log").read_text()
+    assert (job / "checkpoints" / "last.ckpt").exists()
+
+
+def test_ddp_multirun_keeps_ranks_in_their_job_dirs_and_reports(tmp_path: Path) -> None:
+    proc = run_train(["-m", *SWEEP, *DDP, "model.norm=pre,post"], cwd=tmp_path, timeout=600, threads=1)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    outputs = tmp_path / "outputs"
+    assert [p.name for p in outputs.iterdir()] == ["multiruns"]  # no stray run dirs from child ranks
+    sweep = _only_child(_only_child(_only_child(outputs / "multiruns")))  # <name>/<date>/<time>: one sweep
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    for job in ("0", "1"):
+        _assert_job_dir_of_two_ranks(sweep / job)
+
+    table, plot = write_report(sweep)
+    text = table.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| 0 ") or line.startswith("| 1 ")]
+    assert len(rows) == 2 and "model.norm" in text
+    assert "| pre |" in rows[0] and "| post |" in rows[1]
+    assert plot.stat().st_size > 5000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_single_ddp_run_writes_one_run_dir(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_train([*SWEEP, *DDP, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=600, threads=1)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    _assert_job_dir_of_two_ranks(run_dir)
+
+
+def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path) -> None:
+    args = ["-m", *SWEEP, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "model.pos_emb=learned,none"]
+    proc = run_train(args, cwd=tmp_path, timeout=600, threads=1)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
+    assert (sweep / ".submitit").is_dir()  # the jobs really went through submitit
+    for job in ("0", "1"):
+        assert (sweep / job / "run_summary.json").exists()
+
+
+def test_optuna_search_runs_trials_and_writes_the_best(tmp_path: Path) -> None:
+    proc = run_train(["hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", *SWEEP], cwd=tmp_path, timeout=600, threads=1)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
+    result = (sweep / "optimization_results.yaml").read_text()
+    assert "optimizer.lr" in result and "best_value" in result
