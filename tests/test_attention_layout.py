@@ -70,9 +70,10 @@ def test_gpt_with_chunked_kernels_equals_sdpa_reference(pattern: list[str]) -> N
 
 def test_attn_scale_null_is_one_over_sqrt_head_dim() -> None:
     idx = torch.randint(0, 50, (1, 20), generator=torch.Generator().manual_seed(0))
-    default = logits_and_grads(GPTConfig(**SMALL, attn_pattern=["local"], attn_window=5), idx)[0]
-    explicit = logits_and_grads(GPTConfig(**SMALL, attn_pattern=["local"], attn_window=5, attn_scale=1 / math.sqrt(8)), idx)[0]
-    unscaled = logits_and_grads(GPTConfig(**SMALL, attn_pattern=["local"], attn_window=5, attn_scale=1.0), idx)[0]
+    local = dict(**SMALL, attn_pattern=["local"], attn_window=5)
+    default = logits_and_grads(GPTConfig(**local), idx)[0]
+    explicit = logits_and_grads(GPTConfig(**local, attn_scale=1 / math.sqrt(8)), idx)[0]
+    unscaled = logits_and_grads(GPTConfig(**local, attn_scale=1.0), idx)[0]
     torch.testing.assert_close(explicit, default)
     assert (unscaled - default).abs().max() > 1e-4
 

@@ -4,8 +4,9 @@ Memory: torch's CPU allocator is plain malloc, invisible to tracemalloc, and the
 has no running peak. So every case runs in a fresh process (multiprocessing "spawn"), which reads its
 resident-set high-water mark (getrusage ru_maxrss) before and after one forward+backward: the difference
 is the peak memory that step needed (q, k, v and their gradients, which every kernel shares, plus the
-kernel's own scores, copies and saved tensors), without the interpreter and torch. Before that, the same kernel runs once
-on a short sequence, so lazily loaded code and thread pools are resident before the baseline is read.
+kernel's own scores, copies and saved tensors), without the interpreter and torch. Before that, the same
+kernel runs once on a short sequence, so lazily loaded code and thread pools are resident before the
+baseline is read.
 Time is then the best of a few forward+backward repeats in the same process (noise from other processes
 only ever adds time).
 """
@@ -33,6 +34,7 @@ class Case:
     H: int = 12
     head_dim: int = 64
     repeats: int = 3
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
 
 
 @dataclass
@@ -49,6 +51,8 @@ def _peak_rss_mb() -> float:
 
 def _measure(case: Case) -> Result:
     """Runs inside the child process."""
+    if case.threads:
+        torch.set_num_threads(case.threads)
     kernel = resolve_impl(case.impl, case.kind, case.T, case.window, torch.device("cpu"))
     impl = "auto" if kernel == "dense" else kernel
 

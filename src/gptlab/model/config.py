@@ -115,7 +115,7 @@ class GPTConfig:
             raise invalid_choice("model.attn_impl", self.attn_impl, ATTN_IMPLS)
         scale = self.attn_scale
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
-            raise ConfigError(f"model.attn_scale={self.attn_scale!r} must be a positive number, or null for 1/sqrt(D_K).")
+            raise ConfigError(f"model.attn_scale={scale!r} must be a positive number, or null for 1/sqrt(D_K).")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "GPTConfig":

@@ -21,7 +21,9 @@ KINDS = {"global": "dense", "local": "local"}
 MASK_BUFFERS = ("attn.attention.bias", "attn.attention.masked_bias")
 
 
-def convert_gpt_neo(hf_config: dict[str, Any], hf_state: dict[str, torch.Tensor]) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
+def convert_gpt_neo(
+    hf_config: dict[str, Any], hf_state: dict[str, torch.Tensor]
+) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
     """A GPTConfig and a state dict that `GPT(cfg).load_state_dict(state, strict=True)` accepts.
 
     hf_config is GPT-Neo's config.json as a dict; hf_state its weights, from GPTNeoForCausalLM (keys under
@@ -67,9 +69,12 @@ def _config(hf: dict[str, Any]) -> GPTConfig:
             f"GPT-Neo activation_function={activation!r} has no gptlab equivalent; known: {sorted(ACTIVATIONS)}."
         )
     n_layer = hf.get("num_layers", hf.get("num_hidden_layers"))
-    layers = [kind for kinds, repeat in hf.get("attention_types", [[["global", "local"], 12]]) for _ in range(repeat) for kind in kinds]
+    types = hf.get("attention_types", [[["global", "local"], 12]])  # [[kinds, repeats], ...]
+    layers = [kind for kinds, repeats in types for _ in range(repeats) for kind in kinds]
     if len(layers) != n_layer or any(kind not in KINDS for kind in layers):
-        raise ConfigError(f"GPT-Neo attention_types {hf.get('attention_types')!r} do not give one global/local kind per layer ({n_layer}).")
+        raise ConfigError(
+            f"GPT-Neo attention_types={types!r} do not give one 'global' or 'local' kind to each of {n_layer} layers."
+        )
     hidden = hf["hidden_size"]
     return GPTConfig(
         vocab_size=hf["vocab_size"],

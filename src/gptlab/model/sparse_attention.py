@@ -21,9 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
-# On CPU, band-limited work beats dense causal work once T reaches about this many windows (DESIGN §5 and
-# scripts/bench_attention.py); below it the dense causal kernel's better constants win.
-LOCAL_CPU_MIN_WINDOWS = 4
+
+# On CPU, `chunked` beats the band-masked `sdpa` once T reaches about this many windows; below it the dense
+# kernel's better constants win. Measured with w=256, H=12, D_K=64, fp32, fwd+bwd, one thread: T=512 sdpa 90 ms
+# vs chunked 113 ms; T=768 193 vs 154 ms; T=1024 341 vs 220 ms.
+LOCAL_CPU_MIN_WINDOWS = 3
 
 
 def pattern_mask(kind: str, T: int, window: int, device: Optional[torch.device] = None) -> torch.Tensor:
@@ -42,7 +44,7 @@ def resolve_impl(impl: str, kind: str, T: int, window: int, device: torch.device
     """The kernel that computes this call: `impl` itself unless it is `auto`.
 
     auto: dense layers, and local layers whose band covers the whole sequence (w >= T, so local == dense),
-    use SDPA's causal kernel ("dense"). On CPU, local layers use `chunked` once T >= 4w and the masked `sdpa`
+    use SDPA's causal kernel ("dense"). On CPU, local layers use `chunked` once T >= 3w and the masked `sdpa`
     below that; strided layers always use `chunked`. FlexAttention is never auto-picked on CPU, with or
     without gradients: it has no backward there, and its forward compiles for 10-20 s per new shape, which
     sampling (a new T every step) would pay again and again. On GPUs `flex` is picked for local and strided
@@ -105,40 +107,53 @@ def chunked_local(
     """Local attention in blocks of w queries, each against its own and the previous block of keys.
 
     Key j is visible from query i iff i - w < j <= i, so every visible key lies in i's block or the one
-    before: the work is T/w blocks of w x 2w scores, O(T*w) time and memory. The blocks become a batch
-    dimension of one SDPA call with a 4-D boolean mask (the CPU flash kernel takes 2-D and 4-D masks; a 3-D
-    one silently falls back to the slow math path). Keys get w zeros in front, so block 0 has a "previous"
-    block too, which its mask hides; T is padded at the end to a multiple of w, and those keys come after
-    every real query, so the band hides them, and the padded queries are cut off.
+    before: the work is T/w blocks of w x 2w scores, O(T*w) time and memory. One index_select gathers each
+    block's 2w keys (block 0 has no previous block: it gathers its own keys twice and the mask hides the
+    copy), and the blocks become the batch dimension of one SDPA call with a 4-D mask (the CPU flash
+    kernel takes 2-D and 4-D masks; a 3-D one silently falls back to the slow math path). A last, partial
+    block is padded: its key indices are clamped to T - 1 and the band hides them; its padded queries are
+    cut off, so they pass no gradient back.
     """
     B, H, T, _ = q.shape
     w = min(window, T)  # a band wider than the sequence is plain causal attention over one block
     n = -(-T // w)  # query blocks
-    tail = n * w - T
-    qb = _blocks(F.pad(q, (0, 0, 0, tail)), w)  # (B, n, H, w, D_K)
-    kb = _blocks(F.pad(k, (0, 0, w, tail)), w)  # (B, n + 1, H, w, D_K): block 0 is the zero front pad
-    vb = _blocks(F.pad(v, (0, 0, w, tail)), w)
-    keys = torch.cat([kb[:, :-1], kb[:, 1:]], dim=3)  # previous block ‖ own block: (B, n, H, 2w, D_K)
-    values = torch.cat([vb[:, :-1], vb[:, 1:]], dim=3)
-    a = torch.arange(w, device=q.device)[:, None]  # query offset in its block
-    c = torch.arange(2 * w, device=q.device)[None, :] - w  # key offset from the block start: -w .. w-1
-    band = (c <= a) & (c > a - window)  # i - w < j <= i
-    mask = band.expand(n, 1, w, 2 * w).clone()
-    mask[0, :, :, :w] = False  # block 0's previous block is padding
-    out = F.scaled_dot_product_attention(
-        qb.flatten(0, 1),
-        keys.flatten(0, 1),
-        values.flatten(0, 1),
-        attn_mask=mask.repeat(B, 1, 1, 1),
-        scale=scale,
-        dropout_p=dropout_p,
-    )
-    return out.unflatten(0, (B, n)).transpose(1, 2).flatten(2, 3)[:, :, :T]  # (B, H, T, D_V)
+    # Work in (B, T, H, D): the layout the fused qkv projection produced, so these are mostly views.
+    qt = q.transpose(1, 2)
+    if n * w > T:
+        qt = F.pad(qt, (0, 0, 0, 0, 0, n * w - T))
+    qb = qt.reshape(B * n, w, H, -1).transpose(1, 2)  # (B n, H, w, D_K)
+    index = _key_index(n, w, T, q.device)
+    kb = k.transpose(1, 2).index_select(1, index).view(B * n, 2 * w, H, -1).transpose(1, 2)  # (B n, H, 2w, D_K)
+    vb = v.transpose(1, 2).index_select(1, index).view(B * n, 2 * w, H, -1).transpose(1, 2)
+    mask = _band_mask(B, n, w, window, q.device, q.dtype)
+    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, dropout_p=dropout_p)
+    return out.transpose(1, 2).reshape(B, n * w, H, -1)[:, :T].transpose(1, 2)  # (B, H, T, D_V)
 
 
-def _blocks(t: torch.Tensor, w: int) -> torch.Tensor:
-    """(B, H, m * w, D) -> (B, m, H, w, D)."""
-    return t.unflatten(2, (-1, w)).transpose(1, 2)
+def _key_index(n: int, w: int, T: int, device: torch.device) -> torch.Tensor:
+    """For each query block b, the positions of keys (b-1)w .. (b+1)w - 1, clamped into [0, T)."""
+    block = torch.arange(n, device=device)[:, None]
+    offset = torch.arange(2 * w, device=device)[None, :]
+    index = ((block - 1) * w + offset).clamp(0, T - 1)
+    index[0, :w] = index[0, w:]  # block 0's "previous block": any valid keys, all masked
+    return index.flatten()
+
+
+@functools.lru_cache(maxsize=16)
+def _band_mask(B: int, n: int, w: int, window: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(B n, 1, w, 2w) additive mask: 0 where i - window < j <= i, -inf elsewhere and on block 0's copy.
+
+    Cached, and made additive here, because SDPA would otherwise convert a boolean mask on every call (in
+    forward and again in backward). Built outside inference mode, so a mask first made during validation
+    can be saved for backward by a later training step.
+    """
+    with torch.inference_mode(False):
+        a = torch.arange(w, device=device)[:, None]  # query offset in its block
+        c = torch.arange(2 * w, device=device)[None, :] - w  # key offset from the block start: -w .. w-1
+        allowed = ((c <= a) & (c > a - window)).expand(n, 1, w, 2 * w).clone()
+        allowed[0, :, :, :w] = False
+        mask = torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+        return mask.repeat(B, 1, 1, 1)
 
 
 def chunked_strided(
