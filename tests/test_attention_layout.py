@@ -104,3 +104,17 @@ def test_flex_on_cpu_training_exits_with_the_field_named(tmp_path: Path) -> None
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "model.attn_impl=flex cannot train on CPU" in proc.stderr and "auto or chunked" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ablation_sweep_runs_one_job_per_layout(tmp_path: Path) -> None:
+    """The real multirun: three jobs, each training a batch with its own layout (chunked kernels included)."""
+    cmd = [
+        sys.executable, "src/train.py", "-m", "experiment=ablate_attention", "debug=fast_dev_run",
+        "data.batch_size=4", f"hydra.sweep.dir={tmp_path}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    patterns = [(tmp_path / str(job) / ".hydra" / "overrides.yaml").read_text() for job in range(3)]
+    assert ["[dense]" in patterns[0], "[dense,local]" in patterns[1], "[local]" in patterns[2]] == [True] * 3
+    assert not (tmp_path / "3").exists()
