@@ -206,7 +206,8 @@ def _compiled_flex() -> Callable[..., torch.Tensor]:
 
 @functools.lru_cache(maxsize=64)
 def _block_mask(kind: str, T: int, window: int, device: str):  # -> BlockMask
-    """Built once per (kind, T, w, device): creating a block mask evaluates mask_mod over all T x T pairs."""
+    """Built once per (kind, T, w, device): creating a block mask evaluates mask_mod over all T x T pairs.
+    Built outside inference mode, so a mask first made during validation can serve a training step."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     if kind == "local":
@@ -219,4 +220,5 @@ def _block_mask(kind: str, T: int, window: int, device: str):  # -> BlockMask
         def mask_mod(b, h, i, j):  # type: ignore[no-untyped-def]
             return (j <= i) & ((i - j) % window == 0)
 
-    return create_block_mask(mask_mod, None, None, T, T, device=device)
+    with torch.inference_mode(False):
+        return create_block_mask(mask_mod, None, None, T, T, device=device)
