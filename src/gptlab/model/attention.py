@@ -2,25 +2,28 @@
 
 S_h = softmax((X W_Q,h (X W_K,h)^T + M) / sqrt(D_K)) X W_V,h and ATT(X) = [S_1 ‖ … ‖ S_H] W_O.
 D_K (head_dim) and D_V (v_head_dim) are free: GPT-3 XL has H·D_K ≠ D. The residual "X +" of
-eq. 5 lives in the block, where pre- and post-LN differ.
+eq. 5 lives in the block, where pre- and post-LN differ. Which keys a query sees (the mask M) is the
+layer's kind, dense, local or strided (GPT-3's alternating layers); sparse_attention.py computes it.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gptlab.model.config import GPTConfig
+from gptlab.model.sparse_attention import attend
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
+        self.kind = cfg.layer_kind(layer)  # dense | local | strided
+        self.window, self.impl, self.scale = cfg.attn_window, cfg.attn_impl, cfg.attn_scale
         self.n_head, self.head_dim, self.v_head_dim = cfg.n_head, cfg.head_dim, cfg.v_head_dim
         qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
         # One fused projection for W_Q, W_K, W_V: a single matmul is faster than three.
-        self.qkv = nn.Linear(cfg.n_embd, 2 * qk_width + v_width, bias=cfg.attn_bias)
+        self.qkv = nn.Linear(cfg.n_embd, 2 * qk_width + v_width, bias=cfg.qkv_bias)
         self.out = nn.Linear(v_width, cfg.n_embd, bias=cfg.attn_bias)  # W_O
         self.out.is_residual_projection = True
         self.dropout = cfg.dropout
@@ -32,9 +35,8 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D_K)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_head, self.v_head_dim).transpose(1, 2)  # (B, H, T, D_V)
-        # is_causal=True is the mask M (M_ij = -inf for j > i); the default scale is 1/sqrt(D_K).
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        # The mask M of the layer's kind (dense: M_ij = -inf for j > i); scale None = 1/sqrt(D_K).
+        dropout_p = self.dropout if self.training else 0.0
+        y = attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.v_head_dim)  # [S_1 ‖ … ‖ S_H]
         return self.out(y)

@@ -11,11 +11,11 @@ from gptlab.model.mlp import MLP
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
         self.norm_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, layer)
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.norm_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)

@@ -6,7 +6,8 @@ holds exactly these fields, so `GPTConfig(**cfg.model)` builds it directly.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 from gptlab.errors import ConfigError, invalid_choice
@@ -14,6 +15,8 @@ from gptlab.errors import ConfigError, invalid_choice
 NORMS = ("pre", "post")
 POS_EMBS = ("learned", "sinusoidal", "none")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
+ATTN_KINDS = ("dense", "local", "strided")  # which keys a layer's queries see: sparse_attention.py
+ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
 
 
 @dataclass
@@ -35,9 +38,15 @@ class GPTConfig:
     tie_weights: bool = True  # W_head = E_1^T
     activation: str = "gelu_tanh"  # gelu_tanh (eq. 8) | gelu (exact) | relu
     attn_bias: bool = True  # biases of the Q/K/V and output projections
+    qkv_bias: Optional[bool] = None  # Q/K/V biases alone; None = attn_bias (GPT-Neo: False, with out bias)
     mlp_bias: bool = True  # biases b_i of the MLP layers
     dropout: float = 0.0  # on embeddings, attention probabilities and residual branches
     layer_norm_eps: float = 1e-5
+    # Sparse attention (seed 003, GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
+    attn_pattern: list[str] = field(default_factory=lambda: ["dense"])  # dense | local | strided, cycled
+    attn_window: int = 256  # w: local sees i - w < j <= i; strided sees j <= i with w | (i - j)
+    attn_impl: str = "auto"  # auto | sdpa | chunked | flex: how local/strided layers are computed
+    attn_scale: Optional[float] = None  # score scale; None = 1/sqrt(D_K) (eq. 5), GPT-Neo uses 1.0
 
     def __post_init__(self) -> None:
         self._validate()
@@ -49,6 +58,13 @@ class GPTConfig:
             self.d_ff = 4 * self.n_embd
         if self.final_norm is None:
             self.final_norm = self.norm == "pre"
+        if self.qkv_bias is None:
+            self.qkv_bias = self.attn_bias
+        self.attn_pattern = list(self.attn_pattern)
+
+    def layer_kind(self, layer: int) -> str:
+        """The attention kind of block `layer` (0-based): the pattern, cycled."""
+        return self.attn_pattern[layer % len(self.attn_pattern)]
 
     def _validate(self) -> None:
         if self.norm not in NORMS:
@@ -72,6 +88,34 @@ class GPTConfig:
             raise ConfigError(f"model.dropout={self.dropout!r} must be in [0, 1).")
         if not self.layer_norm_eps > 0:
             raise ConfigError(f"model.layer_norm_eps={self.layer_norm_eps!r} must be > 0.")
+        self._validate_attention()
+
+    def _validate_attention(self) -> None:
+        pattern = self.attn_pattern
+        if isinstance(pattern, str) or not isinstance(pattern, Sequence):
+            raise ConfigError(
+                f"model.attn_pattern={pattern!r} must be a list of kinds cycled over layers, e.g. [dense, local]."
+            )
+        if not pattern:
+            raise ConfigError(
+                f"model.attn_pattern is empty; give at least one kind, e.g. [dense], from: {', '.join(ATTN_KINDS)}."
+            )
+        for kind in pattern:
+            if kind not in ATTN_KINDS:
+                raise ConfigError(
+                    f"model.attn_pattern={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
+                    f"{', '.join(ATTN_KINDS)}."
+                )
+        window = self.attn_window
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigError(
+                f"model.attn_window={window!r} must be a positive integer (the band width w; GPT-Neo uses 256)."
+            )
+        if self.attn_impl not in ATTN_IMPLS:
+            raise invalid_choice("model.attn_impl", self.attn_impl, ATTN_IMPLS)
+        scale = self.attn_scale
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
+            raise ConfigError(f"model.attn_scale={scale!r} must be a positive number, or null for 1/sqrt(D_K).")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "GPTConfig":

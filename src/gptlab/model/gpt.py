@@ -29,7 +29,7 @@ class GPT(nn.Module):
         elif cfg.pos_emb == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(cfg.block_size, cfg.n_embd), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.final_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # W_head
         self.reset_parameters()

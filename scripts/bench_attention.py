@@ -1,0 +1,46 @@
+"""Local (banded) vs dense causal attention on CPU: forward+backward time and peak memory.
+
+    python scripts/bench_attention.py [--lengths 1024 2048 4096 8192] [--window 256] [--repeats 3]
+
+Each row is one sequence length; local and strided layers are given as ratios to dense causal SDPA
+(`scaled_dot_product_attention(is_causal=True)`) measured in the same run. B=1, H=12, D_K=64, fp32, the
+kernel `auto` picks. How memory is measured: see gptlab.benchmarks.attention.
+Goal (issue 4): local >= 5x faster than dense at T=8192, and local memory growing linearly in T.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from gptlab.benchmarks.attention import Case, measure
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--window", type=int, default=256, help="band width w (GPT-Neo's 256)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed forward+backward runs per case")
+    parser.add_argument("--kinds", nargs="+", default=["local", "strided"], help="sparse kinds to compare")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores)")
+    args = parser.parse_args()
+
+    threads = args.threads or torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads; B=1 H=12 D_K=64 fp32, w={args.window}")
+    header = f"{'T':>6} {'dense ms':>9} {'dense MB':>9}"
+    for kind in args.kinds:
+        header += f" | {kind + ' kernel':>15} {'ms':>8} {'speedup':>8} {'MB':>8} {'mem/dense':>9}"
+    print(header)
+    for T in args.lengths:
+        dense = measure(Case("dense", T, args.window, repeats=args.repeats, threads=args.threads))
+        row = f"{T:>6} {dense.ms:>9.1f} {dense.peak_mb:>9.1f}"
+        for kind in args.kinds:
+            r = measure(Case(kind, T, args.window, repeats=args.repeats, threads=args.threads))
+            speedup, memory = dense.ms / r.ms, r.peak_mb / dense.peak_mb
+            row += f" | {r.kernel:>15} {r.ms:>8.1f} {speedup:>7.2f}x {r.peak_mb:>8.1f} {memory:>9.2f}"
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Attention kernels for the per-layer patterns of GPT-3 (seed 003) and the Sparse Transformer.
+
+A layer's kind says which keys j a query i may see (always j <= i; w = model.attn_window):
+  dense    every j <= i                                   (eq. 5's causal mask M)
+  local    i - w < j <= i, a band of w keys                (GPT-3's "locally banded" layers, GPT-Neo's "local")
+  strided  j <= i with (i - j) divisible by w              (Sparse Transformer's strided head; [local, strided]
+                                                            is its factorised pattern with stride l = w)
+
+Kernels (model.attn_impl): `sdpa` computes all T x T scores with an explicit mask (the reference; O(T^2));
+`chunked` computes only the blocks the pattern touches with plain SDPA calls (O(T*w) for local, O(T^2/w) for
+strided; forward and backward on any device); `flex` is FlexAttention with a block mask, compiled (GPUs;
+on CPU it has no backward). `auto` picks per call, see `resolve_impl`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from gptlab.errors import ConfigError
+
+# On CPU, `chunked` beats the band-masked `sdpa` once T reaches about this many windows; below it the dense
+# kernel's better constants win. Measured with w=256, H=12, D_K=64, fp32, fwd+bwd, one thread: T=512 sdpa 90 ms
+# vs chunked 113 ms; T=768 193 vs 154 ms; T=1024 341 vs 220 ms.
+LOCAL_CPU_MIN_WINDOWS = 3
+
+
+def pattern_mask(kind: str, T: int, window: int, device: Optional[torch.device] = None) -> torch.Tensor:
+    """The (T, T) boolean mask of allowed (query i, key j) pairs: True = attend."""
+    i = torch.arange(T, device=device)[:, None]
+    j = torch.arange(T, device=device)[None, :]
+    allowed = j <= i
+    if kind == "local":
+        allowed &= i - j < window
+    elif kind == "strided":
+        allowed &= (i - j) % window == 0
+    return allowed
+
+
+def resolve_impl(impl: str, kind: str, T: int, window: int, device: torch.device) -> str:
+    """The kernel that computes this call: `impl` itself unless it is `auto`.
+
+    auto: dense layers, and local layers whose band covers the whole sequence (w >= T, so local == dense),
+    use SDPA's causal kernel ("dense"). On CPU, local layers use `chunked` once T >= 3w and the masked `sdpa`
+    below that; strided layers always use `chunked`. FlexAttention is never auto-picked on CPU, with or
+    without gradients: it has no backward there, and its forward compiles for 10-20 s per new shape, which
+    sampling (a new T every step) would pay again and again. On GPUs `flex` is picked for local and strided
+    layers unless there is attention dropout (FlexAttention has none; `attend` then uses `chunked`).
+    """
+    if kind == "dense" or (kind == "local" and window >= T):
+        return "dense"
+    if impl != "auto":
+        return impl
+    if device.type == "cuda" and flex_available():
+        return "flex"
+    if kind == "local" and T < LOCAL_CPU_MIN_WINDOWS * window:
+        return "sdpa"
+    return "chunked"
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kind: str,
+    window: int,
+    impl: str = "auto",
+    scale: Optional[float] = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v over (B, H, T, D_K) q, k and (B, H, T, D_V) v, for the layer's kind.
+
+    scale None = 1/sqrt(D_K), as eq. 5; GPT-Neo uses 1.0.
+    """
+    T = q.shape[-2]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    chosen = resolve_impl(impl, kind, T, window, q.device)
+    if chosen == "flex" and dropout_p > 0.0:
+        if impl == "auto":
+            chosen = "chunked"
+        else:
+            raise ConfigError(
+                "model.attn_impl=flex has no attention dropout; set model.dropout=0.0 or use attn_impl=chunked."
+            )
+    if chosen == "dense":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, dropout_p=dropout_p)
+    if chosen == "sdpa":
+        mask = pattern_mask(kind, T, window, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
+    if chosen == "chunked":
+        fn = chunked_local if kind == "local" else chunked_strided
+        return fn(q, k, v, window, scale, dropout_p)
+    if needs_grad and q.device.type == "cpu":
+        raise ConfigError(
+            "model.attn_impl=flex cannot train on CPU (FlexAttention has no CPU backward); "
+            "use model.attn_impl=auto or chunked."
+        )
+    return flex(q, k, v, kind, window, scale)
+
+
+def chunked_local(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float], dropout_p: float
+) -> torch.Tensor:
+    """Local attention in blocks of w queries, each against its own and the previous block of keys.
+
+    Key j is visible from query i iff i - w < j <= i, so every visible key lies in i's block or the one
+    before: the work is T/w blocks of w x 2w scores, O(T*w) time and memory. One index_select gathers each
+    block's 2w keys (block 0 has no previous block: it gathers its own keys twice and the mask hides the
+    copy), and the blocks become the batch dimension of one SDPA call with a 4-D mask (the CPU flash
+    kernel takes 2-D and 4-D masks; a 3-D one silently falls back to the slow math path). A last, partial
+    block is padded: its key indices are clamped to T - 1 and the band hides them; its padded queries are
+    cut off, so they pass no gradient back.
+    """
+    B, H, T, _ = q.shape
+    w = min(window, T)  # a band wider than the sequence is plain causal attention over one block
+    n = -(-T // w)  # query blocks
+    # Work in (B, T, H, D): the layout the fused qkv projection produced, so these are mostly views.
+    qt = q.transpose(1, 2)
+    if n * w > T:
+        qt = F.pad(qt, (0, 0, 0, 0, 0, n * w - T))
+    qb = qt.reshape(B * n, w, H, -1).transpose(1, 2)  # (B n, H, w, D_K)
+    index = _key_index(n, w, T, q.device)
+    kb = k.transpose(1, 2).index_select(1, index).view(B * n, 2 * w, H, -1).transpose(1, 2)  # (B n, H, 2w, D_K)
+    vb = v.transpose(1, 2).index_select(1, index).view(B * n, 2 * w, H, -1).transpose(1, 2)
+    mask = _band_mask(B, n, w, window, q.device, q.dtype)
+    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, dropout_p=dropout_p)
+    return out.transpose(1, 2).reshape(B, n * w, H, -1)[:, :T].transpose(1, 2)  # (B, H, T, D_V)
+
+
+def _key_index(n: int, w: int, T: int, device: torch.device) -> torch.Tensor:
+    """For each query block b, the positions of keys (b-1)w .. (b+1)w - 1, clamped into [0, T)."""
+    block = torch.arange(n, device=device)[:, None]
+    offset = torch.arange(2 * w, device=device)[None, :]
+    index = ((block - 1) * w + offset).clamp(0, T - 1)
+    index[0, :w] = index[0, w:]  # block 0's "previous block": any valid keys, all masked
+    return index.flatten()
+
+
+@functools.lru_cache(maxsize=16)
+def _band_mask(B: int, n: int, w: int, window: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(B n, 1, w, 2w) additive mask: 0 where i - window < j <= i, -inf elsewhere and on block 0's copy.
+
+    Cached, and made additive here, because SDPA would otherwise convert a boolean mask on every call (in
+    forward and again in backward). Built outside inference mode, so a mask first made during validation
+    can be saved for backward by a later training step.
+    """
+    with torch.inference_mode(False):
+        a = torch.arange(w, device=device)[:, None]  # query offset in its block
+        c = torch.arange(2 * w, device=device)[None, :] - w  # key offset from the block start: -w .. w-1
+        allowed = ((c <= a) & (c > a - window)).expand(n, 1, w, 2 * w).clone()
+        allowed[0, :, :, :w] = False
+        mask = torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+        return mask.repeat(B, 1, 1, 1)
+
+
+def chunked_strided(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float], dropout_p: float
+) -> torch.Tensor:
+    """Strided attention as causal attention within each residue class of positions mod w.
+
+    Query i sees j <= i with j ≡ i (mod w): write i = n w + r; the keys are r, w + r, ..., i, a causal
+    prefix of the sequence of positions with the same r. Laying the (padded) sequence out as w sequences
+    of length T/w turns the pattern into w small dense causal problems: O(T^2 / w) work. Padding goes at
+    the end, after every real position, so causal masking hides it.
+    """
+    B, H, T, _ = q.shape
+    n_rows = -(-T // window)
+    pad = n_rows * window - T
+
+    def by_residue(t: torch.Tensor) -> torch.Tensor:  # (B, H, T, D) -> (B, H * w, n_rows, D)
+        t = F.pad(t, (0, 0, 0, pad)).unflatten(2, (n_rows, window)).transpose(2, 3)
+        return t.flatten(1, 2)
+
+    out = F.scaled_dot_product_attention(
+        by_residue(q), by_residue(k), by_residue(v), is_causal=True, scale=scale, dropout_p=dropout_p
+    )
+    out = out.unflatten(1, (H, window)).transpose(2, 3).flatten(2, 3)  # back to (B, H, padded T, D_V)
+    return out[:, :, :T]
+
+
+def flex_available() -> bool:
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def flex(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str, window: int, scale: Optional[float]
+) -> torch.Tensor:
+    """FlexAttention: the same pattern as a mask_mod; compiled, it skips the blocks the mask empties."""
+    block_mask = _block_mask(kind, q.shape[-2], window, str(q.device))
+    return _compiled_flex()(q, k, v, block_mask=block_mask, scale=scale)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_flex() -> Callable[..., torch.Tensor]:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention)
+
+
+@functools.lru_cache(maxsize=64)
+def _block_mask(kind: str, T: int, window: int, device: str):  # -> BlockMask
+    """Built once per (kind, T, w, device): creating a block mask evaluates mask_mod over all T x T pairs.
+    Built outside inference mode, so a mask first made during validation can serve a training step."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if kind == "local":
+
+        def mask_mod(b, h, i, j):  # type: ignore[no-untyped-def]
+            return (j <= i) & (i - j < window)
+
+    else:
+
+        def mask_mod(b, h, i, j):  # type: ignore[no-untyped-def]
+            return (j <= i) & ((i - j) % window == 0)
+
+    with torch.inference_mode(False):
+        return create_block_mask(mask_mod, None, None, T, T, device=device)

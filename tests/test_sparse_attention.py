@@ -1,0 +1,133 @@
+"""The sparse attention kernels against the dense, explicitly masked SDPA reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gptlab.errors import ConfigError
+from gptlab.model.sparse_attention import attend, chunked_local, pattern_mask, resolve_impl
+
+# (B, H, T, D_K, D_V, w): T not a multiple of w, w = 1, w >= T, D_K != D_V, several batch/head shapes.
+SHAPES = [
+    (2, 3, 100, 16, 24, 32),
+    (1, 4, 64, 8, 8, 16),
+    (3, 1, 37, 8, 4, 5),
+    (1, 2, 33, 4, 4, 1),
+    (2, 2, 50, 16, 8, 64),
+    (2, 2, 50, 8, 8, 50),
+]
+
+
+def qkv(B: int, H: int, T: int, dk: int, dv: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(B, H, T, dk), (B, H, T, dk), (B, H, T, dv)]
+    return tuple(torch.randn(s, generator=g).requires_grad_() for s in shapes)
+
+
+def outputs_and_grads(q, k, v, fn) -> list[torch.Tensor]:
+    out = fn(q, k, v)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    return [out.detach(), *torch.autograd.grad(out, (q, k, v), upstream)]
+
+
+def test_pattern_mask_matches_definition() -> None:
+    T, w = 11, 3
+    for kind, allowed in {
+        "dense": lambda i, j: j <= i,
+        "local": lambda i, j: i - w < j <= i,
+        "strided": lambda i, j: j <= i and (i - j) % w == 0,
+    }.items():
+        expected = torch.tensor([[allowed(i, j) for j in range(T)] for i in range(T)])
+        assert torch.equal(pattern_mask(kind, T, w), expected), kind
+
+
+@pytest.mark.parametrize("kind", ["local", "strided"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}H{}T{}dk{}dv{}w{}".format(*s))
+def test_chunked_equals_sdpa_reference(kind: str, shape: tuple[int, ...]) -> None:
+    B, H, T, dk, dv, w = shape
+    q, k, v = qkv(B, H, T, dk, dv)
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind=kind, window=w, impl="sdpa"))
+    got = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind=kind, window=w, impl="chunked"))
+    for name, r, g in zip(("out", "dq", "dk", "dv"), ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=f"{kind} {name}")
+
+
+def test_chunked_with_scale_and_odd_length() -> None:
+    q, k, v = qkv(2, 3, 45, 8, 12)
+    for kind in ("local", "strided"):
+        ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind=kind, window=8, impl="sdpa", scale=1.0))
+        got = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind=kind, window=8, impl="chunked", scale=1.0))
+        for r, g in zip(ref, got):
+            torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("T,w", [(40, 40), (40, 64), (1, 5)])
+def test_local_with_wide_window_is_dense(T: int, w: int) -> None:
+    q, k, v = qkv(2, 2, T, 8, 8)
+    dense = outputs_and_grads(q, k, v, lambda *t: F.scaled_dot_product_attention(*t, is_causal=True))
+    got = outputs_and_grads(q, k, v, lambda *t: chunked_local(*t, window=w, scale=None, dropout_p=0.0))
+    for r, g in zip(dense, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+def test_local_differs_from_dense_when_window_is_short() -> None:
+    """Guards the tests above against a kernel that silently computes dense attention."""
+    q, k, v = qkv(1, 2, 40, 8, 8)
+    dense = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    local = attend(q, k, v, "local", 8, "chunked")
+    assert torch.allclose(local[:, :, :8], dense[:, :, :8], atol=1e-6)
+    assert (local[:, :, 8:] - dense[:, :, 8:]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "chunked"])
+@pytest.mark.parametrize("kind", ["dense", "local", "strided"])
+def test_outputs_depend_only_on_visible_keys(kind: str, impl: str) -> None:
+    """Causality, and the band: changing key/value j moves output i only if the pattern lets i see j."""
+    T, w = 23, 4
+    q, k, v = (t.detach() for t in qkv(1, 2, T, 8, 8))
+    base = attend(q, k, v, kind, w, impl)
+    visible = pattern_mask(kind, T, w)
+    for j in (0, 5, 11, 22):
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, j] += 3.0
+        v2[:, :, j] += 3.0
+        moved = (attend(q, k2, v2, kind, w, impl) - base).abs().amax(dim=(0, 1, 3)) > 1e-6
+        assert torch.equal(moved, visible[:, j]), f"key {j}"
+
+
+def test_auto_choices() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_impl("auto", "dense", 8192, 256, cpu) == "dense"
+    assert resolve_impl("chunked", "local", 200, 256, cpu) == "dense"  # w >= T: local is dense
+    assert resolve_impl("auto", "local", 512, 256, cpu) == "sdpa"  # T < 3w: dense-shaped work is cheaper
+    assert resolve_impl("auto", "local", 768, 256, cpu) == "chunked"
+    assert resolve_impl("auto", "strided", 512, 256, cpu) == "chunked"
+    assert resolve_impl("auto", "local", 8192, 256, cuda) == "flex"
+    assert resolve_impl("flex", "local", 8192, 256, cpu) == "flex"
+
+
+def test_flex_refuses_cpu_backward_by_naming_the_field() -> None:
+    q, k, v = qkv(1, 2, 40, 8, 8)
+    with pytest.raises(ConfigError, match="model.attn_impl=flex.*auto or chunked"):
+        attend(q, k, v, "local", 8, "flex")
+
+
+def test_flex_forward_on_cpu_equals_reference() -> None:
+    """FlexAttention runs only forward on CPU (compiled, ~20 s here), so only forward is checked here."""
+    q, k, v = (t.detach() for t in qkv(2, 3, 100, 16, 24))
+    for kind in ("local", "strided"):
+        ref = attend(q, k, v, kind, 32, "sdpa")
+        with torch.no_grad():
+            got = attend(q, k, v, kind, 32, "flex")
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5, msg=kind)
+
+
+def test_chunked_trains_after_running_under_inference_mode() -> None:
+    """Lightning validates under inference_mode; a mask cached there must still serve a training step."""
+    q, k, v = qkv(2, 2, 29, 8, 8)
+    with torch.inference_mode():
+        attend(q, k, v, "local", 6, "chunked")
+    attend(q, k, v, "local", 6, "chunked").sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
