@@ -10,8 +10,10 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics import MeanMetric
 
+from gptlab.errors import NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
 from gptlab.optim import weight_decay_groups
+from gptlab.rng import rng_states, set_rng_states
 
 OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
 SchedulerFactory = Callable[..., LRScheduler]  # a Hydra `_partial_` scheduler: called with (optimizer, total_steps)
@@ -24,13 +26,16 @@ class GPTLitModule(L.LightningModule):
         optimizer: OptimizerFactory,
         scheduler: Optional[SchedulerFactory] = None,
         label_smoothing: float = 0.0,
+        run_config: Optional[dict[str, Any]] = None,
     ) -> None:
         super().__init__()
         self.model = model
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.label_smoothing = label_smoothing
-        # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra.
-        self.save_hyperparameters({"model": model.config.to_dict(), "label_smoothing": label_smoothing})
+        # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra; the
+        # resolved run config (plain data) goes along for the HParams tab and for eval to check the tokenizer.
+        hparams = {"model": model.config.to_dict(), "label_smoothing": label_smoothing}
+        self.save_hyperparameters(hparams | ({"run": run_config} if run_config else {}))
         self.val_loss = MeanMetric()
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -39,11 +44,22 @@ class GPTLitModule(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = next_token_loss(self.model(x), y, self.label_smoothing)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"train/loss is {loss.item()} at step {self.global_step} (optimizer steps done); "
+                "the checkpoints written before it are kept. Lower optimizer.lr, raise scheduler.warmup_steps, "
+                "or use trainer.precision=bf16-mixed instead of 16-mixed."
+            )
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         # Logged here rather than by LearningRateMonitor, which splits it per parameter group
         # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        # Called after backward (and AMP unscaling) and before clipping: the norm that clipping compares to 1.0.
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
@@ -67,3 +83,11 @@ class GPTLitModule(L.LightningModule):
         scheduler = self.scheduler_factory(optimizer, total_steps=total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning does not save the RNGs; dropout draws from them, so exact resume needs them.
+        checkpoint["rng_states"] = rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "rng_states" in checkpoint:
+            set_rng_states(checkpoint["rng_states"])

@@ -9,14 +9,16 @@ from typing import Any, Optional
 import hydra
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.errors import ConfigError
 from gptlab.lit_module import GPTLitModule
 from gptlab.model import GPT, GPTConfig
+from gptlab.preflight import check_output_dirs, checkpoint_bytes
 from gptlab.utils import atomic_write_text, instantiate_dict
 
 log = logging.getLogger(__name__)
+RETAINED_CHECKPOINTS = 3  # best, last and one in flight: what the disk check budgets for
 
 
 def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
@@ -38,12 +40,50 @@ def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
     atomic_write_text(output_dir / "config_resolved.yaml", text)
 
 
+def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
+    """How many micro-batches each device accumulates so one optimizer step sees `global_batch_tokens` tokens."""
+    per_pass = micro_batch * block_size * devices * nodes
+    valid = isinstance(global_batch_tokens, int) and not isinstance(global_batch_tokens, bool)
+    if not valid or global_batch_tokens < per_pass or global_batch_tokens % per_pass:
+        nearest = max(1, round(global_batch_tokens / per_pass)) * per_pass if valid else per_pass
+        raise ConfigError(
+            f"data.global_batch_tokens={global_batch_tokens!r} is not a positive multiple of micro-batch "
+            f"{micro_batch} x block_size {block_size} x {devices} devices x {nodes} nodes = {per_pass} tokens; "
+            f"use e.g. {nearest}, or change data.batch_size."
+        )
+    return global_batch_tokens // per_pass
+
+
+def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
+    """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir (None: start fresh)."""
+    ckpt_path, resume = cfg.get("ckpt_path"), cfg.get("resume")
+    if resume not in (None, "auto"):
+        raise ConfigError(f"resume={resume!r} is not a valid choice; use null or 'auto'.")
+    if ckpt_path is not None and resume is not None:
+        raise ConfigError("set either ckpt_path=<file> or resume=auto, not both.")
+    if ckpt_path is not None:
+        if not Path(ckpt_path).is_file():
+            raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
+        return str(ckpt_path)
+    if resume == "auto":
+        found = [p for p in output_dir.rglob("*.ckpt") if p.is_file()]
+        if found:
+            newest = max(found, key=lambda p: p.stat().st_mtime_ns)
+            log.info("resume=auto: continuing from %s", newest)
+            return str(newest)
+        log.info("resume=auto: no checkpoint in %s yet; starting fresh", output_dir)
+    return None
+
+
 def train(cfg: DictConfig) -> Optional[float]:
     output_dir = Path(cfg.paths.output_dir)
     L.seed_everything(cfg.seed, workers=True)
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
-    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
+    data_cfg = cfg.data.copy()
+    with open_dict(data_cfg):
+        global_batch_tokens = data_cfg.pop("global_batch_tokens", None)
+    datamodule = hydra.utils.instantiate(data_cfg, tokenizer=tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
     model = GPT(model_cfg)
     module = GPTLitModule(
@@ -51,16 +91,37 @@ def train(cfg: DictConfig) -> Optional[float]:
         optimizer=hydra.utils.instantiate(cfg.optimizer),
         scheduler=hydra.utils.instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
+        run_config=OmegaConf.to_container(cfg, resolve=True),
     )
+    if model_cfg.compile:
+        model.compile()  # in place: the state_dict keys stay those of the plain model
     callbacks = list(instantiate_dict(cfg.get("callbacks")).values())
     loggers = list(instantiate_dict(cfg.get("logger")).values())
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
+    if global_batch_tokens is not None:
+        if trainer.accumulate_grad_batches != 1:
+            raise ConfigError("set either data.global_batch_tokens or trainer.accumulate_grad_batches, not both.")
+        trainer.accumulate_grad_batches = gradient_accumulation(
+            global_batch_tokens, datamodule.batch_size, model_cfg.block_size, trainer.num_devices, trainer.num_nodes
+        )
+    tokens_per_step = (
+        datamodule.batch_size * model_cfg.block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
+    )
+
     if trainer.is_global_zero:
+        checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
+        check_output_dirs([output_dir, *checkpoint_dirs], RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters()))
         save_resolved_config(cfg, output_dir)
         log.info("Model: %s parameters; tokenizer %s (%d ids)", f"{model.num_parameters():,}", tokenizer.name, tokenizer.vocab_size)
+        log.info(
+            "Batch: %d tokens per optimizer step = micro-batch %d x block_size %d x %d devices x %d nodes x %d accumulated",
+            tokens_per_step, datamodule.batch_size, model_cfg.block_size, trainer.num_devices, trainer.num_nodes,
+            trainer.accumulate_grad_batches,
+        )
 
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg, output_dir), weights_only=True)
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
     best = checkpoint.best_model_score if checkpoint is not None else trainer.callback_metrics.get("val/loss")

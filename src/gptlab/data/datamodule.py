@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
 
 from gptlab.data.corpus import Split, build_split
@@ -43,6 +44,7 @@ class CorpusDataModule(L.LightningDataModule):
         self.batch_size, self.val_fraction, self.num_workers, self.seed = batch_size, val_fraction, num_workers, seed
         self.samples_per_epoch = samples_per_epoch
         self.split: Optional[Split] = None
+        self.resume_position: dict[str, int] = {}  # from a checkpoint: where in which epoch training stopped
 
     @property
     def vocab_size(self) -> int:
@@ -64,11 +66,30 @@ class CorpusDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             drop_last=sampler is not None,
+            # Its own generator: creating an iterator then draws no number from the global RNG, which
+            # dropout uses, so a resumed run's random stream stays the uninterrupted run's.
+            generator=torch.Generator().manual_seed(self.seed),
         )
 
     def train_dataloader(self) -> DataLoader:
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        return self._loader(self.train_set, EpochSampler(len(self.train_set), rank, world))
+        sampler = EpochSampler(len(self.train_set), rank, world)
+        epoch, batches = self.resume_position.get("epoch", 0), self.resume_position.get("batches", 0)
+        if batches >= len(sampler) // self.batch_size:  # stopped at an epoch's end: the next one starts afresh
+            epoch, batches = epoch + 1, 0
+        sampler.epoch, sampler.start = epoch, batches * self.batch_size
+        return self._loader(self.train_set, sampler)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position for exact resume: the epoch and how many batches of it were trained on. Taken
+        from the trainer's counters, not the sampler, which the loader has already read ahead of training."""
+        if self.trainer is None:
+            return {}
+        progress = self.trainer.fit_loop.epoch_loop.batch_progress.current
+        return {"epoch": self.trainer.current_epoch, "batches": progress.processed}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.resume_position = dict(state_dict)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set)

@@ -38,6 +38,9 @@ class GPTConfig:
     mlp_bias: bool = True  # biases b_i of the MLP layers
     dropout: float = 0.0  # on embeddings, attention probabilities and residual branches
     layer_norm_eps: float = 1e-5
+    # How the model runs, not what it computes: the same weights and outputs either way.
+    activation_checkpointing: bool = False  # recompute each block in backward instead of storing activations
+    compile: bool = False  # the training entry point wraps the model with torch.compile
 
     def __post_init__(self) -> None:
         self._validate()
