@@ -45,6 +45,7 @@ class CorpusDataModule(L.LightningDataModule):
         self.samples_per_epoch = samples_per_epoch
         self.split: Optional[Split] = None
         self.resume_position: dict[str, int] = {}  # from a checkpoint: where in which epoch training stopped
+        self._train_sampler: Optional[EpochSampler] = None
 
     @property
     def vocab_size(self) -> int:
@@ -78,15 +79,18 @@ class CorpusDataModule(L.LightningDataModule):
         if batches >= len(sampler) // self.batch_size:  # stopped at an epoch's end: the next one starts afresh
             epoch, batches = epoch + 1, 0
         sampler.epoch, sampler.start = epoch, batches * self.batch_size
+        self._train_sampler = sampler
         return self._loader(self.train_set, sampler)
 
     def state_dict(self) -> dict[str, Any]:
         """The data position for exact resume: the epoch and how many batches of it were trained on. Taken
         from the trainer's counters, not the sampler, which the loader has already read ahead of training."""
-        if self.trainer is None:
+        if self.trainer is None or self._train_sampler is None:
             return {}
+        # The sampler's epoch is the one whose windows the batch counter counts; Lightning's own epoch counters
+        # move at different points of the loop depending on where the checkpoint was taken.
         progress = self.trainer.fit_loop.epoch_loop.batch_progress.current
-        return {"epoch": self.trainer.current_epoch, "batches": progress.processed}
+        return {"epoch": self._train_sampler.epoch, "batches": progress.processed}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.resume_position = dict(state_dict)
