@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 import lightning as L
@@ -23,7 +24,7 @@ class GPTLitModule(L.LightningModule):
     def __init__(
         self,
         model: GPT,
-        optimizer: OptimizerFactory,
+        optimizer: Optional[OptimizerFactory] = None,  # None: evaluation only
         scheduler: Optional[SchedulerFactory] = None,
         label_smoothing: float = 0.0,
         run_config: Optional[dict[str, Any]] = None,
@@ -37,6 +38,7 @@ class GPTLitModule(L.LightningModule):
         hparams = {"model": model.config.to_dict(), "label_smoothing": label_smoothing}
         self.save_hyperparameters(hparams | ({"run": run_config} if run_config else {}))
         self.val_loss = MeanMetric()
+        self.best_val_loss = math.inf  # for hp/best_val_loss; kept in checkpoints so it survives a resume
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
@@ -71,8 +73,13 @@ class GPTLitModule(L.LightningModule):
         self.val_loss.reset()
         self.log("val/loss", loss, prog_bar=True)
         self.log("val/ppl", torch.exp(loss))
+        if not self.trainer.sanity_checking:
+            self.best_val_loss = min(self.best_val_loss, float(loss))
+            self.log("hp/best_val_loss", self.best_val_loss)  # the HParams tab's metric (callbacks.hparams)
 
     def configure_optimizers(self) -> Any:
+        if self.optimizer_factory is None:
+            raise ValueError("GPTLitModule was built without an optimizer, for evaluation only; it cannot train.")
         weight_decay = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0)
         optimizer = self.optimizer_factory(weight_decay_groups(self.model, weight_decay))
         if self.scheduler_factory is None:
@@ -87,7 +94,9 @@ class GPTLitModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning does not save the RNGs; dropout draws from them, so exact resume needs them.
         checkpoint["rng_states"] = rng_states()
+        checkpoint["best_val_loss"] = self.best_val_loss
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
+        self.best_val_loss = checkpoint.get("best_val_loss", math.inf)

@@ -105,6 +105,9 @@ def train(cfg: DictConfig) -> Optional[float]:
         trainer.accumulate_grad_batches = gradient_accumulation(
             global_batch_tokens, datamodule.batch_size, model_cfg.block_size, trainer.num_devices, trainer.num_nodes
         )
+    if isinstance(trainer.val_check_interval, int):
+        # Lightning counts it in micro-batches; gptlab's config means optimizer steps, like max_steps.
+        trainer.val_check_interval *= trainer.accumulate_grad_batches
     tokens_per_step = (
         datamodule.batch_size * model_cfg.block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
     )
