@@ -11,15 +11,23 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from training_support import TINY, run_script, scalars, train_in_process
+from gptlab.flops import train_flops_per_token
+from gptlab.model import GPT
+from gptlab.training import build_model_config
+from training_support import TINY, compose_train, run_script, scalars, train_in_process
 
 RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "data.global_batch_tokens=256"]  # 2 x 4 x 32
+
+
+PEAK_FLOPS = 1e12  # pretend the CPU is in the peak-FLOPs table, so the MFU path runs
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("run")
-    best = train_in_process(run, *RUN)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("gptlab.callbacks.throughput.get_available_flops", lambda device, dtype: PEAK_FLOPS)
+        best = train_in_process(run, *RUN)
     assert best is not None and math.isfinite(best)
     return run
 
@@ -34,9 +42,13 @@ def _events(run_dir: Path) -> EventAccumulator:
 def test_scalars_are_logged(run_dir: Path) -> None:
     logged = scalars(run_dir)
     expected = {"train/loss", "val/loss", "val/ppl", "lr", "train/grad_norm", "train/tokens_seen",
-                "throughput/tokens_per_sec", "hp/best_val_loss"}
+                "throughput/tokens_per_sec", "throughput/mfu", "hp/best_val_loss"}
     assert expected <= set(logged)
-    assert "throughput/mfu" not in logged  # a CPU has no peak-FLOPs entry; GPUs in Lightning's table do
+    # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
+    flops_per_token = train_flops_per_token(GPT(build_model_config(compose_train(run_dir, *RUN).model, 257)))
+    for step, mfu in logged["throughput/mfu"].items():
+        tokens_per_sec = logged["throughput/tokens_per_sec"][step]
+        assert mfu == pytest.approx(tokens_per_sec * flops_per_token / PEAK_FLOPS, rel=1e-4)
     assert sorted(logged["train/loss"]) == list(range(10))  # one per optimizer step
     # 2 micro-batches of 4 x 32 tokens accumulated per step (derived from global_batch_tokens=256).
     assert logged["train/tokens_seen"][9] == 10 * 256

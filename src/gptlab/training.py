@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,6 +19,9 @@ from gptlab.preflight import check_output_dirs, checkpoint_bytes
 from gptlab.utils import atomic_write_text, instantiate_dict
 
 log = logging.getLogger(__name__)
+# Lightning warns on every mid-epoch resume that the dataloader is not resumable; CorpusDataModule restores
+# the data position through its own state_dict, so the warning would be wrong here.
+warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 RETAINED_CHECKPOINTS = 3  # best, last and one in flight: what the disk check budgets for
 
 
