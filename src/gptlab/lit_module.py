@@ -90,7 +90,6 @@ class GPTLitModule(L.LightningModule):
         scheduler = self.scheduler_factory(optimizer, total_steps=total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning does not save the RNGs; dropout draws from them, so exact resume needs them.
         checkpoint["rng_states"] = rng_states()

@@ -18,7 +18,8 @@ def _sample_loop(
 ) -> torch.Tensor:
     """A minimal full-context loop for models without `generate` (it recomputes the whole window per token)."""
     for _ in range(max_new_tokens):
-        logits = model(idx[:, -model.config.block_size :])[:, -1, :]
+        # .forward, not __call__: a model.compile()d model would recompile for every new length.
+        logits = model.forward(idx[:, -model.config.block_size :])[:, -1, :]
         if temperature == 0:
             nxt = logits.argmax(dim=-1, keepdim=True)
         else:

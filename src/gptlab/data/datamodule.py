@@ -83,8 +83,8 @@ class CorpusDataModule(L.LightningDataModule):
         return self._loader(self.train_set, sampler)
 
     def state_dict(self) -> dict[str, Any]:
-        """The data position for exact resume: the epoch and how many batches of it were trained on. Taken
-        from the trainer's counters, not the sampler, which the loader has already read ahead of training."""
+        """The data position for exact resume: the epoch and how many of its batches were trained on. The count
+        is the trainer's, not how far the sampler was read: the loader reads ahead of training."""
         if self.trainer is None or self._train_sampler is None:
             return {}
         # The sampler's epoch is the one whose windows the batch counter counts; Lightning's own epoch counters
