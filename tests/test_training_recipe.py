@@ -121,9 +121,19 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
 
 def test_flops_per_token_matches_the_palm_formula() -> None:
     """GPT-2 small: 6N + 12·M·T·D with N the matmul weights (incl. the tied head); GPT-3 XL's D_K ≠ D/H."""
-    gpt2 = GPT(GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768))
+    with torch.device("meta"):  # shapes only: no memory, no init time
+        gpt2 = GPT(GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768))
     n = 12 * (768 * 3 * 768 + 768 * 768 + 2 * 768 * 3072) + 50257 * 768
     assert train_flops_per_token(gpt2) == 6 * n + 12 * 12 * 1024 * 768
     xl = GPTConfig(vocab_size=64, block_size=2048, n_layer=1, n_head=24, n_embd=2048, head_dim=128)
     attention = train_flops_per_token(GPT(xl)) - 6 * matmul_parameters(GPT(xl))
     assert attention == 12 * 1 * 2048 * 24 * 128
+
+
+def test_bf16_mixed_precision_trains_with_gradient_clipping(tmp_path: Path) -> None:
+    """Mixed precision with AdamW's default fused=null: the module falls back to the unfused kernel, which
+    Lightning can clip (it refuses a fused optimizer under AMP)."""
+    best = train_in_process(tmp_path, "trainer.precision=bf16-mixed", "trainer.max_steps=2", "trainer.val_check_interval=2")
+    assert best is not None and math.isfinite(best)
+    state = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert state["optimizer_states"][0]["param_groups"][0]["fused"] is False

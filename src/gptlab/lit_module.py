@@ -80,8 +80,13 @@ class GPTLitModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:
             raise ValueError("GPTLitModule was built without an optimizer, for evaluation only; it cannot train.")
-        weight_decay = getattr(self.optimizer_factory, "keywords", {}).get("weight_decay", 0.0)
-        optimizer = self.optimizer_factory(weight_decay_groups(self.model, weight_decay))
+        keywords = getattr(self.optimizer_factory, "keywords", {})
+        extra = {}
+        if "fused" in keywords and keywords["fused"] is None and "mixed" in str(self.trainer.precision):
+            # Lightning refuses to clip gradients of a fused optimizer under mixed precision (the fused step
+            # unscales internally), so "fused where supported" means fp32 runs only.
+            extra["fused"] = False
+        optimizer = self.optimizer_factory(weight_decay_groups(self.model, keywords.get("weight_decay", 0.0)), **extra)
         if self.scheduler_factory is None:
             return optimizer
         total_steps = self.trainer.max_steps
