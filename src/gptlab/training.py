@@ -58,6 +58,21 @@ def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size
     return global_batch_tokens // per_pass
 
 
+def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], micro_batch: int, block_size: int) -> int:
+    """Sets the trainer's gradient accumulation from `global_batch_tokens` (when given) and counts
+    val_check_interval in optimizer steps; returns the tokens per optimizer step."""
+    if global_batch_tokens is not None:
+        if trainer.accumulate_grad_batches != 1:
+            raise ConfigError("set either data.global_batch_tokens or trainer.accumulate_grad_batches, not both.")
+        trainer.accumulate_grad_batches = gradient_accumulation(
+            global_batch_tokens, micro_batch, block_size, trainer.num_devices, trainer.num_nodes
+        )
+    if isinstance(trainer.val_check_interval, int):
+        # Lightning counts it in micro-batches; gptlab's config means optimizer steps, like max_steps.
+        trainer.val_check_interval *= trainer.accumulate_grad_batches
+    return micro_batch * block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
+
+
 def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
     """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir (None: start fresh)."""
     ckpt_path, resume = cfg.get("ckpt_path"), cfg.get("resume")
@@ -81,6 +96,7 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
 
 def train(cfg: DictConfig) -> Optional[float]:
     output_dir = Path(cfg.paths.output_dir)
+    ckpt_path = resume_checkpoint(cfg, output_dir)  # first: a bad ckpt_path or resume fails in a second
     L.seed_everything(cfg.seed, workers=True)
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
@@ -103,18 +119,7 @@ def train(cfg: DictConfig) -> Optional[float]:
     loggers = list(instantiate_dict(cfg.get("logger")).values())
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
-    if global_batch_tokens is not None:
-        if trainer.accumulate_grad_batches != 1:
-            raise ConfigError("set either data.global_batch_tokens or trainer.accumulate_grad_batches, not both.")
-        trainer.accumulate_grad_batches = gradient_accumulation(
-            global_batch_tokens, datamodule.batch_size, model_cfg.block_size, trainer.num_devices, trainer.num_nodes
-        )
-    if isinstance(trainer.val_check_interval, int):
-        # Lightning counts it in micro-batches; gptlab's config means optimizer steps, like max_steps.
-        trainer.val_check_interval *= trainer.accumulate_grad_batches
-    tokens_per_step = (
-        datamodule.batch_size * model_cfg.block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
-    )
+    tokens_per_step = configure_batching(trainer, global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
 
     if trainer.is_global_zero:
         checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
@@ -128,7 +133,7 @@ def train(cfg: DictConfig) -> Optional[float]:
         )
 
     # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_checkpoint(cfg, output_dir), weights_only=True)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
     best = checkpoint.best_model_score if checkpoint is not None else trainer.callback_metrics.get("val/loss")
