@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from gptlab.data.windows import EpochSampler
 from training_support import load_checkpoint, run_train, scalars, train_in_process
 
 # 6 batches per epoch, checkpoints every 4 steps and at validation every 5: the SIGTERM checkpoint (after
@@ -53,3 +54,14 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     train_in_process(run, *RUN, "resume=auto")
     resumed = scalars(run)["train/loss"]
     assert [resumed[s] for s in range(8, 16)] == [reference[s] for s in range(8, 16)]
+
+
+def test_epoch_sampler_resumes_mid_epoch_per_rank() -> None:
+    """Rank 1 of 2, epoch 1 of 12 samples, 2 of its samples already trained on: it continues with the rest."""
+    sampler = EpochSampler(12, rank=1, world_size=2, epoch=1, start=2)
+    assert list(sampler) == [17, 19, 21, 23]  # epoch 1 is 12..23; rank 1 has 13, 15, 17, ...
+    assert len(sampler) == 6  # the full epoch, so Lightning's batch counters line up
+    sampler.set_epoch(1)
+    assert list(sampler) == [17, 19, 21, 23]  # setting the same epoch keeps the skip
+    sampler.set_epoch(2)
+    assert list(sampler) == [25, 27, 29, 31, 33, 35]  # the next epoch is whole
