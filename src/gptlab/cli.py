@@ -6,7 +6,7 @@ import functools
 import sys
 from typing import Any, Callable, TypeVar
 
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, NonFiniteLossError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,5 +32,8 @@ def user_errors_exit(fn: F) -> F:
                 raise
             print(f"gptlab: error: {user_error}", file=sys.stderr)
             sys.exit(2)
+        except NonFiniteLossError as err:  # a diverged run is not a bug in gptlab: no traceback either
+            print(f"gptlab: training stopped: {err}", file=sys.stderr)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]

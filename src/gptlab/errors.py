@@ -16,3 +16,7 @@ class ConfigError(ValueError):
 def invalid_choice(field: str, value: Any, allowed: Iterable[Any]) -> ConfigError:
     choices = ", ".join(repr(a) for a in allowed)
     return ConfigError(f"{field}={value!r} is not a valid choice; use one of: {choices}.")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or inf loss; the message names the step. Checkpoints already written stay."""

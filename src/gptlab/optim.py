@@ -1,14 +1,23 @@
-"""Parameter groups for weight decay and the learning-rate schedule."""
+"""Optimizers and learning-rate schedules, as Hydra `_partial_` targets (conf/optimizer, conf/scheduler).
+
+Every schedule is a LambdaLR over a plain function of the step, so its state in a checkpoint is just the
+step counter and resuming lands on the same lr.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Iterable, Optional, Sequence
 
+import torch
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from gptlab.errors import ConfigError
+
+# Device types whose AdamW has a fused (single-kernel) implementation in torch >= 2.4.
+FUSED_DEVICES = ("cuda", "cpu")
 
 
 def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -21,20 +30,94 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def warmup_cosine(
-    optimizer: Optimizer, total_steps: int, warmup_steps: int = 100, min_lr_ratio: float = 0.1
-) -> LambdaLR:
-    """Linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to
-    `min_lr_ratio` × peak at `total_steps` (GPT-3 decays to 10%), constant after that."""
+def adamw(
+    params: Iterable,
+    lr: float,
+    betas: Sequence[float] = (0.9, 0.95),
+    eps: float = 1e-8,
+    weight_decay: float = 0.1,
+    fused: Optional[bool] = None,
+) -> torch.optim.AdamW:
+    """torch's AdamW; `fused=None` picks the fused kernel when every parameter sits on a device that has one.
+    The module has already moved the model to its device when it builds the optimizer."""
+    groups = list(params)
+    if fused is None:
+        tensors = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+        fused = bool(tensors) and all(p.device.type in FUSED_DEVICES and p.is_floating_point() for p in tensors)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=fused)
+
+
+def _check_warmup(warmup_steps: int, total_steps: int) -> None:
     if warmup_steps < 0:
         raise ConfigError(f"scheduler.warmup_steps={warmup_steps!r} must be >= 0.")
+    if total_steps < 1:
+        raise ConfigError(f"the lr schedule needs trainer.max_steps >= 1 (got {total_steps}).")
+
+
+def _check_ratio(min_lr_ratio: float) -> None:
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ConfigError(f"scheduler.min_lr_ratio={min_lr_ratio!r} must be in [0, 1].")
 
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
-    return LambdaLR(optimizer, factor)
+def _warmup(step: int, warmup_steps: int) -> float:
+    return (step + 1) / warmup_steps
+
+
+def warmup_cosine_factor(step: int, total_steps: int, warmup_steps: int, min_lr_ratio: float) -> float:
+    """Linear warmup to 1, then cosine decay to `min_lr_ratio` at `total_steps`, flat after that."""
+    if step < warmup_steps:
+        return _warmup(step, warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_stable_decay_factor(
+    step: int, total_steps: int, warmup_steps: int, decay_fraction: float, min_lr_ratio: float
+) -> float:
+    """Linear warmup, the peak held, then a linear decay to `min_lr_ratio` over the last `decay_fraction`
+    of the steps (WSD, Hu et al. 2024 "MiniCPM"): a run can be extended by moving only the decay."""
+    if step < warmup_steps:
+        return _warmup(step, warmup_steps)
+    decay_steps = max(1, round(decay_fraction * total_steps))
+    decay_start = max(warmup_steps, total_steps - decay_steps)
+    if step < decay_start:
+        return 1.0
+    progress = min(1.0, (step - decay_start) / max(1, total_steps - decay_start))
+    return 1.0 - (1.0 - min_lr_ratio) * progress
+
+
+def constant_factor(step: int, warmup_steps: int) -> float:
+    return _warmup(step, warmup_steps) if step < warmup_steps else 1.0
+
+
+def warmup_cosine(
+    optimizer: Optimizer, total_steps: int, warmup_steps: int = 100, min_lr_ratio: float = 0.1
+) -> LambdaLR:
+    """GPT-3's schedule: linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to
+    `min_lr_ratio` × peak at `total_steps` (GPT-3 decays to 10%), constant after that."""
+    _check_warmup(warmup_steps, total_steps)
+    _check_ratio(min_lr_ratio)
+    return LambdaLR(optimizer, lambda s: warmup_cosine_factor(s, total_steps, warmup_steps, min_lr_ratio))
+
+
+def warmup_stable_decay(
+    optimizer: Optimizer,
+    total_steps: int,
+    warmup_steps: int = 100,
+    decay_fraction: float = 0.2,
+    min_lr_ratio: float = 0.0,
+) -> LambdaLR:
+    """Warmup, stable, decay: see `warmup_stable_decay_factor`."""
+    _check_warmup(warmup_steps, total_steps)
+    _check_ratio(min_lr_ratio)
+    if not 0.0 < decay_fraction <= 1.0:
+        raise ConfigError(f"scheduler.decay_fraction={decay_fraction!r} must be in (0, 1].")
+    return LambdaLR(
+        optimizer, lambda s: warmup_stable_decay_factor(s, total_steps, warmup_steps, decay_fraction, min_lr_ratio)
+    )
+
+
+def constant(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0) -> LambdaLR:
+    """Linear warmup, then the peak lr to the end (`total_steps` is accepted so every schedule is called alike)."""
+    _check_warmup(warmup_steps, total_steps)
+    return LambdaLR(optimizer, lambda s: constant_factor(s, warmup_steps))

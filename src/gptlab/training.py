@@ -5,21 +5,27 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 import hydra
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.errors import ConfigError
 from gptlab.hydra_ddp import ddp_job_scope
 from gptlab.lit_module import GPTLitModule
 from gptlab.model import GPT, GPTConfig
+from gptlab.preflight import check_output_dirs, checkpoint_bytes
 from gptlab.utils import atomic_write_text, instantiate_dict
 
 log = logging.getLogger(__name__)
+# Lightning warns on every mid-epoch resume that the dataloader is not resumable; CorpusDataModule restores
+# the data position through its own state_dict, so the warning would be wrong here.
+warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
+RETAINED_CHECKPOINTS = 3  # best, last and one in flight: what the disk check budgets for
 
 SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 
@@ -43,6 +49,56 @@ def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
     atomic_write_text(output_dir / "config_resolved.yaml", text)
 
 
+def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
+    """How many micro-batches each device accumulates so one optimizer step sees `global_batch_tokens` tokens."""
+    per_pass = micro_batch * block_size * devices * nodes
+    valid = isinstance(global_batch_tokens, int) and not isinstance(global_batch_tokens, bool)
+    if not valid or global_batch_tokens < per_pass or global_batch_tokens % per_pass:
+        nearest = max(1, round(global_batch_tokens / per_pass)) * per_pass if valid else per_pass
+        raise ConfigError(
+            f"data.global_batch_tokens={global_batch_tokens!r} is not a positive multiple of micro-batch "
+            f"{micro_batch} x block_size {block_size} x {devices} devices x {nodes} nodes = {per_pass} tokens; "
+            f"use e.g. {nearest}, or change data.batch_size."
+        )
+    return global_batch_tokens // per_pass
+
+
+def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], micro_batch: int, block_size: int) -> int:
+    """Sets the trainer's gradient accumulation from `global_batch_tokens` (when given) and counts
+    val_check_interval in optimizer steps; returns the tokens per optimizer step."""
+    if global_batch_tokens is not None:
+        if trainer.accumulate_grad_batches != 1:
+            raise ConfigError("set either data.global_batch_tokens or trainer.accumulate_grad_batches, not both.")
+        trainer.accumulate_grad_batches = gradient_accumulation(
+            global_batch_tokens, micro_batch, block_size, trainer.num_devices, trainer.num_nodes
+        )
+    if isinstance(trainer.val_check_interval, int):
+        # Lightning counts it in micro-batches; gptlab's config means optimizer steps, like max_steps.
+        trainer.val_check_interval *= trainer.accumulate_grad_batches
+    return micro_batch * block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
+
+
+def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
+    """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir (None: start fresh)."""
+    ckpt_path, resume = cfg.get("ckpt_path"), cfg.get("resume")
+    if resume not in (None, "auto"):
+        raise ConfigError(f"resume={resume!r} is not a valid choice; use null or 'auto'.")
+    if ckpt_path is not None and resume is not None:
+        raise ConfigError("set either ckpt_path=<file> or resume=auto, not both.")
+    if ckpt_path is not None:
+        if not Path(ckpt_path).is_file():
+            raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
+        return str(ckpt_path)
+    if resume == "auto":
+        found = [p for p in output_dir.rglob("*.ckpt") if p.is_file()]
+        if found:
+            newest = max(found, key=lambda p: p.stat().st_mtime_ns)
+            log.info("resume=auto: continuing from %s", newest)
+            return str(newest)
+        log.info("resume=auto: no checkpoint in %s yet; starting fresh", output_dir)
+    return None
+
+
 def train(cfg: DictConfig) -> Optional[float]:
     with ddp_job_scope():
         return _train(cfg)
@@ -50,36 +106,53 @@ def train(cfg: DictConfig) -> Optional[float]:
 
 def _train(cfg: DictConfig) -> Optional[float]:
     output_dir = Path(cfg.paths.output_dir)
+    ckpt_path = resume_checkpoint(cfg, output_dir)  # first: a bad ckpt_path or resume fails in a second
     L.seed_everything(cfg.seed, workers=True)
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
-    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
+    data_cfg = cfg.data.copy()
+    with open_dict(data_cfg):
+        global_batch_tokens = data_cfg.pop("global_batch_tokens", None)
+    datamodule = hydra.utils.instantiate(data_cfg, tokenizer=tokenizer)
     model = GPT(model_cfg)
     module = GPTLitModule(
         model,
         optimizer=hydra.utils.instantiate(cfg.optimizer),
         scheduler=hydra.utils.instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
+        run_config=OmegaConf.to_container(cfg, resolve=True),
     )
+    if model_cfg.compile:
+        model.compile()  # in place: the state_dict keys stay those of the plain model
     callbacks = list(instantiate_dict(cfg.get("callbacks")).values())
     loggers = list(instantiate_dict(cfg.get("logger")).values())
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
+    tokens_per_step = configure_batching(trainer, global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
+
     if trainer.is_global_zero:
+        checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
+        check_output_dirs([output_dir, *checkpoint_dirs], RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters()))
         save_resolved_config(cfg, output_dir)
         log.info("Model: %s parameters; tokenizer %s (%d ids)", f"{model.num_parameters():,}", tokenizer.name, tokenizer.vocab_size)
+        log.info(
+            "Batch: %d tokens per optimizer step = micro-batch %d x block_size %d x %d devices x %d nodes x %d accumulated",
+            tokens_per_step, datamodule.batch_size, model_cfg.block_size, trainer.num_devices, trainer.num_nodes,
+            trainer.accumulate_grad_batches,
+        )
 
-    start_step, started = trainer.global_step, time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    started = time.perf_counter()
+    # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - started
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
     best = checkpoint.best_model_score if checkpoint is not None else trainer.callback_metrics.get("val/loss")
     best = None if best is None else float(best)
     if trainer.is_global_zero and not trainer.fast_dev_run:
-        tokens_per_step = datamodule.batch_size * model_cfg.block_size * trainer.accumulate_grad_batches * trainer.world_size
         final = trainer.callback_metrics.get("val/loss")
+        throughput = trainer.callback_metrics.get("throughput/tokens_per_sec")  # the callback's windowed rate
         summary = {
             "name": cfg.name,
             "parameters": model.num_parameters(),
@@ -89,7 +162,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
             "tokens_per_step": tokens_per_step,
             "tokens_seen": trainer.global_step * tokens_per_step,
             "fit_seconds": fit_seconds,
-            "tokens_per_sec": (trainer.global_step - start_step) * tokens_per_step / fit_seconds,
+            "tokens_per_sec": None if throughput is None else float(throughput),
         }
         atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
     if best is not None:

@@ -64,18 +64,22 @@ class EpochSampler(Sampler[int]):
     """Global sample indices for one rank: epoch e covers e*N .. (e+1)*N-1, dealt round-robin to ranks.
 
     Written by hand (instead of Lightning's DistributedSampler) because it must move to fresh indices every
-    epoch without shuffling a list of N, and ranks must stay disjoint; the trainer calls `set_epoch`."""
+    epoch without shuffling a list of N, and ranks must stay disjoint; the trainer calls `set_epoch`.
+    A resumed run starts it at `epoch`, skipping the first `start` indices of this rank's share: the ones the
+    interrupted run had already trained on. `len` stays the full epoch so Lightning's batch counters agree."""
 
-    def __init__(self, samples_per_epoch: int, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, samples_per_epoch: int, rank: int = 0, world_size: int = 1, epoch: int = 0, start: int = 0) -> None:
         self.samples_per_epoch, self.rank, self.world_size = samples_per_epoch, rank, world_size
-        self.epoch = 0
+        self.epoch, self.start = epoch, start
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        if epoch != self.epoch:
+            self.epoch, self.start = epoch, 0  # the skip belongs to the resumed epoch only
 
     def __len__(self) -> int:
         return len(range(self.rank, self.samples_per_epoch, self.world_size))
 
     def __iter__(self) -> Iterator[int]:
         offset = self.epoch * self.samples_per_epoch
-        return iter(range(offset + self.rank, offset + self.samples_per_epoch, self.world_size))
+        first = offset + self.rank + self.start * self.world_size
+        return iter(range(first, offset + self.samples_per_epoch, self.world_size))

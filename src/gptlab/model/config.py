@@ -47,6 +47,9 @@ class GPTConfig:
     attn_window: int = 256  # w: local sees i - w < j <= i; strided sees j <= i with w | (i - j)
     attn_impl: str = "auto"  # auto | sdpa | chunked | flex: how local/strided layers are computed
     attn_scale: Optional[float] = None  # score scale; None = 1/sqrt(D_K) (eq. 5), GPT-Neo uses 1.0
+    # How the model runs, not what it computes: the same weights and outputs either way.
+    activation_checkpointing: bool = False  # recompute each block in backward instead of storing activations
+    compile: bool = False  # the training entry point wraps the model with torch.compile
 
     def __post_init__(self) -> None:
         self._validate()

@@ -6,6 +6,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from gptlab.errors import ConfigError
 from gptlab.model.block import Block
@@ -70,7 +71,11 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.embed(idx)
         for block in self.blocks:
-            x = block(x)
+            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
+                # Keep only each block's input; its activations are recomputed in backward (memory for time).
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.head(self.final_norm(x))
 
     def num_parameters(self) -> int:

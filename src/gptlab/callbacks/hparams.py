@@ -1,0 +1,41 @@
+"""The run's hyperparameters with `hp/best_val_loss`, so TensorBoard's HParams tab lines up the runs of a sweep."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+from torch.utils.tensorboard.summary import hparams
+
+METRIC = "hp/best_val_loss"
+# The parts of the run config that describe the experiment (paths, callbacks and logging do not).
+GROUPS = ("model", "optimizer", "scheduler", "data", "tokenizer", "trainer")
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """`{"model": {"n_layer": 4}}` -> `("model.n_layer", 4)`; what TensorBoard cannot show becomes a string."""
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from flatten(value, f"{name}.")
+        elif key != "_partial_":
+            yield name, value if isinstance(value, (bool, int, float, str)) else str(value)
+
+
+class HParamsSummary(L.Callback):
+    """At fit start, declares the hyperparameters (the module's `run` hparams) and `hp/best_val_loss` to
+    TensorBoard. The values of that metric are the scalars GPTLitModule logs after each validation."""
+
+    @rank_zero_only
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        run = pl_module.hparams.get("run") or {}
+        params = dict(flatten({k: v for k, v in run.items() if k in GROUPS or not isinstance(v, Mapping)}))
+        params.pop("ckpt_path", None)
+        summaries = hparams(params, {METRIC: 0.0})  # the value is not written: this only names the metric
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does
+                for summary in summaries:
+                    writer.add_summary(summary)

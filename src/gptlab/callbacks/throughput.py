@@ -1,0 +1,66 @@
+"""Tokens seen, tokens/s and MFU, on top of Lightning Fabric's windowed `Throughput` and its GPU peak-FLOPs table.
+
+Lightning's own ThroughputMonitor logs samples and batches under its own names and only to the logger; this
+callback logs the token-level numbers a language-model run is judged by, and shows tokens/s on the progress bar.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.throughput import Throughput, get_available_flops
+
+from gptlab.flops import train_flops_per_token
+
+PRECISION_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16}  # by the prefix of trainer.precision
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The matmul dtype a Trainer precision string runs at ("bf16-mixed" -> bfloat16, "32-true" -> float32)."""
+    return PRECISION_DTYPES.get(str(precision).split("-")[0], torch.float32)
+
+
+class TokenThroughput(L.Callback):
+    """Logs `train/tokens_seen` every step, and `throughput/tokens_per_sec` (all devices) and `throughput/mfu`
+    (per device, only where the GPU's peak FLOPs is known) averaged over the last `window_size` batches."""
+
+    def __init__(self, window_size: int = 20) -> None:
+        self.window_size = window_size
+        self._throughput: Optional[Throughput] = None
+        self._flops_per_token = 0
+        self._start = 0.0
+        self._batches = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        model = pl_module.model
+        peak = get_available_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
+        self._throughput = Throughput(available_flops=peak, world_size=trainer.world_size, window_size=self.window_size)
+        self._flops_per_token = train_flops_per_token(model)
+        self._start, self._batches = time.perf_counter(), 0
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        x = batch[0]
+        tokens_per_batch = x.numel()  # per device
+        # total_batch_idx is restored from the checkpoint, so the count continues across a resume.
+        micro_batches = trainer.fit_loop.epoch_loop.total_batch_idx + 1
+        pl_module.log("train/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
+        assert self._throughput is not None
+        self._batches += 1
+        self._throughput.update(
+            time=time.perf_counter() - self._start,
+            batches=self._batches,
+            samples=self._batches * x.shape[0],
+            lengths=self._batches * tokens_per_batch,
+            flops=self._flops_per_token * tokens_per_batch,
+        )
+        metrics = self._throughput.compute()
+        if "device/items_per_sec" in metrics:  # only once the window is full
+            tokens_per_sec = metrics["device/items_per_sec"] * trainer.world_size
+            pl_module.log("throughput/tokens_per_sec", tokens_per_sec, prog_bar=True)
+        if "device/mfu" in metrics:
+            pl_module.log("throughput/mfu", metrics["device/mfu"])

@@ -1,0 +1,67 @@
+"""`evaluate(cfg)`: a checkpoint's validation loss and perplexity, computed by the same validation step as
+training, so the numbers equal the run's own val/loss on the same data and windows."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from gptlab.errors import ConfigError
+from gptlab.lit_module import GPTLitModule
+from gptlab.model import GPT, GPTConfig
+from gptlab.utils import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+
+def load_model(ckpt_path: str) -> tuple[GPT, dict[str, Any]]:
+    """The GPT stored in a gptlab checkpoint, and the checkpoint's hyperparameters. weights_only: reading a
+    checkpoint from elsewhere runs no pickled code."""
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by src/train.py.")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    hparams = checkpoint.get("hyper_parameters", {})
+    if "model" not in hparams:
+        raise ConfigError(f"ckpt_path={ckpt_path!r} has no model config; was it written by src/train.py?")
+    model = GPT(GPTConfig.from_dict(hparams["model"]))
+    prefix = "model."
+    model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+    return model, hparams
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    model, hparams = load_model(cfg.ckpt_path)
+    trained_tokenizer = (hparams.get("run") or {}).get("tokenizer")
+    tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    if trained_tokenizer is not None and trained_tokenizer != tokenizer_cfg:
+        raise ConfigError(
+            f"the checkpoint was trained with tokenizer {trained_tokenizer} but eval has {tokenizer_cfg}; "
+            "pass the training run's tokenizer=... override."
+        )
+    tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ConfigError(
+            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
+            f"vocab_size={model.config.vocab_size}; pass the training run's tokenizer=... override."
+        )
+    with open_dict(cfg):
+        cfg.model = hparams["model"]  # data.block_size interpolates ${model.block_size}
+        cfg.data.pop("global_batch_tokens", None)
+    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
+    results = trainer.validate(GPTLitModule(model), datamodule=datamodule, verbose=False)[0]
+    metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"]))}
+    if trainer.is_global_zero:
+        log.info("%s: val/loss %.6f, val/ppl %.4f", cfg.ckpt_path, metrics["val/loss"], metrics["val/ppl"])
+        print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))
+        atomic_write_text(Path(cfg.paths.output_dir) / "eval.json", json.dumps(metrics, indent=2) + "\n")
+    return metrics

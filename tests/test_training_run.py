@@ -1,0 +1,85 @@
+"""One tiny training run, read back: the TensorBoard scalars, text samples and HParams entry it wrote, and
+`src/eval.py` on its checkpoint reproducing its last val/loss."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from gptlab.flops import train_flops_per_token
+from gptlab.model import GPT
+from gptlab.training import build_model_config
+from training_support import TINY, compose_train, run_script, scalars, train_in_process
+
+RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "data.global_batch_tokens=256"]  # 2 x 4 x 32
+
+
+PEAK_FLOPS = 1e12  # pretend the CPU is in the peak-FLOPs table, so the MFU path runs
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("run")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("gptlab.callbacks.throughput.get_available_flops", lambda device, dtype: PEAK_FLOPS)
+        best = train_in_process(run, *RUN)
+    assert best is not None and math.isfinite(best)
+    return run
+
+
+def _events(run_dir: Path) -> EventAccumulator:
+    (path,) = (run_dir / "tensorboard").glob("events.out.tfevents.*")
+    acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def test_scalars_are_logged(run_dir: Path) -> None:
+    logged = scalars(run_dir)
+    expected = {"train/loss", "val/loss", "val/ppl", "lr", "train/grad_norm", "train/tokens_seen",
+                "throughput/tokens_per_sec", "throughput/mfu", "hp/best_val_loss"}
+    assert expected <= set(logged)
+    # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
+    flops_per_token = train_flops_per_token(GPT(build_model_config(compose_train(run_dir, *RUN).model, 257)))
+    for step, mfu in logged["throughput/mfu"].items():
+        tokens_per_sec = logged["throughput/tokens_per_sec"][step]
+        assert mfu == pytest.approx(tokens_per_sec * flops_per_token / PEAK_FLOPS, rel=1e-4)
+    assert sorted(logged["train/loss"]) == list(range(10))  # one per optimizer step
+    # 2 micro-batches of 4 x 32 tokens accumulated per step (derived from global_batch_tokens=256).
+    assert logged["train/tokens_seen"][9] == 10 * 256
+    for step, loss in logged["val/loss"].items():
+        assert logged["val/ppl"][step] == pytest.approx(math.exp(loss), rel=1e-5)
+    assert logged["hp/best_val_loss"][9] == pytest.approx(min(logged["val/loss"].values()))
+    assert all(v > 0 for v in logged["train/grad_norm"].values())
+    assert logged["lr"][0] < logged["lr"][9]  # still warming up (30 warmup steps)
+
+
+def test_text_samples_and_hparams(run_dir: Path) -> None:
+    acc = _events(run_dir)
+    texts = [t for t in acc.Tags()["tensors"] if t.startswith("samples/")]
+    assert texts == ["samples/0/text_summary", "samples/1/text_summary"]
+    events = acc.Tensors("samples/1/text_summary")
+    assert [e.step for e in events] == [5, 10]
+    assert events[0].tensor_proto.string_val[0].decode().startswith("    The ")  # the prompt, continued
+
+    content = acc.PluginTagToContent("hparams")
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss"]
+    hparams = {h.name for h in experiment.hparam_infos}
+    assert {"model.n_layer", "optimizer.lr", "optimizer._target_", "scheduler.warmup_steps", "data.batch_size"} <= hparams
+
+
+def test_eval_script_reproduces_the_last_val_loss(run_dir: Path, tmp_path: Path) -> None:
+    last_val = scalars(run_dir)["val/loss"][9]  # the validation at the end, same weights as last.ckpt
+    overrides = [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={tmp_path}"]
+    overrides += [o for o in TINY if o.startswith(("data.", "trainer.limit_val_batches", "trainer.accelerator"))]
+    proc = run_script("eval.py", overrides)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["val/loss"] == pytest.approx(last_val, rel=1e-6, abs=1e-6)
+    assert result["val/ppl"] == pytest.approx(math.exp(last_val), rel=1e-5)
+    assert json.loads((tmp_path / "eval.json").read_text())["val/loss"] == result["val/loss"]
