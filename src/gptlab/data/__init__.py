@@ -1,6 +1,7 @@
-"""Tokenizers, corpora, token windows and the DataModule."""
+"""Tokenizers, corpora, token windows and the DataModules."""
 
 from gptlab.data.datamodule import CorpusDataModule
-from gptlab.data.tokenizers import ByteTokenizer, Tokenizer
+from gptlab.data.token_datamodule import TokenDataModule
+from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 
-__all__ = ["ByteTokenizer", "CorpusDataModule", "Tokenizer"]
+__all__ = ["ByteTokenizer", "CorpusDataModule", "TiktokenTokenizer", "TokenDataModule", "Tokenizer"]

@@ -1,0 +1,29 @@
+"""Shared fixtures. The Hugging Face hub is unreachable here: offline mode makes `datasets` fail at once
+instead of retrying for half a minute, which is also what users get with HF_HUB_OFFLINE=1."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def gpt2_ranks() -> Path:
+    """GPT-2's ranks, fetched from PyPI (openai-whisper sdist) into data/cache/tiktoken once and sha256-checked.
+    No skip: if PyPI cannot be reached, every test that needs the real GPT-2 tokenizer errors."""
+    from gptlab.data.ranks import fetch_gpt2_ranks
+
+    return fetch_gpt2_ranks(REPO / "data" / "cache" / "tiktoken")
+
+
+@pytest.fixture(scope="session")
+def gpt2(gpt2_ranks):
+    from gptlab.data.tokenizers import TiktokenTokenizer
+
+    return TiktokenTokenizer("gpt2", ranks_file=str(gpt2_ranks))
