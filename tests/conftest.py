@@ -27,3 +27,27 @@ def gpt2(gpt2_ranks):
     from gptlab.data.tokenizers import TiktokenTokenizer
 
     return TiktokenTokenizer("gpt2", ranks_file=str(gpt2_ranks))
+
+
+def write_corpus(directory: Path, n_files: int = 2, docs_per_file: int = 150, seed: int = 0) -> list[Path]:
+    """Small JSONL files of made-up documents (some non-ASCII), deterministic for a seed."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    words = "the of model token layer attention café naïve 東京 data train loss value, step. (x) {y}\n".split(" ")
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for f in range(n_files):
+        path = directory / f"part{f}.jsonl"
+        with open(path, "w", encoding="utf-8") as out:
+            for d in range(docs_per_file):
+                text = " ".join(rng.choice(words) for _ in range(rng.randint(5, 120)))
+                out.write(json.dumps({"id": f"{f}-{d}", "text": f"doc {f}-{d}: {text}"}) + "\n")
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture
+def corpus(tmp_path) -> list[Path]:
+    return write_corpus(tmp_path / "corpus")
