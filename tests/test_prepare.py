@@ -47,6 +47,9 @@ def test_output_is_byte_identical_across_runs_and_num_proc(corpus, tmp_path):
     a, b = files_of(tmp_path / "a" / "bytes"), files_of(tmp_path / "b" / "bytes")
     assert list(a) == list(b) and a == b
     assert "manifest.json" in a and "progress.json" not in a
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "a" / "bytes").iterdir()}
+    run(corpus, tmp_path / "a")  # complete: nothing is tokenized or written again
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "a" / "bytes").iterdir()}
 
 
 def test_killed_run_resumes_without_corrupt_shards(corpus, tmp_path):

@@ -107,3 +107,15 @@ def test_resumed_training_continues_the_stream(corpus, tmp_path):
     assert len(straight) == 9 and len(first) == 6 and len(resumed) == 3
     for a, b in zip(first + resumed, straight):
         assert torch.equal(a, b)
+
+
+def test_dataloader_workers_read_disjoint_files(corpus):
+    source = TextFiles([str(p) for p in corpus])  # two files: one datasets shard each, one per worker
+    loader = torch.utils.data.DataLoader(StreamingWindows(source, ByteTokenizer(), BLOCK, 0.1), batch_size=4,
+                                         num_workers=2)
+    by_worker: dict[int, list] = {0: [], 1: []}
+    for x, y, position in islice(loader, 60):
+        assert len(set(position[:, 0].tolist())) == 1  # a batch comes from one worker
+        by_worker[int(position[0, 0])].extend(zip(x, y, position))
+    files = [_doc_ids(by_worker[w]) for w in (0, 1)]
+    assert {i.split("-")[0] for i in files[0]} == {"0"} and {i.split("-")[0] for i in files[1]} == {"1"}

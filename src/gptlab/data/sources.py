@@ -220,9 +220,28 @@ class HFDataset:
             "config and split."
         )
 
+    def _check_hub(self) -> None:
+        """Fail in seconds, not after `datasets`' half minute of retries, when the Hub cannot be reached."""
+        import socket
+        from urllib.parse import urlparse
+
+        import datasets
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE or self.path in datasets.packaged_modules._PACKAGED_DATASETS_MODULES:
+            return
+        if Path(self.path).exists():
+            return
+        host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+        try:
+            socket.create_connection((host, 443), timeout=10).close()
+        except OSError as err:
+            raise self._unreachable(ConnectionError(f"{host} is unreachable: {err}")) from err
+
     def streaming_dataset(self):
         import datasets
 
+        self._check_hub()
         try:
             ds = datasets.load_dataset(self.path, self.config_name, split=self.split, data_files=self.data_files,
                                        streaming=True, **self.builder_kwargs)

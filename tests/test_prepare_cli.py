@@ -1,0 +1,31 @@
+"""scripts/prepare_data.py as a user runs it: Hydra overrides in, shards out; mistakes exit 2 with a message."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def run_script(*args: str, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "prepare_data.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_prepare_script_writes_shards(corpus, tmp_path):
+    args = ("data=text_files", f"data.source.paths=[{corpus[0]},{corpus[1]}]", f"data.cache_dir={tmp_path / 'c'}",
+            "data.num_proc=2", "data.val_fraction=0.1")
+    first = run_script(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    manifest = json.loads((tmp_path / "c" / "bytes" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["documents"] + manifest["splits"]["val"]["documents"] == 300
+    assert first.stdout.strip() == str(tmp_path / "c" / "bytes")
+
+
+def test_prepare_script_bad_input_exits_2_without_traceback(tmp_path):
+    (tmp_path / "x.jsonl").write_text('{"content": "hello"}\n')
+    result = run_script("data=text_files", f"data.source.paths=[{tmp_path / 'x.jsonl'}]", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "x.jsonl:1 has no field 'text'" in result.stderr and "data.source.text_field" in result.stderr
