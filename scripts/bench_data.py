@@ -35,7 +35,8 @@ def bench_prepare(tokenizer, root: Path) -> dict[int, float]:
     rates = {}
     for num_proc in (1, 2):
         start = time.perf_counter()
-        manifest = prepare(BuiltinSource("python_stdlib"), tokenizer, root / f"np{num_proc}", num_proc=num_proc, progress=False)
+        source = BuiltinSource("python_stdlib")
+        manifest = prepare(source, tokenizer, root / f"np{num_proc}", num_proc=num_proc, progress=False)
         tokens = manifest["splits"]["train"]["tokens"] + manifest["splits"]["val"]["tokens"]
         rates[num_proc] = tokens / (time.perf_counter() - start)
     return rates

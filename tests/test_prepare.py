@@ -19,9 +19,9 @@ def small_batches(monkeypatch):
     monkeypatch.setattr(prep, "BATCH_DOCS", 16)  # many tokenization tasks (and shards) from a small corpus
 
 
-def run(corpus, out, tokenizer=None, **kwargs):
+def run(corpus, out, tokenizer=None, source=None, **kwargs):
     kwargs = {"val_fraction": 0.1, "shard_tokens": 4000, "progress": False, **kwargs}
-    return prepare(TextFiles([str(p) for p in corpus]), tokenizer or ByteTokenizer(), out, **kwargs)
+    return prepare(source or TextFiles([str(p) for p in corpus]), tokenizer or ByteTokenizer(), out, **kwargs)
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
@@ -69,7 +69,7 @@ def test_killed_run_resumes_without_corrupt_shards(corpus, tmp_path):
 
     out = tmp_path / "resumed"
     with pytest.raises(Killed):
-        prepare(Dies([str(p) for p in corpus]), ByteTokenizer(), out, val_fraction=0.1, shard_tokens=4000, progress=False)
+        run(corpus, out, source=Dies([str(p) for p in corpus]))
     partial = files_of(out / "bytes")
     assert "progress.json" in partial and "manifest.json" not in partial and len(partial) > 2
     (out / "bytes" / ".train_000099.bin.abc.tmp").write_bytes(b"half a shard")  # a write cut short by the kill
@@ -175,3 +175,17 @@ def test_bad_input_names_the_source(tmp_path, paths, message):
 def test_unreachable_hub_dataset_says_what_to_do(tmp_path):
     with pytest.raises(ConfigError, match=r"Skylion007/openwebtext.*offline.*data=text_files"):
         prepare(HFDataset("Skylion007/openwebtext"), ByteTokenizer(), tmp_path / "c", progress=False)
+
+
+def test_unreachable_hub_fails_fast_without_offline_mode(tmp_path, monkeypatch):
+    import socket
+
+    from huggingface_hub import constants
+
+    def no_network(address, timeout=None):
+        raise OSError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    with pytest.raises(ConfigError, match=r"roneneldan/TinyStories.*huggingface.co is unreachable.*HF_HUB_OFFLINE=1"):
+        prepare(HFDataset("roneneldan/TinyStories"), ByteTokenizer(), tmp_path / "c", progress=False)

@@ -69,7 +69,8 @@ def test_bad_sampling_is_a_config_error(corpus, tmp_path):
 
 def test_training_on_prepared_gpt2_shards(corpus, tmp_path, gpt2_ranks):
     overrides = [
-        "data=text_files", f"data.source.paths=[{','.join(str(p) for p in corpus)}]", f"data.cache_dir={tmp_path / 'c'}",
+        "data=text_files", f"data.source.paths=[{','.join(str(p) for p in corpus)}]",
+        f"data.cache_dir={tmp_path / 'c'}",
         "data.val_fraction=0.1", "data.batch_size=4", "tokenizer=gpt2", f"tokenizer.ranks_file={gpt2_ranks}",
         "model.block_size=32", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "trainer.max_steps=4",
         "trainer.val_check_interval=2", "trainer.limit_val_batches=2", "trainer.accelerator=cpu",

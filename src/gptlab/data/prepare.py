@@ -200,7 +200,7 @@ def _finish(out: Path, key: dict[str, Any], source: Any, state: dict) -> dict[st
         "vocab_size": key["tokenizer"]["vocab_size"],
         "dtype": str(token_dtype(key["tokenizer"]["vocab_size"])),
         "replaced_chars": stats.replaced_chars,
-        "files_with_replacements": stats.files,
+        "files_with_replacements": stats.files[:100],  # the first 100; the count covers all
         "splits": {split: {"tokens": sum(s["tokens"] for s in state["shards"][split]),
                            "documents": sum(s["documents"] for s in state["shards"][split]),
                            "shards": state["shards"][split]} for split in SPLITS},
@@ -215,7 +215,9 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
     out = prepared_dir(cache_dir, tokenizer)
     manifest_path = out / "manifest.json"
     if not manifest_path.is_file():
-        raise ConfigError(f"{manifest_path} is missing; run `python scripts/prepare_data.py` with the same data and tokenizer.")
+        raise ConfigError(
+            f"{manifest_path} is missing; run `python scripts/prepare_data.py` with the same data and tokenizer."
+        )
     manifest = json.loads(manifest_path.read_text())
     wanted = tokenizer_identity(tokenizer)
     if manifest["tokenizer"] != wanted:
@@ -230,10 +232,11 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
             path = out / shard["file"]
             tokens = open_shard(path)
             header = read_header(path)
-            if (header.n_tokens, header.tokenizer, header.vocab_size) != (shard["tokens"], wanted["name"], wanted["vocab_size"]):
-                raise ConfigError(f"shard {path} does not match {manifest_path}; delete the directory and prepare again.")
+            expected = (shard["tokens"], wanted["name"], wanted["vocab_size"])
+            if (header.n_tokens, header.tokenizer, header.vocab_size) != expected:
+                raise ConfigError(f"shard {path} does not match {manifest_path}; delete the directory, prepare again.")
             if verify_sha256 and sha256_file(path) != shard["sha256"]:
-                raise ConfigError(f"shard {path} fails its sha256 check (it was modified); delete it and prepare again.")
+                raise ConfigError(f"shard {path} fails its sha256 check (it was modified); delete it, prepare again.")
             arrays.append(tokens)
         splits[split] = ShardedTokens(arrays)
     return splits

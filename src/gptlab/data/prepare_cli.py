@@ -26,7 +26,8 @@ def prepare_from_overrides(overrides: Sequence[str]) -> Path:
     if "cache_dir" not in data:
         raise ConfigError(
             f"data={data.get('source')} is tokenized in memory when training starts; there is nothing to prepare. "
-            "Choose a source with prepared shards: data=python_stdlib | text_files | hf | openwebtext | fineweb_edu | tinystories."
+            "Choose a source with prepared shards: "
+            "data=python_stdlib | text_files | hf | openwebtext | fineweb_edu | tinystories."
         )
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     source = hydra.utils.instantiate(data.source)

@@ -111,7 +111,7 @@ class TextFiles:
         self.text_field, self.name = text_field, name
         self.stats = DecodeStats()
         if not self.patterns:
-            raise ConfigError("data.source.paths is empty; give files or globs, e.g. data.source.paths='[corpus/*.txt]'.")
+            raise ConfigError("data.source.paths is empty; give files or globs: data.source.paths='[corpus/*.txt]'.")
 
     def files(self) -> list[str]:
         found: list[str] = []
@@ -119,10 +119,14 @@ class TextFiles:
             matches = sorted(glob.glob(str(Path(pattern).expanduser()), recursive=True))
             matches = [m for m in matches if Path(m).is_file()]
             if not matches:
-                raise ConfigError(f"data.source.paths: {pattern!r} matches no file; check the path (relative to the launch dir).")
+                raise ConfigError(
+                    f"data.source.paths: {pattern!r} matches no file; check the path (relative to the launch dir)."
+                )
             for m in matches:
                 if Path(m).suffix not in _BUILDERS:
-                    raise ConfigError(f"data.source.paths: {m!r} is not one of {', '.join(_BUILDERS)}; convert it or drop it.")
+                    raise ConfigError(
+                        f"data.source.paths: {m!r} is not one of {', '.join(_BUILDERS)}; convert it or drop it."
+                    )
             found.extend(matches)
         return found
 
@@ -153,7 +157,7 @@ class TextFiles:
                     try:
                         record = json.loads(self.stats.decode(line, f"{path}:{lineno}"))
                     except json.JSONDecodeError as err:
-                        raise ConfigError(f"{path}:{lineno} is not valid JSON ({err}); fix or remove that line.") from err
+                        raise ConfigError(f"{path}:{lineno} is not valid JSON ({err}); fix or drop that line.") from err
                     if not isinstance(record, dict) or self.text_field not in record:
                         keys = list(record) if isinstance(record, dict) else type(record).__name__
                         raise self._missing_field(f"{path}:{lineno}", keys)
@@ -225,13 +229,10 @@ class HFDataset:
         import socket
         from urllib.parse import urlparse
 
-        import datasets
         from huggingface_hub import constants
 
-        if constants.HF_HUB_OFFLINE or self.path in datasets.packaged_modules._PACKAGED_DATASETS_MODULES:
-            return
-        if Path(self.path).exists():
-            return
+        if constants.HF_HUB_OFFLINE or self.data_files is not None or Path(self.path).exists():
+            return  # offline by choice, a builder over given files, or a local dataset directory
         host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
         try:
             socket.create_connection((host, 443), timeout=10).close()

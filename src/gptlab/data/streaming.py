@@ -38,7 +38,8 @@ class StreamingWindows(IterableDataset):
         start: Optional[dict[int, Position]] = None,
         max_windows: Optional[int] = None,
     ) -> None:
-        self.source, self.tokenizer, self.block_size, self.val_fraction, self.val = source, tokenizer, block_size, val_fraction, val
+        self.source, self.tokenizer, self.block_size = source, tokenizer, block_size
+        self.val_fraction, self.val = val_fraction, val
         self.rank, self.world_size, self.start, self.max_windows = rank, world_size, dict(start or {}), max_windows
 
     def _texts(self) -> Iterator[str]:

@@ -51,7 +51,8 @@ class TokenDataModule(L.LightningDataModule):
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be >= 0.")
         self.tokenizer, self.source, self.block_size, self.batch_size = tokenizer, source, block_size, batch_size
-        self.streaming, self.cache_dir, self.val_fraction, self.shard_tokens = streaming, cache_dir, val_fraction, shard_tokens
+        self.streaming, self.cache_dir = streaming, cache_dir
+        self.val_fraction, self.shard_tokens = val_fraction, shard_tokens
         self.num_proc = num_proc or os.cpu_count() or 1
         self.sampling, self.samples_per_epoch, self.val_windows = sampling, samples_per_epoch, val_windows
         self.verify_sha256, self.num_workers, self.seed = verify_sha256, num_workers, seed

@@ -120,7 +120,7 @@ class TiktokenTokenizer:
         from tiktoken.load import load_tiktoken_bpe
 
         if not path.is_file():
-            raise ConfigError(f"tokenizer.ranks_file={str(path)!r} does not exist; give the path of a .tiktoken ranks file.")
+            raise ConfigError(f"tokenizer.ranks_file={str(path)!r} does not exist; give the path of a .tiktoken file.")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != RANKS_SHA256[encoding]:
             raise ConfigError(
