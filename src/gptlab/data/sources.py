@@ -90,11 +90,16 @@ class BuiltinSource:
             yield text
 
     def streaming_dataset(self):
-        def gen(files: list[str]):
-            for text in self.documents():
-                yield {"text": text}
+        """python_stdlib streams one datasets shard per file, so ranks and workers can share it out."""
+        if self.name == "pydocs":
+            return _generator_dataset(lambda files: ({"text": t} for t in self.documents()), [self.name])
+        root = Path(sysconfig.get_paths()["stdlib"])
 
-        return _generator_dataset(gen, [self.name])
+        def gen(files: list[str]):
+            for path in files:
+                yield {"text": self.stats.decode(Path(path).read_bytes(), str(Path(path).relative_to(root)))}
+
+        return _generator_dataset(gen, [str(p) for p in stdlib_files()])
 
     texts = staticmethod(_plain_texts)
 
@@ -211,7 +216,7 @@ class HFDataset:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "hf", "path": self.path, "name": self.config_name, "split": self.split,
-                "text_field": self.text_field, "data_files": self.data_files}
+                "text_field": self.text_field, "data_files": self.data_files, "builder_kwargs": self.builder_kwargs}
 
     def _what(self) -> str:
         return f"Hugging Face dataset {self.path!r} (name={self.config_name!r}, split={self.split!r})"
