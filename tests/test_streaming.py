@@ -3,6 +3,7 @@
 import re
 from itertools import islice
 
+import lightning as L
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
@@ -66,19 +67,14 @@ def test_resuming_from_a_position_continues_the_stream(tmp_path):
             assert torch.equal(a[0], b[0]) and torch.equal(a[2], b[2])
 
 
-class BatchRecorder:
-    """A callback that keeps every training batch's inputs, so two runs can be compared batch by batch."""
+class BatchRecorder(L.Callback):
+    """Keeps every training batch's inputs (class-level, since Hydra builds the instance), so two runs can be
+    compared batch by batch."""
 
     seen: list[torch.Tensor] = []
 
-    def __new__(cls):
-        import lightning as L
-
-        class _Recorder(L.Callback):
-            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-                BatchRecorder.seen.append(batch[0].clone())
-
-        return _Recorder()
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        BatchRecorder.seen.append(batch[0].clone())
 
 
 def _run(tmp_path, corpus, name, steps, ckpt=None):
