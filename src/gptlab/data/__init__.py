@@ -1,6 +1,20 @@
-"""Tokenizers, corpora, token windows and the DataModule."""
+"""Tokenizers, corpora, token windows and the DataModules.
 
-from gptlab.data.datamodule import CorpusDataModule
-from gptlab.data.tokenizers import ByteTokenizer, Tokenizer
+The DataModules are imported on first use: they pull in Lightning, which tools such as
+scripts/prepare_data.py do not need (it takes seconds to import).
+"""
 
-__all__ = ["ByteTokenizer", "CorpusDataModule", "Tokenizer"]
+from importlib import import_module
+from typing import Any
+
+from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
+
+_LAZY = {"CorpusDataModule": "gptlab.data.datamodule", "TokenDataModule": "gptlab.data.token_datamodule"}
+
+__all__ = ["ByteTokenizer", "CorpusDataModule", "TiktokenTokenizer", "TokenDataModule", "Tokenizer"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gptlab.data' has no attribute {name!r}")

@@ -1,11 +1,24 @@
 """Tokenizers share one small interface so the corpora, shards and the model need not care which.
 
-`bytes` needs no file: ids 0..255 are UTF-8 bytes and 256 is end-of-text.
+`bytes` needs no file: ids 0..255 are UTF-8 bytes and 256 is end-of-text. The BPE encodings come from
+tiktoken, either downloaded by tiktoken itself or built from a local ranks file (air-gapped machines).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional, Protocol
+
+import numpy as np
+
+from gptlab.errors import ConfigError, invalid_choice
+
+EOT = "<|endoftext|>"
+# A fixed text whose ids fingerprint a tokenizer: two tokenizers with the same name but different ranks
+# files encode it differently, so shards made with one are never read with the other.
+_PROBE = "Hello, world! 12345 \t\n def f(x): return x ** 2  # café, naïve, 東京, 🙂 <|endoftext|>"
 
 
 class Tokenizer(Protocol):
@@ -18,6 +31,12 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
 
+def fingerprint(tokenizer: Tokenizer) -> str:
+    """A short hash of the tokenizer's behaviour, stored in shard manifests."""
+    payload = json.dumps([tokenizer.name, tokenizer.vocab_size, tokenizer.eot_id, tokenizer.encode(_PROBE)])
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
 class ByteTokenizer:
     """UTF-8 bytes plus one end-of-text id: 257 ids, lossless on any text."""
 
@@ -28,15 +47,95 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
     def decode(self, ids: list[int]) -> str:
-        # The end-of-text id is shown as a newline-separated marker, not silently dropped.
-        out, chunk = [], bytearray()
-        for i in ids:
-            if i == self.eot_id:
-                out.append(chunk.decode("utf-8", errors="replace"))
-                out.append("<|endoftext|>")
-                chunk = bytearray()
-            else:
-                chunk.append(i)
-        out.append(chunk.decode("utf-8", errors="replace"))
-        return "".join(out)
+        # The end-of-text id is shown as a marker, not silently dropped. numpy, because a per-id Python loop
+        # takes seconds on a corpus.
+        arr = np.asarray(ids, dtype=np.int64)
+        cuts = np.flatnonzero(arr == self.eot_id)
+        pieces = np.split(arr, cuts)
+        texts = [pieces[0].astype(np.uint8).tobytes().decode("utf-8", errors="replace")]
+        texts += [p[1:].astype(np.uint8).tobytes().decode("utf-8", errors="replace") for p in pieces[1:]]
+        return EOT.join(texts)
+
+
+def _encoding_specs() -> dict[str, dict]:
+    """Regex and special tokens of the encodings we support, for building them from a local ranks file.
+    The values are tiktoken's (tiktoken_ext.openai_public), whose constructors would download the ranks."""
+    from tiktoken_ext import openai_public as op
+
+    r50k = {"pat_str": op.r50k_pat_str, "special_tokens": {EOT: 50256}, "explicit_n_vocab": 50257}
+    cl100k_pat = (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+        r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+    )
+    cl100k_special = {EOT: 100257, op.FIM_PREFIX: 100258, op.FIM_MIDDLE: 100259, op.FIM_SUFFIX: 100260,
+                      op.ENDOFPROMPT: 100276}
+    return {
+        "gpt2": r50k,  # GPT-2's vocab.bpe/encoder.json hold the same ranks as r50k_base
+        "r50k_base": r50k,
+        "cl100k_base": {"pat_str": cl100k_pat, "special_tokens": cl100k_special},
+    }
+
+
+ENCODINGS = ("gpt2", "r50k_base", "cl100k_base")
+# sha256 of each encoding's .tiktoken ranks file, as tiktoken checks its own downloads.
+RANKS_SHA256 = {
+    "gpt2": "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
+    "r50k_base": "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+
+
+class TiktokenTokenizer:
+    """A tiktoken BPE encoding. Documents are encoded as ordinary text: a literal "<|endoftext|>" inside a
+    document is just characters, and only the corpus joins documents with the real end-of-text id."""
+
+    def __init__(self, encoding: str = "gpt2", ranks_file: Optional[str] = None) -> None:
+        import tiktoken
+
+        if encoding not in ENCODINGS:
+            raise invalid_choice("tokenizer.encoding", encoding, ENCODINGS)
+        if ranks_file is not None:
+            self._enc = self._from_ranks_file(encoding, Path(ranks_file))
+        else:
+            try:
+                self._enc = tiktoken.get_encoding(encoding)
+            except Exception as err:  # tiktoken raises requests' errors, or ValueError on a bad hash
+                raise ConfigError(
+                    f"tiktoken could not download the ranks of tokenizer.encoding={encoding!r} ({type(err).__name__}: "
+                    f"{str(err)[:200]}). On a machine without access to openaipublic.blob.core.windows.net, "
+                    f"set tokenizer.ranks_file=<path to {encoding}.tiktoken>; for gpt2/r50k_base, "
+                    "`python scripts/fetch_gpt2_ranks.py` fetches it from PyPI."
+                ) from err
+        self.name = encoding
+        self.vocab_size = self._enc.n_vocab
+        self.eot_id = self._enc.eot_token
+
+    @staticmethod
+    def _from_ranks_file(encoding: str, path: Path):
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+
+        if not path.is_file():
+            raise ConfigError(f"tokenizer.ranks_file={str(path)!r} does not exist; give the path of a .tiktoken file.")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != RANKS_SHA256[encoding]:
+            raise ConfigError(
+                f"tokenizer.ranks_file={str(path)!r} has sha256 {digest}, not that of the {encoding} ranks "
+                f"({RANKS_SHA256[encoding]}); use the matching file or tokenizer.encoding."
+            )
+        spec = _encoding_specs()[encoding]
+        return tiktoken.Encoding(name=encoding, mergeable_ranks=load_tiktoken_bpe(str(path)), **spec)
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode_ordinary(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Like `encode`, straight into a uint32 array: no Python list of ints on the prepare path."""
+        return self._enc.encode_to_numpy(text, disallowed_special=())
+
+    def decode(self, ids: list[int]) -> str:
+        return self._enc.decode(ids)

@@ -83,3 +83,30 @@ class EpochSampler(Sampler[int]):
         offset = self.epoch * self.samples_per_epoch
         first = offset + self.rank + self.start * self.world_size
         return iter(range(first, offset + self.samples_per_epoch, self.world_size))
+
+
+class EpochWindows(Dataset):
+    """The array cut into non-overlapping windows (stride block_size), visited once per epoch in an order
+    shuffled per epoch: global index i is window perm_e[i mod n] of epoch e = i // n. With `EpochSampler`
+    dealing indices round-robin, ranks read disjoint windows. `n_windows` may be trimmed by the caller to a
+    multiple of the world size so that every rank gets the same number of batches."""
+
+    def __init__(self, tokens: np.ndarray, block_size: int, seed: int = 0, n_windows: int | None = None) -> None:
+        _check_length(tokens, block_size, "train")
+        self.tokens, self.block_size, self.seed = tokens, block_size, seed
+        available = (len(tokens) - 1) // block_size
+        self.n_windows = available if n_windows is None else min(n_windows, available)
+        self._perm: tuple[int, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return self.n_windows
+
+    def window_start(self, i: int) -> int:
+        epoch, j = divmod(i, self.n_windows)
+        if self._perm is None or self._perm[0] != epoch:
+            self._perm = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n_windows))
+        return int(self._perm[1][j]) * self.block_size
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = self.window_start(i)
+        return _as_pair(self.tokens[start : start + self.block_size + 1])

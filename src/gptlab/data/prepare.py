@@ -1,0 +1,242 @@
+"""Prepare a corpus once into train/val token shards plus a manifest, and open them again safely.
+
+Documents are split by a hash of their text (so a document's side never depends on order or on which path
+reads it, and duplicates never straddle the split), tokenized in parallel in a fixed order, joined with
+end-of-text and cut into shards at fixed batch boundaries: the output is byte-identical run to run. Each
+shard is renamed into place whole, and `progress.json` records the batches already written, so a run killed
+midway resumes where it stopped; `manifest.json` is written last and marks the directory complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import zlib
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+import numpy as np
+
+from gptlab.data.ranks import sha256_file
+from gptlab.data.shards import ShardedTokens, ShardHeader, open_shard, read_header, token_dtype, write_shard
+from gptlab.data.tokenizers import Tokenizer, fingerprint
+from gptlab.errors import ConfigError
+from gptlab.utils import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+SPLITS = ("train", "val")
+BATCH_DOCS, BATCH_CHARS = 256, 1 << 20  # a tokenization task: up to 256 documents or ~1M characters
+
+
+def is_val(text: str, val_fraction: float) -> bool:
+    return zlib.crc32(text.encode("utf-8")) < val_fraction * 2**32
+
+
+def tokenizer_identity(tokenizer: Tokenizer) -> dict[str, Any]:
+    return {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size, "eot_id": tokenizer.eot_id,
+            "fingerprint": fingerprint(tokenizer)}
+
+
+def doc_batches(texts: Iterable[str]) -> Iterator[list[str]]:
+    """Group documents into tasks by count and size only, so the grouping never depends on num_proc."""
+    batch, chars = [], 0
+    for text in texts:
+        if not text:
+            continue  # an empty document would add a lone end-of-text
+        batch.append(text)
+        chars += len(text)
+        if len(batch) >= BATCH_DOCS or chars >= BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(tokenizer: Tokenizer, val_fraction: float) -> None:
+    _worker.update(tokenizer=tokenizer, val_fraction=val_fraction)
+
+
+def _encode_batch(texts: list[str]) -> dict[str, tuple[np.ndarray, int]]:
+    """One batch → per split: its documents' ids, each followed by end-of-text, and the document count."""
+    tok: Tokenizer = _worker["tokenizer"]
+    sides = {split: [t for t in texts if is_val(t, _worker["val_fraction"]) == (split == "val")] for split in SPLITS}
+    out = {}
+    for split, docs in sides.items():
+        encode = getattr(tok, "encode_array", tok.encode)
+        eot = np.array([tok.eot_id], dtype=np.uint32)
+        parts = [part for text in docs for part in (np.asarray(encode(text), dtype=np.uint32), eot)]
+        out[split] = (np.concatenate(parts) if parts else np.empty(0, dtype=np.uint32), len(docs))
+    return out
+
+
+def _encoded(batches: Iterator[list[str]], tokenizer: Tokenizer, val_fraction: float, num_proc: int):
+    """Encoded batches in input order. A pool is fed a bounded group at a time so memory stays flat."""
+    if num_proc <= 1:
+        _init_worker(tokenizer, val_fraction)
+        yield from (_encode_batch(b) for b in batches)
+        return
+    with multiprocessing.get_context().Pool(num_proc, _init_worker, (tokenizer, val_fraction)) as pool:
+        while group := list(islice(batches, 4 * num_proc)):
+            yield from pool.imap(_encode_batch, group)
+
+
+class _Writer:
+    """Buffers encoded batches and cuts them into shards; records progress after each cut."""
+
+    def __init__(self, out: Path, key: dict[str, Any], tokenizer: Tokenizer, shard_tokens: int, state: dict) -> None:
+        self.out, self.key, self.tokenizer, self.shard_tokens, self.state = out, key, tokenizer, shard_tokens, state
+        self.pending: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+        self.pending_docs = {s: 0 for s in SPLITS}
+
+    def add(self, encoded: dict[str, tuple[np.ndarray, int]]) -> None:
+        for split, (ids, n_docs) in encoded.items():
+            self.pending[split].append(ids)
+            self.pending_docs[split] += n_docs
+        self.state["batches_done"] += 1
+        if any(sum(map(len, p)) >= self.shard_tokens for p in self.pending.values()):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write both splits' pending tokens (as one shard each), then the progress that covers them."""
+        dtype = token_dtype(self.tokenizer.vocab_size)
+        for split in SPLITS:
+            if not self.pending[split]:
+                continue
+            tokens = np.concatenate(self.pending[split]).astype(dtype)
+            shards = self.state["shards"][split]
+            name = f"{split}_{len(shards):06d}.bin"
+            header = ShardHeader(self.tokenizer.name, self.tokenizer.vocab_size, self.tokenizer.eot_id, len(tokens),
+                                 self.pending_docs[split])
+            sha = write_shard(self.out / name, tokens, header)
+            shards.append({"file": name, "tokens": len(tokens), "documents": self.pending_docs[split], "sha256": sha})
+            self.pending[split], self.pending_docs[split] = [], 0
+        atomic_write_text(self.out / "progress.json", json.dumps({"key": self.key, **self.state}, indent=1))
+
+
+def prepared_dir(cache_dir: str | Path, tokenizer: Tokenizer) -> Path:
+    return Path(cache_dir) / tokenizer.name
+
+
+def _mismatch(path: Path, found: dict, wanted: dict) -> ConfigError:
+    diff = {k: (found.get(k), wanted.get(k)) for k in wanted if found.get(k) != wanted.get(k)}
+    lines = "; ".join(f"{k}: prepared {a!r}, config {b!r}" for k, (a, b) in diff.items())
+    return ConfigError(
+        f"{path} was prepared with different settings ({lines}). Use the matching config, point data.cache_dir "
+        "elsewhere, or delete that directory to prepare again."
+    )
+
+
+def prepare(
+    source: Any,
+    tokenizer: Tokenizer,
+    cache_dir: str | Path,
+    val_fraction: float = 0.01,
+    shard_tokens: int = 100_000_000,
+    num_proc: int = 1,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Tokenize `source` into shards under cache_dir/<tokenizer name>/ unless a matching manifest is there."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ConfigError(f"data.val_fraction={val_fraction!r} must be in (0, 1).")
+    if shard_tokens < 1 or num_proc < 1:
+        raise ConfigError(f"data.shard_tokens={shard_tokens} and data.num_proc={num_proc} must be >= 1.")
+    out = prepared_dir(cache_dir, tokenizer)
+    key = {"format": FORMAT, "source": source.describe(), "tokenizer": tokenizer_identity(tokenizer),
+           "val_fraction": val_fraction, "shard_tokens": shard_tokens}
+    manifest_path = out / "manifest.json"
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        if {k: manifest.get(k) for k in key} != key:
+            raise _mismatch(manifest_path, manifest, key)
+        return manifest
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(".*.tmp"):  # left by a run killed while writing; never renamed into place
+        stale.unlink()
+    state = {"batches_done": 0, "shards": {s: [] for s in SPLITS}}
+    progress_path = out / "progress.json"
+    if progress_path.is_file():
+        saved = json.loads(progress_path.read_text())
+        if saved.pop("key") == key:
+            state = saved
+            log.info("Resuming %s after %d batches", out, state["batches_done"])
+
+    writer = _Writer(out, key, tokenizer, shard_tokens, state)
+    batches = doc_batches(source.documents())
+    for _ in islice(batches, state["batches_done"]):  # already in shards: read past them without tokenizing
+        pass
+    from tqdm.auto import tqdm
+
+    with tqdm(desc=f"tokenizing {getattr(source, 'name', 'corpus')}", unit=" docs", disable=not progress) as bar:
+        for encoded in _encoded(batches, tokenizer, val_fraction, num_proc):
+            writer.add(encoded)
+            bar.update(sum(n for _, n in encoded.values()))
+    writer.flush()
+    return _finish(out, key, source, state)
+
+
+def _finish(out: Path, key: dict[str, Any], source: Any, state: dict) -> dict[str, Any]:
+    what = json.dumps(key["source"])
+    for split in SPLITS:
+        if not sum(s["tokens"] for s in state["shards"][split]):
+            if split == "train":
+                raise ConfigError(f"the source {what} holds no text; check its paths, split and text field.")
+            raise ConfigError(
+                f"no document of {what} fell into the val split (data.val_fraction={key['val_fraction']}); "
+                "raise data.val_fraction or add documents."
+            )
+    stats = source.stats
+    if stats.replaced_chars:
+        log.warning("%d characters that were not valid UTF-8 were replaced with U+FFFD, in: %s",
+                    stats.replaced_chars, ", ".join(stats.files[:10]) + (" ..." if len(stats.files) > 10 else ""))
+    manifest = {
+        **key,
+        "vocab_size": key["tokenizer"]["vocab_size"],
+        "dtype": str(token_dtype(key["tokenizer"]["vocab_size"])),
+        "replaced_chars": stats.replaced_chars,
+        "files_with_replacements": stats.files[:100],  # the first 100; the count covers all
+        "splits": {split: {"tokens": sum(s["tokens"] for s in state["shards"][split]),
+                           "documents": sum(s["documents"] for s in state["shards"][split]),
+                           "shards": state["shards"][split]} for split in SPLITS},
+    }
+    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1))
+    (out / "progress.json").unlink(missing_ok=True)
+    return manifest
+
+
+def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bool = True) -> dict[str, ShardedTokens]:
+    """Memory-map the train/val shards after checking them against the manifest and the configured tokenizer."""
+    out = prepared_dir(cache_dir, tokenizer)
+    manifest_path = out / "manifest.json"
+    if not manifest_path.is_file():
+        raise ConfigError(
+            f"{manifest_path} is missing; run `python scripts/prepare_data.py` with the same data and tokenizer."
+        )
+    manifest = json.loads(manifest_path.read_text())
+    wanted = tokenizer_identity(tokenizer)
+    if manifest["tokenizer"] != wanted:
+        raise ConfigError(
+            f"{manifest_path} was made with tokenizer {manifest['tokenizer']} but the config's tokenizer is {wanted}; "
+            "prepare the data with this tokenizer (scripts/prepare_data.py) or choose the matching tokenizer=."
+        )
+    splits = {}
+    for split in SPLITS:
+        arrays = []
+        for shard in manifest["splits"][split]["shards"]:
+            path = out / shard["file"]
+            tokens = open_shard(path)
+            header = read_header(path)
+            expected = (shard["tokens"], wanted["name"], wanted["vocab_size"])
+            if (header.n_tokens, header.tokenizer, header.vocab_size) != expected:
+                raise ConfigError(f"shard {path} does not match {manifest_path}; delete the directory, prepare again.")
+            if verify_sha256 and sha256_file(path) != shard["sha256"]:
+                raise ConfigError(f"shard {path} fails its sha256 check (it was modified); delete it, prepare again.")
+            arrays.append(tokens)
+        splits[split] = ShardedTokens(arrays)
+    return splits

@@ -1,0 +1,123 @@
+"""Binary token shards: a 256-byte header, then the tokens as little-endian uint16 (vocab <= 65536) or uint32.
+
+The header repeats what the manifest says (tokenizer, vocab size, dtype, token count) so that a shard on its
+own is self-describing and a truncated one is caught before training reads garbage.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gptlab.errors import ConfigError
+
+MAGIC = b"GPTLABTK"
+VERSION = 1
+HEADER_BYTES = 256
+_LAYOUT = struct.Struct("<8sHHIIQQ32s")  # magic, version, itemsize, vocab, eot, tokens, documents, tokenizer
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    tokenizer: str
+    vocab_size: int
+    eot_id: int
+    n_tokens: int
+    n_documents: int
+
+    @property
+    def dtype(self) -> np.dtype:
+        return token_dtype(self.vocab_size)
+
+    def pack(self) -> bytes:
+        raw = _LAYOUT.pack(MAGIC, VERSION, self.dtype.itemsize, self.vocab_size, self.eot_id, self.n_tokens,
+                           self.n_documents, self.tokenizer.encode("utf-8")[:32])
+        return raw.ljust(HEADER_BYTES, b"\0")
+
+
+def write_shard(path: Path, tokens: np.ndarray, header: ShardHeader) -> str:
+    """Write header + tokens to a temporary file and rename it into place; return the file's sha256."""
+    data = header.pack() + np.ascontiguousarray(tokens, dtype=header.dtype).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes files private; shards are data for everyone on the machine
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_header(path: Path) -> ShardHeader:
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_BYTES)
+    if len(raw) < HEADER_BYTES or raw[:8] != MAGIC:
+        raise ConfigError(f"{path} is not a gptlab token shard (bad header); delete it, re-run prepare_data.py.")
+    magic, version, itemsize, vocab, eot, n_tokens, n_docs, name = _LAYOUT.unpack(raw[: _LAYOUT.size])
+    if version != VERSION:
+        raise ConfigError(f"{path} has shard format {version}, this gptlab reads {VERSION}; re-run prepare_data.py.")
+    header = ShardHeader(name.rstrip(b"\0").decode("utf-8"), vocab, eot, n_tokens, n_docs)
+    if header.dtype.itemsize != itemsize:
+        raise ConfigError(f"{path}: header says {itemsize}-byte tokens for a {vocab}-id vocab; the file is corrupt.")
+    return header
+
+
+def open_shard(path: Path) -> np.memmap:
+    """Memory-map a shard's tokens after checking that the file holds exactly what its header says."""
+    if not path.is_file():
+        raise ConfigError(f"shard {path} is missing; re-run scripts/prepare_data.py to rebuild it.")
+    header = read_header(path)
+    expected = HEADER_BYTES + header.n_tokens * header.dtype.itemsize
+    actual = path.stat().st_size
+    if actual != expected:
+        raise ConfigError(
+            f"shard {path} has {actual} bytes but its header promises {expected} ({header.n_tokens} tokens): it is "
+            "truncated or corrupt; delete it and re-run scripts/prepare_data.py."
+        )
+    return np.memmap(path, dtype=header.dtype, mode="r", offset=HEADER_BYTES, shape=(header.n_tokens,))
+
+
+class ShardedTokens:
+    """Several shards read as one 1-D token array (len and slicing), so window datasets need not know about
+    shard boundaries. Shards hold consecutive parts of one document stream, so a window may span two."""
+
+    def __init__(self, arrays: list[np.ndarray]) -> None:
+        self.arrays = [a for a in arrays if len(a)]
+        self.offsets = [0]  # a list, not numpy: bisect on Python ints is several times faster per lookup
+        for a in self.arrays:
+            self.offsets.append(self.offsets[-1] + len(a))
+        self.dtype = self.arrays[0].dtype if self.arrays else np.dtype("<u2")
+
+    def __len__(self) -> int:
+        return self.offsets[-1]
+
+    def __getitem__(self, item: slice) -> np.ndarray:
+        start, stop, step = item.indices(len(self))
+        if step != 1:
+            raise IndexError("ShardedTokens supports contiguous slices only")
+        if start >= stop:
+            return np.empty(0, dtype=self.dtype)
+        k = bisect.bisect_right(self.offsets, start) - 1
+        if stop <= self.offsets[k + 1]:  # the common case: inside one shard, a view
+            return self.arrays[k][start - self.offsets[k] : stop - self.offsets[k]]
+        parts, pos = [], start
+        while pos < stop:
+            parts.append(self.arrays[k][pos - self.offsets[k] : min(stop, self.offsets[k + 1]) - self.offsets[k]])
+            pos, k = self.offsets[k + 1], k + 1
+        return np.concatenate(parts)

@@ -1,0 +1,85 @@
+"""The prepared path through the DataModule: memmapped windows, disjoint ranks, and a real training run."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from gptlab.data import TokenDataModule
+from gptlab.data.shards import ShardedTokens
+from gptlab.data.sources import TextFiles
+from gptlab.data.tokenizers import ByteTokenizer
+from gptlab.errors import ConfigError
+from gptlab.training import train
+
+from conftest import ROOT
+
+BLOCK = 32
+
+
+def datamodule(corpus, tmp_path, rank=0, world=1, **kwargs) -> TokenDataModule:
+    dm = TokenDataModule(ByteTokenizer(), TextFiles([str(p) for p in corpus]), block_size=BLOCK, batch_size=8,
+                         cache_dir=str(tmp_path / "c"), val_fraction=0.1, shard_tokens=5000, num_proc=1, **kwargs)
+    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world)  # what Lightning attaches before setup
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def test_sharded_tokens_slice_like_one_array():
+    arrays = [np.arange(0, 5), np.arange(5, 5), np.arange(5, 12), np.arange(12, 20)]
+    tokens, whole = ShardedTokens(arrays), np.arange(20)
+    assert len(tokens) == 20
+    for start, stop in [(0, 20), (3, 9), (5, 12), (11, 13), (4, 5), (19, 20), (7, 7)]:
+        np.testing.assert_array_equal(tokens[start:stop], whole[start:stop])
+
+
+def test_two_ranks_read_disjoint_windows_covering_an_epoch(corpus, tmp_path):
+    starts = []
+    for rank in (0, 1):
+        dm = datamodule(corpus, tmp_path, rank, 2, sampling="epoch")
+        assert len(dm.splits["train"].arrays) > 1  # windows are cut across shard boundaries too
+        sampler = dm.train_dataloader().sampler
+        starts.append([dm.train_set.window_start(i) for i in sampler])
+        x, y = dm.train_set[next(iter(sampler))]
+        assert torch.equal(x[1:], y[:-1]) and x.shape == (BLOCK,)
+    n = len(dm.train_set)
+    assert len(starts[0]) == len(starts[1]) == n // 2
+    assert not set(starts[0]) & set(starts[1])
+    assert sorted(starts[0] + starts[1]) == [BLOCK * i for i in range(n)]  # every window of the epoch, once
+
+
+def test_random_windows_come_from_the_memmapped_shards(corpus, tmp_path):
+    dm = datamodule(corpus, tmp_path)
+    assert all(isinstance(a, np.memmap) for a in dm.splits["train"].arrays)
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, BLOCK) and torch.equal(x[:, 1:], y[:, :-1])
+    flat = dm.splits["train"][0 : len(dm.splits["train"])]
+    row = x[0].numpy()
+    hits = np.flatnonzero(np.all(np.lib.stride_tricks.sliding_window_view(flat, BLOCK) == row, axis=1))
+    assert len(hits) >= 1
+
+
+def test_bad_sampling_is_a_config_error(corpus, tmp_path):
+    with pytest.raises(ConfigError, match="data.sampling='shuffle'"):
+        datamodule(corpus, tmp_path, sampling="shuffle")
+
+
+def test_training_on_prepared_gpt2_shards(corpus, tmp_path, gpt2_ranks):
+    overrides = [
+        "data=text_files", f"data.source.paths=[{','.join(str(p) for p in corpus)}]",
+        f"data.cache_dir={tmp_path / 'c'}",
+        "data.val_fraction=0.1", "data.batch_size=4", "tokenizer=gpt2", f"tokenizer.ranks_file={gpt2_ranks}",
+        "model.block_size=32", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "trainer.max_steps=4",
+        "trainer.val_check_interval=2", "trainer.limit_val_batches=2", "trainer.accelerator=cpu",
+        "callbacks.progress_bar=null", "logger=[]", f"paths.output_dir={tmp_path / 'run'}",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    best = train(cfg)
+    assert best is not None and np.isfinite(best) and best < np.log(50257) + 1
+    assert (tmp_path / "c" / "gpt2" / "manifest.json").is_file()
+    ckpt = torch.load(next((tmp_path / "run" / "checkpoints").glob("last*.ckpt")), weights_only=False)
+    assert ckpt["state_dict"]["model.tok_emb.weight"].shape[0] == 50257  # vocab_size taken from the tokenizer
