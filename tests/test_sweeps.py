@@ -67,3 +67,27 @@ def test_optuna_search_runs_trials_and_writes_the_best(tmp_path: Path) -> None:
     sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
     result = (sweep / "optimization_results.yaml").read_text()
     assert "optimizer.lr" in result and "best_value" in result
+
+
+def test_fsdp_trainer_composes_with_block_wrapping(compose_train, tmp_path: Path, monkeypatch) -> None:
+    """Lightning's FSDP needs CUDA, so on this CPU-only machine the config is shown to compose into the
+    strategy it names; on CPU it is refused with a message."""
+    import hydra
+    import pytest
+    import torch
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from gptlab.cli import find_config_error
+    from gptlab.errors import ConfigError
+    from gptlab.model.block import Block
+
+    cfg = compose_train(["trainer=fsdp"], tmp_path)
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.strategy.sharding_strategy == "FULL_SHARD"
+    with pytest.raises(Exception) as refused:
+        hydra.utils.instantiate(cfg.trainer.strategy)
+    assert isinstance(find_config_error(refused.value), ConfigError) and "trainer=ddp" in str(refused.value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    strategy = hydra.utils.instantiate(cfg.trainer.strategy)
+    assert isinstance(strategy, FSDPStrategy)
+    assert Block in strategy.kwargs["auto_wrap_policy"]._module_classes  # one FSDP unit per block
+    assert Block in strategy._activation_checkpointing_kwargs["auto_wrap_policy"]._module_classes  # recomputed
