@@ -1,10 +1,11 @@
-"""What every entry script shares: a user's mistake is a message and exit code 2, not a traceback."""
+"""What every entry script shares: a user's mistake is a message and exit code 2 (a diverged run: 1), not a
+traceback."""
 
 from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
 from gptlab.errors import ConfigError, NonFiniteLossError
 
@@ -26,14 +27,14 @@ def user_errors_exit(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except NonFiniteLossError as err:  # a diverged run is not a bug in gptlab: no traceback either
+            print(f"gptlab: training stopped: {err}", file=sys.stderr)
+            sys.exit(1)
         except Exception as err:
             user_error = find_config_error(err)
             if user_error is None:
                 raise
             print(f"gptlab: error: {user_error}", file=sys.stderr)
             sys.exit(2)
-        except NonFiniteLossError as err:  # a diverged run is not a bug in gptlab: no traceback either
-            print(f"gptlab: training stopped: {err}", file=sys.stderr)
-            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
