@@ -16,14 +16,14 @@ INIT_STD = 0.02
 
 
 class GPT(nn.Module):
-    """A plain nn.Module: `GPT(cfg)(idx)` maps token ids (B, T) to logits (B, T, vocab_size)."""
+    """A plain nn.Module: `GPT(cfg)(idx)` maps token ids (B, T) to logits (B, T, padded_vocab_size)."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         if cfg.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
         self.config = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # E_1
+        self.tok_emb = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # E_1
         if cfg.pos_emb == "learned":
             self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)  # E_2 (eq. 2)
         elif cfg.pos_emb == "sinusoidal":
@@ -31,7 +31,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.final_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
-        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # W_head
+        self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)  # W_head
         self.reset_parameters()
         if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters (seed 003)
             self.head.weight = self.tok_emb.weight
