@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import nn
@@ -10,6 +11,8 @@ from torch import nn
 from gptlab.errors import ConfigError
 from gptlab.model.block import Block
 from gptlab.model.config import GPTConfig
+from gptlab.model.generation import SamplingOptions, generate
+from gptlab.model.kv_cache import KVCache
 from gptlab.model.positions import sinusoidal_table
 
 INIT_STD = 0.02
@@ -67,11 +70,35 @@ class GPT(nn.Module):
             x = x + self.pos_table[start_pos : start_pos + T]
         return self.drop(x)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x)
+    def forward(self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None) -> torch.Tensor:
+        """Logits for idx; with `caches` (from `new_caches`), idx continues the positions cached so far."""
+        x = self.embed(idx, start_pos=caches[0].length if caches else 0)
+        for i, block in enumerate(self.blocks):
+            x = block(x, caches[i] if caches else None)
         return self.head(self.final_norm(x))
+
+    def new_caches(self, batch: int, max_len: int) -> list[KVCache]:
+        """One empty KV cache per block, for up to max_len positions."""
+        p = self.tok_emb.weight
+        c = self.config
+        return [KVCache(batch, c.n_head, max_len, c.head_dim, c.v_head_dim, p.dtype, p.device) for _ in self.blocks]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        num_beams: int = 1,
+        eos_token_id: Optional[int] = None,
+        use_cache: bool = True,
+        generator: Optional[torch.Generator] = None,
+    ) -> torch.Tensor:
+        """Continue each row of idx (B, T) by up to max_new_tokens ids; see gptlab.model.generation."""
+        options = SamplingOptions(temperature, top_k, top_p, num_beams, eos_token_id, use_cache)
+        return generate(self, idx, max_new_tokens, options, generator)
 
     def num_parameters(self) -> int:
         """Unique parameters: a tied head is counted once."""
