@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -99,6 +100,19 @@ class GPT(nn.Module):
         """Continue each row of idx (B, T) by up to max_new_tokens ids; see gptlab.model.generation."""
         options = SamplingOptions(temperature, top_k, top_p, num_beams, eos_token_id, use_cache)
         return generate(self, idx, max_new_tokens, options, generator)
+
+    @classmethod
+    def from_pretrained(cls, path: Union[str, Path]) -> "GPT":
+        """Load a local Hugging Face GPT-2 or GPT-1 directory (safetensors or pytorch_model.bin)."""
+        from gptlab.model.hf_interop import from_pretrained  # imported here: hf_interop builds on this module
+
+        return from_pretrained(path)
+
+    def save_pretrained(self, path: Union[str, Path]) -> None:
+        """Write a Hugging Face directory: GPT-2 for pre-LN models, GPT-1 for post-LN ones."""
+        from gptlab.model.hf_interop import save_pretrained  # imported here: hf_interop builds on this module
+
+        save_pretrained(self, path)
 
     def num_parameters(self) -> int:
         """Unique parameters: a tied head is counted once."""
