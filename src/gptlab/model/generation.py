@@ -52,11 +52,11 @@ class _Decoder:
 
     def logits(self, seq: torch.Tensor) -> torch.Tensor:
         if self.caches is not None and seq.shape[1] <= self.block_size:
-            logits = self.model(seq[:, self.seen :], self.caches)
+            logits = self.model(seq[:, self.seen :], self.caches, last_only=True)
             self.seen = seq.shape[1]
         else:  # no cache, or the window slid past block_size: the cached positions are stale
             self.caches = None
-            logits = self.model(seq[:, -self.block_size :])
+            logits = self.model(seq[:, -self.block_size :], last_only=True)
         return logits[:, -1, : self.model.config.vocab_size].float()  # padded ids are never generated
 
     def reorder(self, rows: torch.Tensor) -> None:

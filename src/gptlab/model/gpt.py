@@ -71,11 +71,15 @@ class GPT(nn.Module):
             x = x + self.pos_table[start_pos : start_pos + T]
         return self.drop(x)
 
-    def forward(self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None) -> torch.Tensor:
-        """Logits for idx; with `caches` (from `new_caches`), idx continues the positions cached so far."""
+    def forward(self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None, last_only: bool = False) -> torch.Tensor:
+        """Logits for idx; with `caches` (from `new_caches`), idx continues the positions cached so far.
+        last_only computes the head for the last position alone: all that decoding needs, and the head
+        (D x d) is the largest matmul of a small model."""
         x = self.embed(idx, start_pos=caches[0].length if caches else 0)
         for i, block in enumerate(self.blocks):
             x = block(x, caches[i] if caches else None)
+        if last_only:
+            x = x[:, -1:]
         return self.head(self.final_norm(x))
 
     def new_caches(self, batch: int, max_len: int) -> list[KVCache]:
