@@ -56,8 +56,20 @@ def _head(hf: dict[str, torch.Tensor], tied: bool, embedding: torch.Tensor) -> t
     return embedding if tied or "lm_head.weight" not in hf else hf["lm_head.weight"]
 
 
+def _strip(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop the base-model prefix, and the causal-mask buffers old GPT-2 checkpoints carry as `attn.bias`."""
+    out = {}
+    for key, value in hf.items():
+        key = key.removeprefix("transformer.")
+        if key.endswith("attn.masked_bias") or (key.endswith("attn.bias") and value.dim() == 4):
+            continue
+        out[key] = value
+    return out
+
+
 def convert_gpt2(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
     """GPT2LMHeadModel: pre-LN, final ln_f, learned positions, biases everywhere."""
+    hf = _strip(hf)
     for option, wanted in [("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
                            ("add_cross_attention", False)]:
         if config.get(option, wanted) != wanted:
@@ -81,6 +93,7 @@ def convert_gpt2(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> tuple[G
 
 def convert_openai_gpt(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
     """OpenAIGPTLMHeadModel (GPT-1): post-LN (ln_1 after attention, ln_2 after the MLP), no final norm."""
+    hf = _strip(hf)
     activation = config.get("afn", "gelu")
     if activation not in OPENAI_GPT_ACTIVATIONS:
         raise _refuse("openai-gpt", "afn", activation, f"use one of {sorted(OPENAI_GPT_ACTIVATIONS)}")
@@ -97,7 +110,8 @@ def convert_openai_gpt(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> t
     return cfg, state
 
 
-# config.json's model_type -> converter. Other families register here (same signature).
+# config.json's model_type -> converter. A converter gets config.json as a dict and the weights exactly as
+# stored (keys as in the file), and returns what GPT(cfg).load_state_dict(strict=True) accepts.
 CONVERTERS: dict[str, Converter] = {"gpt2": convert_gpt2, "openai-gpt": convert_openai_gpt}
 
 
@@ -115,17 +129,6 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     raise ConfigError(f"{directory} holds no model.safetensors or pytorch_model.bin (nor a sharded index of them).")
 
 
-def _strip(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop the base-model prefix, and the causal-mask buffers old GPT-2 checkpoints carry as `attn.bias`."""
-    out = {}
-    for key, value in hf.items():
-        key = key.removeprefix("transformer.")
-        if key.endswith("attn.masked_bias") or (key.endswith("attn.bias") and value.dim() == 4):
-            continue
-        out[key] = value
-    return out
-
-
 def from_pretrained(path: Union[str, Path]) -> GPT:
     """Build a GPT from a local Hugging Face directory (`save_pretrained` output)."""
     directory = Path(path)
@@ -137,7 +140,7 @@ def from_pretrained(path: Union[str, Path]) -> GPT:
     if model_type not in CONVERTERS:
         raise ConfigError(f"{config_file}: model_type={model_type!r} is not supported; use one of: "
                           f"{', '.join(sorted(CONVERTERS))}.")
-    hf = _strip(_read_weights(directory))
+    hf = _read_weights(directory)
     try:
         cfg, state = CONVERTERS[model_type](config, hf)
     except KeyError as err:
