@@ -40,7 +40,8 @@ def test_incremental_logits_equal_full_recompute(fields: dict) -> None:
         full = gpt(x)
         caches = gpt.new_caches(3, 20)
         # a prompt, single tokens, then a chunk of three: every query offset the attention kernel sees
-        steps = [gpt(x[:, :6], caches)] + [gpt(x[:, i : i + 1], caches) for i in range(6, 17)] + [gpt(x[:, 17:], caches)]
+        steps = [gpt(x[:, :6], caches)]
+        steps += [gpt(x[:, i : i + 1], caches) for i in range(6, 17)] + [gpt(x[:, 17:], caches)]
     assert (torch.cat(steps, dim=1) - full).abs().max().item() <= 1e-5
 
 

@@ -124,6 +124,6 @@ def test_count_params_script_175b_and_unknown_preset() -> None:
     assert run.returncode == 0, run.stderr
     assert "174,599,540,736" in run.stdout and "57,982,058,496" in run.stdout and "33.2%" in run.stdout
     assert "6N" in run.stdout
-    bad = subprocess.run([sys.executable, "scripts/count_params.py", "model=gpt4"], cwd=ROOT, env=ENV, capture_output=True,
-                         text=True, timeout=60)
+    bad = subprocess.run([sys.executable, "scripts/count_params.py", "model=gpt4"], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "gpt3_175b" in bad.stderr and "gpt2_small" in bad.stderr

@@ -59,7 +59,8 @@ class GPTConfig:
         if self.activation not in ACTIVATIONS:
             raise invalid_choice("model.activation", self.activation, ACTIVATIONS)
         positive = ["block_size", "n_layer", "n_head", "n_embd", "mlp_layers"]
-        positive += [f for f in ("vocab_size", "head_dim", "v_head_dim", "d_ff", "pad_vocab_to") if getattr(self, f) is not None]
+        optional = ("vocab_size", "head_dim", "v_head_dim", "d_ff", "pad_vocab_to")
+        positive += [f for f in optional if getattr(self, f) is not None]
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -71,7 +71,9 @@ class GPT(nn.Module):
             x = x + self.pos_table[start_pos : start_pos + T]
         return self.drop(x)
 
-    def forward(self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None, last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None, last_only: bool = False
+    ) -> torch.Tensor:
         """Logits for idx; with `caches` (from `new_caches`), idx continues the positions cached so far.
         last_only computes the head for the last position alone: all that decoding needs, and the head
         (D x d) is the largest matmul of a small model."""

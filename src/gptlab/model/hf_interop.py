@@ -37,7 +37,7 @@ def _refuse(model_type: str, option: str, value: Any, why: str) -> ConfigError:
     return ConfigError(f"{model_type} config option {option}={value!r} is not supported: {why}.")
 
 
-def _block_weights(hf: dict[str, torch.Tensor], n_layer: int, ln_names: tuple[str, str]) -> dict[str, torch.Tensor]:
+def _block_weights(hf: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
     """The per-block tensors both GPT-2 and GPT-1 share (c_attn, c_proj, c_fc, c_proj and two LayerNorms)."""
     state: dict[str, torch.Tensor] = {}
     for i in range(n_layer):
@@ -46,7 +46,7 @@ def _block_weights(hf: dict[str, torch.Tensor], n_layer: int, ln_names: tuple[st
                               ("mlp.c_fc", "mlp.layers.0"), ("mlp.c_proj", "mlp.layers.2")]:
             state[dst + ours + ".weight"] = _linear(hf[src + hf_name + ".weight"])
             state[dst + ours + ".bias"] = hf[src + hf_name + ".bias"]
-        for hf_name, ours in zip(ln_names, ("norm_1", "norm_2")):
+        for hf_name, ours in [("ln_1", "norm_1"), ("ln_2", "norm_2")]:
             state[dst + ours + ".weight"] = hf[src + hf_name + ".weight"]
             state[dst + ours + ".bias"] = hf[src + hf_name + ".bias"]
     return state
@@ -85,13 +85,15 @@ def convert_gpt2(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> tuple[G
         mlp_bias=True, dropout=config.get("resid_pdrop", 0.1), layer_norm_eps=config.get("layer_norm_epsilon", 1e-5),
     )
     state = {"tok_emb.weight": hf["wte.weight"], "pos_emb.weight": hf["wpe.weight"]}
-    state |= _block_weights(hf, cfg.n_layer, ("ln_1", "ln_2"))
+    state |= _block_weights(hf, cfg.n_layer)
     state |= {"final_norm.weight": hf["ln_f.weight"], "final_norm.bias": hf["ln_f.bias"]}
     state["head.weight"] = _head(hf, tied, hf["wte.weight"])
     return cfg, state
 
 
-def convert_openai_gpt(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
+def convert_openai_gpt(
+    config: dict[str, Any], hf: dict[str, torch.Tensor]
+) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
     """OpenAIGPTLMHeadModel (GPT-1): post-LN (ln_1 after attention, ln_2 after the MLP), no final norm."""
     hf = _strip(hf)
     activation = config.get("afn", "gelu")
@@ -105,7 +107,7 @@ def convert_openai_gpt(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> t
         dropout=config.get("resid_pdrop", 0.1), layer_norm_eps=config.get("layer_norm_epsilon", 1e-5),
     )
     state = {"tok_emb.weight": hf["tokens_embed.weight"], "pos_emb.weight": hf["positions_embed.weight"]}
-    state |= _block_weights(hf, cfg.n_layer, ("ln_1", "ln_2"))
+    state |= _block_weights(hf, cfg.n_layer)
     state["head.weight"] = _head(hf, tied, hf["tokens_embed.weight"])
     return cfg, state
 
@@ -191,11 +193,12 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     if gpt2:
         config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_inner": cfg.d_ff,
                   "activation_function": act[cfg.activation], **common}
-        prefix, emb, pos = "transformer.", "wte", "wpe"
+        emb, pos = "wte", "wpe"
     else:
         config = {"model_type": "openai-gpt", "architectures": ["OpenAIGPTLMHeadModel"],
                   "afn": act[cfg.activation], **common}
-        prefix, emb, pos = "transformer.", "tokens_embed", "positions_embed"
+        emb, pos = "tokens_embed", "positions_embed"
+    prefix = "transformer."  # both LM-head models keep the base model under this name
     hf = {f"{prefix}{emb}.weight": ours["tok_emb.weight"][:d], f"{prefix}{pos}.weight": ours["pos_emb.weight"]}
     for i in range(cfg.n_layer):
         src, dst = f"blocks.{i}.", f"{prefix}h.{i}."
