@@ -11,8 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from gptlab.flops import train_flops_per_token
-from gptlab.model import GPT
+from gptlab.model import training_flops_per_token
 from gptlab.training import build_model_config
 from training_support import TINY, compose_train, run_script, scalars, train_in_process
 
@@ -45,7 +44,7 @@ def test_scalars_are_logged(run_dir: Path) -> None:
                 "throughput/tokens_per_sec", "throughput/mfu", "hp/best_val_loss"}
     assert expected <= set(logged)
     # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
-    flops_per_token = train_flops_per_token(GPT(build_model_config(compose_train(run_dir, *RUN).model, 257)))
+    flops_per_token = training_flops_per_token(build_model_config(compose_train(run_dir, *RUN).model, 257))["total"]
     for step, mfu in logged["throughput/mfu"].items():
         tokens_per_sec = logged["throughput/tokens_per_sec"][step]
         assert mfu == pytest.approx(tokens_per_sec * flops_per_token / PEAK_FLOPS, rel=1e-4)

@@ -12,33 +12,6 @@ from lightning.pytorch.utilities import rank_zero_only
 from gptlab.model import GPT
 
 
-@torch.no_grad()
-def _sample_loop(
-    model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float, top_k: Optional[int]
-) -> torch.Tensor:
-    """A minimal full-context loop for models without `generate` (it recomputes the whole window per token)."""
-    for _ in range(max_new_tokens):
-        # .forward, not __call__: a model.compile()d model would recompile for every new length.
-        logits = model.forward(idx[:, -model.config.block_size :])[:, -1, :]
-        if temperature == 0:
-            nxt = logits.argmax(dim=-1, keepdim=True)
-        else:
-            logits = logits / temperature
-            if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1)
-        idx = torch.cat([idx, nxt], dim=1)
-    return idx
-
-
-def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float, top_k: Optional[int]) -> torch.Tensor:
-    """The model's own `generate` (KV-cached) when it has one, else the minimal loop above."""
-    if hasattr(model, "generate"):
-        return model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k)
-    return _sample_loop(model, idx, max_new_tokens, temperature, top_k)
-
-
 class TextSamples(L.Callback):
     """Continues each prompt with `max_new_tokens` sampled tokens (temperature 0 = greedy) and writes the
     texts under `samples/<i>`. Sampling runs in a forked RNG with a seed per step, so it neither disturbs
@@ -71,7 +44,7 @@ class TextSamples(L.Callback):
             for i, prompt in enumerate(self.prompts):
                 ids = tokenizer.encode(prompt) or [tokenizer.eot_id]
                 idx = torch.tensor([ids[-model.config.block_size :]], dtype=torch.long, device=device)
-                out = generate(model, idx, self.max_new_tokens, self.temperature, self.top_k)
+                out = model.generate(idx, self.max_new_tokens, temperature=self.temperature, top_k=self.top_k)
                 text = tokenizer.decode(out[0].tolist())
                 for writer in writers:
                     # Indented four spaces: TensorBoard renders markdown, and this keeps the text verbatim.

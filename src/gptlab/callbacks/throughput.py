@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops
 
-from gptlab.flops import train_flops_per_token
+from gptlab.model import training_flops_per_token
 
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16}  # by the prefix of trainer.precision
 
@@ -38,7 +38,7 @@ class TokenThroughput(L.Callback):
         model = pl_module.model
         peak = get_available_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
         self._throughput = Throughput(available_flops=peak, world_size=trainer.world_size, window_size=self.window_size)
-        self._flops_per_token = train_flops_per_token(model)
+        self._flops_per_token = training_flops_per_token(model.config)["total"]  # 6N + attention, from the config
         self._start, self._batches = time.perf_counter(), 0
 
     def on_train_batch_end(

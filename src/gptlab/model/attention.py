@@ -8,11 +8,14 @@ layer's kind, dense, local or strided (GPT-3's alternating layers); sparse_atten
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
 from gptlab.model.config import GPTConfig
-from gptlab.model.sparse_attention import attend
+from gptlab.model.kv_cache import KVCache
+from gptlab.model.sparse_attention import attend, attend_cached
 
 
 class CausalSelfAttention(nn.Module):
@@ -28,15 +31,22 @@ class CausalSelfAttention(nn.Module):
         self.out.is_residual_projection = True
         self.dropout = cfg.dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
+        """x holds the newest T positions; with a cache, the earlier ones come from it (incremental decoding)."""
         B, T, _ = x.shape
         qk_width = self.n_head * self.head_dim
         q, k, v = self.qkv(x).split([qk_width, qk_width, self.n_head * self.v_head_dim], dim=-1)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D_K)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_head, self.v_head_dim).transpose(1, 2)  # (B, H, T, D_V)
-        # The mask M of the layer's kind (dense: M_ij = -inf for j > i); scale None = 1/sqrt(D_K).
         dropout_p = self.dropout if self.training else 0.0
-        y = attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p)
+        if cache is None:
+            # The mask M of the layer's kind (dense: M_ij = -inf for j > i); scale None = 1/sqrt(D_K).
+            y = attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p)
+        else:
+            q_start = cache.length  # absolute position of the first new query
+            k, v, k_start = cache.append(k, v)
+            y = attend_cached(q, k, v, q_start, k_start, self.kind, self.window, self.impl, self.scale)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.v_head_dim)  # [S_1 ‖ … ‖ S_H]
         return self.out(y)
+

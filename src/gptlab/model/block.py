@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
 from gptlab.model.attention import CausalSelfAttention
 from gptlab.model.config import GPTConfig
+from gptlab.model.kv_cache import KVCache
 from gptlab.model.mlp import MLP
 
 
@@ -20,10 +23,10 @@ class Block(nn.Module):
         self.norm_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         if self.pre_norm:  # X ← X + ATT(Norm(X)); X ← X + MLP(Norm(X))
-            x = x + self.attn_drop(self.attn(self.norm_1(x)))
+            x = x + self.attn_drop(self.attn(self.norm_1(x), cache))
             return x + self.mlp(self.norm_2(x))
         # X ← Norm(X + ATT(X)); X ← Norm(X + MLP(X))
-        x = self.norm_1(x + self.attn_drop(self.attn(x)))
+        x = self.norm_1(x + self.attn_drop(self.attn(x, cache)))
         return self.norm_2(x + self.mlp(x))

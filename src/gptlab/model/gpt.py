@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -11,20 +13,22 @@ from torch.utils.checkpoint import checkpoint
 from gptlab.errors import ConfigError
 from gptlab.model.block import Block
 from gptlab.model.config import GPTConfig
+from gptlab.model.generation import SamplingOptions, generate
+from gptlab.model.kv_cache import KVCache
 from gptlab.model.positions import sinusoidal_table
 
 INIT_STD = 0.02
 
 
 class GPT(nn.Module):
-    """A plain nn.Module: `GPT(cfg)(idx)` maps token ids (B, T) to logits (B, T, vocab_size)."""
+    """A plain nn.Module: `GPT(cfg)(idx)` maps token ids (B, T) to logits (B, T, padded_vocab_size)."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         if cfg.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
         self.config = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # E_1
+        self.tok_emb = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # E_1
         if cfg.pos_emb == "learned":
             self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)  # E_2 (eq. 2)
         elif cfg.pos_emb == "sinusoidal":
@@ -32,7 +36,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.final_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
-        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)  # W_head
+        self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)  # W_head
         self.reset_parameters()
         if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters (seed 003)
             self.head.weight = self.tok_emb.weight
@@ -68,15 +72,61 @@ class GPT(nn.Module):
             x = x + self.pos_table[start_pos : start_pos + T]
         return self.drop(x)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.embed(idx)
-        for block in self.blocks:
+    def forward(
+        self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None, last_only: bool = False
+    ) -> torch.Tensor:
+        """Logits for idx; with `caches` (from `new_caches`), idx continues the positions cached so far.
+        last_only computes the head for the last position alone: all that decoding needs, and the head
+        (D x d) is the largest matmul of a small model."""
+        x = self.embed(idx, start_pos=caches[0].length if caches else 0)
+        for i, block in enumerate(self.blocks):
             if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
                 # Keep only each block's input; its activations are recomputed in backward (memory for time).
                 x = checkpoint(block, x, use_reentrant=False)
             else:
-                x = block(x)
+                x = block(x, caches[i] if caches else None)
+        if last_only:
+            x = x[:, -1:]
         return self.head(self.final_norm(x))
+
+    def new_caches(self, batch: int, max_len: int) -> list[KVCache]:
+        """One empty KV cache per block, for up to max_len positions; local layers keep only their window."""
+        p, c = self.tok_emb.weight, self.config
+        return [
+            KVCache(batch, c.n_head, max_len, c.head_dim, c.v_head_dim, p.dtype, p.device,
+                    window=c.attn_window if block.attn.kind == "local" else None)
+            for block in self.blocks
+        ]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        num_beams: int = 1,
+        eos_token_id: Optional[int] = None,
+        use_cache: bool = True,
+        generator: Optional[torch.Generator] = None,
+    ) -> torch.Tensor:
+        """Continue each row of idx (B, T) by up to max_new_tokens ids; see gptlab.model.generation."""
+        options = SamplingOptions(temperature, top_k, top_p, num_beams, eos_token_id, use_cache)
+        return generate(self, idx, max_new_tokens, options, generator)
+
+    @classmethod
+    def from_pretrained(cls, path: Union[str, Path]) -> "GPT":
+        """Load a local Hugging Face GPT-2 or GPT-1 directory (safetensors or pytorch_model.bin)."""
+        from gptlab.model.hf_interop import from_pretrained  # imported here: hf_interop builds on this module
+
+        return from_pretrained(path)
+
+    def save_pretrained(self, path: Union[str, Path]) -> None:
+        """Write a Hugging Face directory: GPT-2 for pre-LN models, GPT-1 for post-LN ones."""
+        from gptlab.model.hf_interop import save_pretrained  # imported here: hf_interop builds on this module
+
+        save_pretrained(self, path)
 
     def num_parameters(self) -> int:
         """Unique parameters: a tied head is counted once."""

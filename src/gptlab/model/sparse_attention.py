@@ -30,8 +30,13 @@ LOCAL_CPU_MIN_WINDOWS = 3
 
 def pattern_mask(kind: str, T: int, window: int, device: Optional[torch.device] = None) -> torch.Tensor:
     """The (T, T) boolean mask of allowed (query i, key j) pairs: True = attend."""
-    i = torch.arange(T, device=device)[:, None]
-    j = torch.arange(T, device=device)[None, :]
+    positions = torch.arange(T, device=device)
+    return allowed_pairs(kind, positions, positions, window)
+
+
+def allowed_pairs(kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int) -> torch.Tensor:
+    """(len(q_pos), len(k_pos)) boolean mask for queries and keys at these absolute positions."""
+    i, j = q_pos[:, None], k_pos[None, :]
     allowed = j <= i
     if kind == "local":
         allowed &= i - j < window
@@ -99,6 +104,29 @@ def attend(
             "use model.attn_impl=auto or chunked."
         )
     return flex(q, k, v, kind, window, scale)
+
+
+def attend_cached(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    k_start: int,
+    kind: str,
+    window: int,
+    impl: str = "auto",
+    scale: Optional[float] = None,
+) -> torch.Tensor:
+    """Attention for decoding: the queries sit at positions q_start.., the keys (from a KV cache, which for a
+    local layer holds only the last keys) at k_start... A prompt that fills an empty cache is an ordinary
+    call; otherwise the few new queries get an explicit mask of their kind, which is cheap at this size."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    if q_start == k_start and T_q == T_k:
+        return attend(q, k, v, kind, window, impl, scale)
+    q_pos = torch.arange(q_start, q_start + T_q, device=q.device)
+    k_pos = torch.arange(k_start, k_start + T_k, device=q.device)
+    mask = allowed_pairs(kind, q_pos, k_pos, window)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
 def chunked_local(

@@ -1,0 +1,22 @@
+"""Decode tokens/s: GPT.generate with the KV cache, without it, and transformers' generate (conf/bench_generate.yaml).
+
+    python scripts/bench_generate.py                       # gpt2_small (12 layers), 512 new tokens
+    python scripts/bench_generate.py model.n_layer=2       # a quick look on a CPU
+    python scripts/bench_generate.py device=cuda
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from gptlab.bench_generate import report, run
+from gptlab.cli import user_errors_exit
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="bench_generate")
+@user_errors_exit
+def main(cfg: DictConfig) -> None:
+    print(report(cfg, run(cfg)))
+
+
+if __name__ == "__main__":
+    main()

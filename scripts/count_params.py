@@ -1,0 +1,25 @@
+"""Print a model's parameters per component, their shares and training FLOPs per token (seed 003's table).
+
+    python scripts/count_params.py model=gpt3_175b model.attn_bias=false
+"""
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.cli import user_errors_exit
+from gptlab.model import GPTConfig
+from gptlab.model.accounting import parameter_table
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="count_params")
+@user_errors_exit
+def main(cfg: DictConfig) -> None:
+    values = OmegaConf.to_container(cfg.model, resolve=True)
+    if values["vocab_size"] is None:  # the preset takes d from the tokenizer
+        values["vocab_size"] = hydra.utils.instantiate(cfg.tokenizer).vocab_size
+    print(parameter_table(GPTConfig.from_dict(values), name=HydraConfig.get().runtime.choices.model))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""`sample(cfg)`: load a trained run or a Hugging Face directory, encode a prompt, decode, and return the texts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.errors import ConfigError
+from gptlab.model import GPT
+from gptlab.model.checkpoint import load_lightning_checkpoint
+
+RUN_CONFIG = "config_resolved.yaml"  # what train() writes into every run dir
+
+
+def load_model(path: str) -> GPT:
+    """A directory is a Hugging Face model; a file is a Lightning checkpoint written by src/train.py."""
+    p = Path(path)
+    if p.is_dir():
+        return GPT.from_pretrained(p)
+    return load_lightning_checkpoint(p)
+
+
+def _run_config(ckpt_path: str) -> Path | None:
+    """The run dir's resolved config for <run>/checkpoints/x.ckpt, if it is there."""
+    candidate = Path(ckpt_path).resolve().parent.parent / RUN_CONFIG
+    return candidate if Path(ckpt_path).is_file() and candidate.is_file() else None
+
+
+def load_tokenizer(cfg: DictConfig) -> Any:
+    """The tokenizer named in cfg, else the one the run was trained with."""
+    if cfg.get("tokenizer") is not None:
+        return hydra.utils.instantiate(cfg.tokenizer)
+    run_config = _run_config(cfg.ckpt_path)
+    if run_config is None:
+        raise ConfigError(f"no tokenizer for ckpt_path={cfg.ckpt_path!r}: it is not inside a gptlab run dir "
+                          f"(no ../{RUN_CONFIG}); choose one, e.g. tokenizer=bytes.")
+    return hydra.utils.instantiate(OmegaConf.load(run_config).tokenizer)
+
+
+def read_prompt(cfg: DictConfig) -> str:
+    if cfg.prompt_file is not None:
+        if cfg.prompt is not None:
+            raise ConfigError("both prompt and prompt_file are set; keep one (prompt=null or prompt_file=null).")
+        path = Path(cfg.prompt_file)
+        if not path.is_file():
+            raise ConfigError(f"prompt_file={cfg.prompt_file!r} does not exist.")
+        return path.read_text(encoding="utf-8")
+    if cfg.prompt is None:
+        raise ConfigError("no prompt: set prompt=\"...\" or prompt_file=<path>.")
+    return str(cfg.prompt)
+
+
+def sample(cfg: DictConfig) -> list[str]:
+    """num_samples continuations of the prompt (prompt included), decoded to text."""
+    if cfg.ckpt_path is None:
+        raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
+    model = load_model(cfg.ckpt_path).to(cfg.device)
+    tokenizer = load_tokenizer(cfg)
+    ids = tokenizer.encode(read_prompt(cfg))
+    if not ids:
+        raise ConfigError("the prompt is empty; give at least one character.")
+    if max(ids) >= model.config.vocab_size:
+        raise ConfigError(f"tokenizer {tokenizer.name} produced id {max(ids)}, but the model has "
+                          f"vocab_size={model.config.vocab_size}; choose the tokenizer the model was trained with.")
+    generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed)
+    idx = torch.tensor([ids] * cfg.num_samples, device=cfg.device)
+    out = model.generate(
+        idx, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+        num_beams=cfg.num_beams, eos_token_id=tokenizer.eot_id if cfg.stop_at_eot else None, generator=generator,
+    )
+    texts = []
+    for row in out.tolist():
+        if cfg.stop_at_eot and tokenizer.eot_id in row[len(ids) :]:  # drop the end-of-text and the padding after it
+            row = row[: row.index(tokenizer.eot_id, len(ids))]
+        texts.append(tokenizer.decode(row))
+    return texts

@@ -1,0 +1,97 @@
+"""A trained run goes out as a Hugging Face directory and comes back; sample.py reads both and bad input exits 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from transformers import AutoModelForCausalLM, GPT2LMHeadModel
+
+from gptlab.errors import ConfigError
+from gptlab.model.checkpoint import load_lightning_checkpoint
+from gptlab.sampling import sample
+from gptlab.training import train
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+
+def composed(config_name: str, overrides: list[str]):
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real two-step training run of a tiny model, with its checkpoint and config_resolved.yaml."""
+    out = tmp_path_factory.mktemp("run")
+    cfg = composed("train", [
+        "trainer=cpu", "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+        "trainer.enable_model_summary=false", "data.batch_size=2", "model.block_size=32", "model.n_layer=1",
+        "model.n_embd=32", "model.n_head=2", "callbacks.progress_bar=null", "~logger", f"paths.output_dir={out}",
+    ])
+    train(cfg)
+    assert (out / "checkpoints" / "last.ckpt").is_file()
+    return out
+
+
+def test_export_hf_script_writes_a_directory_transformers_loads(run_dir: Path, tmp_path: Path) -> None:
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    done = subprocess.run([sys.executable, "scripts/export_hf.py", f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}"],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert isinstance(hf, GPT2LMHeadModel)
+    model = load_lightning_checkpoint(ckpt).eval()
+    x = torch.randint(0, 257, (2, 32))
+    with torch.no_grad():
+        assert (model(x) - hf(x).logits).abs().max().item() <= 1e-5
+
+
+def test_sample_from_checkpoint_and_hf_dir_agree(run_dir: Path, tmp_path: Path) -> None:
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    model = load_lightning_checkpoint(ckpt)
+    model.save_pretrained(tmp_path / "hf")
+    greedy = ["temperature=0", "max_new_tokens=12", "stop_at_eot=false"]
+    # the checkpoint finds its tokenizer (bytes) in the run's config_resolved.yaml
+    from_ckpt = sample(composed("sample", [f"ckpt_path={ckpt}", "prompt=Hi there", *greedy]))
+    expected = model.generate(torch.tensor([list(b"Hi there")]), 12, temperature=0)[0].tolist()
+    assert from_ckpt == [bytes(expected).decode("utf-8", errors="replace")]
+    (tmp_path / "prompt.txt").write_text("Hi there", encoding="utf-8")
+    from_hf = sample(composed("sample", [f"ckpt_path={tmp_path / 'hf'}", "tokenizer=bytes", "prompt=null",
+                                         f"prompt_file={tmp_path / 'prompt.txt'}", *greedy]))
+    assert from_hf == from_ckpt
+    several = sample(composed("sample", [f"ckpt_path={ckpt}", "prompt=Hi", "num_samples=3", "max_new_tokens=5"]))
+    assert len(several) == 3 and all(text.startswith("Hi") for text in several)
+
+
+def test_sample_bad_input(run_dir: Path, tmp_path: Path) -> None:
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError, match="tokenizer=bytes"):  # an HF dir does not say which tokenizer
+        model = load_lightning_checkpoint(ckpt)
+        model.save_pretrained(tmp_path / "hf")
+        sample(composed("sample", [f"ckpt_path={tmp_path / 'hf'}"]))
+    with pytest.raises(ConfigError, match="prompt_file"):
+        sample(composed("sample", [f"ckpt_path={ckpt}", f"prompt_file={tmp_path / 'missing.txt'}", "prompt=null"]))
+    done = subprocess.run([sys.executable, "src/sample.py", f"ckpt_path={ckpt}", "top_p=1.5"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "top_p=1.5" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_checkpoint_shape_mismatch_lists_keys(run_dir: Path, tmp_path: Path) -> None:
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    ckpt["hyper_parameters"]["model"]["n_embd"] = 48
+    torch.save(ckpt, tmp_path / "bad.ckpt")
+    with pytest.raises(ConfigError) as err:
+        load_lightning_checkpoint(tmp_path / "bad.ckpt")
+    assert "tok_emb.weight: (257, 32)" in str(err.value) and "(257, 48)" in str(err.value)
