@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "conf"
 TRAIN_SCRIPT = ROOT / "src" / "train.py"
 
+# For subprocesses: import this checkout's gptlab, also in processes that do not start from a script in
+# src/ (submitit's workers, scripts/), even where another copy of gptlab is installed.
+CHECKOUT_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+
 # Small enough that a few dozen steps take seconds on a 2-core CPU.
 TINY_MODEL = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32"]
 TINY_RUN = TINY_MODEL + [
@@ -47,11 +51,8 @@ def compose_train():
 
 
 def run_train(args: list[str], cwd: Path, timeout: int = 300, threads: int | None = None) -> subprocess.CompletedProcess:
-    """`python src/train.py args` in `cwd`; `threads` caps torch's threads (e.g. 1 per DDP rank on 2 cores).
-
-    PYTHONPATH points at this checkout so processes that do not start from src/train.py (submitit's
-    workers) import this gptlab, not another installed copy."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
+    """`python src/train.py args` in `cwd`; `threads` caps torch's threads (e.g. 1 per DDP rank on 2 cores)."""
+    env = dict(CHECKOUT_ENV)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return subprocess.run(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import CHECKOUT_ENV, ROOT
+
 SMALL = dict(vocab_size=50, block_size=48, n_layer=3, n_head=2, n_embd=16)
 
 
@@ -99,7 +99,7 @@ def test_flex_on_cpu_training_exits_with_the_field_named(tmp_path: Path) -> None
         sys.executable, "src/train.py", "trainer=cpu", "model.attn_pattern=[dense,local]", "model.attn_window=64",
         "model.attn_impl=flex", "trainer.max_steps=1", f"hydra.run.dir={tmp_path}",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = CHECKOUT_ENV
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "model.attn_impl=flex cannot train on CPU" in proc.stderr and "auto or chunked" in proc.stderr
@@ -112,7 +112,7 @@ def test_ablation_sweep_runs_one_job_per_layout(tmp_path: Path) -> None:
         sys.executable, "src/train.py", "-m", "experiment=ablate_attention", "debug=fast_dev_run",
         "data.batch_size=4", f"hydra.sweep.dir={tmp_path}",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = CHECKOUT_ENV
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     patterns = [(tmp_path / str(job) / ".hydra" / "overrides.yaml").read_text() for job in range(3)]

@@ -15,6 +15,8 @@ CONFIGS = [
     dict(norm="post", tie_weights=False),
     dict(n_head=3, head_dim=16, v_head_dim=8, pos_emb="sinusoidal"),  # H·D_K ≠ D, D_V ≠ D_K
     dict(pos_emb="none", pad_vocab_to=64, attn_bias=False),
+    dict(attn_pattern=["dense", "local"], attn_window=4),  # GPT-3's alternation, a band shorter than T
+    dict(attn_pattern=["local", "strided"], attn_window=3, n_layer=3),  # the Sparse Transformer's factorisation
 ]
 
 
@@ -43,6 +45,24 @@ def test_incremental_logits_equal_full_recompute(fields: dict) -> None:
         steps = [gpt(x[:, :6], caches)]
         steps += [gpt(x[:, i : i + 1], caches) for i in range(6, 17)] + [gpt(x[:, 17:], caches)]
     assert (torch.cat(steps, dim=1) - full).abs().max().item() <= 1e-5
+
+
+def test_local_layers_cache_only_their_window() -> None:
+    gpt = model(attn_pattern=["dense", "local"], attn_window=4)
+    x = prompt(length=20)
+    caches = gpt.new_caches(3, 20)
+    with torch.no_grad():
+        gpt(x[:, :9], caches)
+        for i in range(9, 20):
+            gpt(x[:, i : i + 1], caches)
+    dense, local = caches
+    assert dense.k[:, :, : dense.length].shape[2] == 20  # a dense layer may look back to position 0
+    assert local.k.shape[2] == 3 and local.start == 17  # w - 1 = 3 keys: positions 17, 18, 19
+    at_once = gpt.new_caches(3, 20)
+    with torch.no_grad():
+        gpt(x, at_once)  # the same positions in one pass: the kept keys must be the same keys
+    torch.testing.assert_close(local.k, at_once[1].k, rtol=0, atol=1e-5)
+    torch.testing.assert_close(local.v, at_once[1].v, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("fields", CONFIGS, ids=str)

@@ -1,15 +1,14 @@
 """scripts/prepare_data.py as a user runs it: Hydra overrides in, shards out; mistakes exit 2 with a message."""
 
 import json
-import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import CHECKOUT_ENV, ROOT
 
 
 def run_script(*args: str, cwd) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**CHECKOUT_ENV, "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "prepare_data.py"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import fields, replace
@@ -13,8 +12,8 @@ import yaml
 
 from gptlab.model import GPT, GPTConfig, count_parameters, training_flops_per_token
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+from conftest import CHECKOUT_ENV, ROOT
+
 PRESETS = sorted((ROOT / "conf" / "model").glob("*.yaml"))
 
 
@@ -119,11 +118,11 @@ def test_flops_are_6n_plus_attention() -> None:
 def test_count_params_script_175b_and_unknown_preset() -> None:
     run = subprocess.run(
         [sys.executable, "scripts/count_params.py", "model=gpt3_175b", "model.attn_bias=false"],
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True, timeout=60,
     )
     assert run.returncode == 0, run.stderr
     assert "174,599,540,736" in run.stdout and "57,982,058,496" in run.stdout and "33.2%" in run.stdout
     assert "6N" in run.stdout
-    bad = subprocess.run([sys.executable, "scripts/count_params.py", "model=gpt4"], cwd=ROOT, env=ENV,
+    bad = subprocess.run([sys.executable, "scripts/count_params.py", "model=gpt4"], cwd=ROOT, env=CHECKOUT_ENV,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "gpt3_175b" in bad.stderr and "gpt2_small" in bad.stderr

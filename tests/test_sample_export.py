@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +17,8 @@ from gptlab.model.checkpoint import load_lightning_checkpoint
 from gptlab.sampling import sample
 from gptlab.training import train
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+from conftest import CHECKOUT_ENV, ROOT
+
 
 
 def composed(config_name: str, overrides: list[str]):
@@ -48,7 +47,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_export_hf_script_writes_a_directory_transformers_loads(run_dir: Path, tmp_path: Path) -> None:
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     done = subprocess.run([sys.executable, "scripts/export_hf.py", f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}"],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert isinstance(hf, GPT2LMHeadModel)
@@ -83,7 +82,7 @@ def test_sample_bad_input(run_dir: Path, tmp_path: Path) -> None:
         sample(composed("sample", [f"ckpt_path={tmp_path / 'hf'}"]))
     with pytest.raises(ConfigError, match="prompt_file"):
         sample(composed("sample", [f"ckpt_path={ckpt}", f"prompt_file={tmp_path / 'missing.txt'}", "prompt=null"]))
-    done = subprocess.run([sys.executable, "src/sample.py", f"ckpt_path={ckpt}", "top_p=1.5"], cwd=ROOT, env=ENV,
+    done = subprocess.run([sys.executable, "src/sample.py", f"ckpt_path={ckpt}", "top_p=1.5"], cwd=ROOT, env=CHECKOUT_ENV,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "top_p=1.5" in done.stderr and "Traceback" not in done.stderr
 

@@ -94,14 +94,13 @@ def format_plan(plan: Plan, name: str, mfu: float, micro_batch: int) -> str:
         lines.append(f"{part:<28}{_gb(plan.ddp[part]):>14}{_gb(plan.fsdp[part]):>14}")
     lines.append("")
     for kind, spec in GPUS.items():
-        fits = [
-            label
-            for label, mem in (("DDP", plan.ddp), ("FSDP", plan.fsdp))
-            if min(mem["total"], mem["total_checkpointed"]) <= spec["memory_bytes"]
-        ]
-        verdict = f"fits with {' and '.join(fits)}" if fits else "does not fit with DDP or FSDP"
+        verdicts = []
+        for label, mem in (("DDP", plan.ddp), ("FSDP", plan.fsdp)):
+            need = min(mem["total"], mem["total_checkpointed"])  # with checkpointing if that is what it takes
+            fits = "fits" if need <= spec["memory_bytes"] else "does not fit"
+            verdicts.append(f"{label} {fits} ({need / 1e9:,.1f} GB)")
         lines.append(
             f"{kind} ({spec['memory_bytes'] / 1e9:.0f} GB, {spec['peak_flops'] / 1e12:.0f} TFLOP/s bf16): "
-            f"{plan.days[kind]:,.1f} days on {plan.gpus} GPUs at {mfu:.0%} MFU; {verdict}"
+            f"{plan.days[kind]:,.1f} days on {plan.gpus} GPUs at {mfu:.0%} MFU; {'; '.join(verdicts)}"
         )
     return "\n".join(lines)

@@ -15,7 +15,7 @@ import multiprocessing
 import zlib
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 

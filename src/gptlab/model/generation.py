@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import torch
-import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
 
