@@ -61,12 +61,20 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path) -> None:
         assert (sweep / job / "run_summary.json").exists()
 
 
-def test_optuna_search_runs_trials_and_writes_the_best(tmp_path: Path) -> None:
-    proc = run_train(["hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", *SWEEP], cwd=tmp_path, timeout=600, threads=1)
+def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path) -> None:
+    """Each trial's sampled lr and warmup reach rank 1 through the job's own overrides: ranks that trained
+    with different values would end with different weights, which the rank check turns into a failure."""
+    args = ["hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", *SWEEP, *DDP]
+    proc = run_train(args, cwd=tmp_path, timeout=600, threads=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
     result = (sweep / "optimization_results.yaml").read_text()
     assert "optimizer.lr" in result and "best_value" in result
+    lrs = set()
+    for job in ("0", "1"):
+        _assert_job_dir_of_two_ranks(sweep / job)
+        lrs |= {o for o in (sweep / job / ".hydra" / "overrides.yaml").read_text().split() if o.startswith("optimizer.lr=")}
+    assert len(lrs) == 2  # two trials, two sampled learning rates
 
 
 def test_fsdp_trainer_composes_with_block_wrapping(compose_train, tmp_path: Path, monkeypatch) -> None:
