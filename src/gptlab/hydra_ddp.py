@@ -41,6 +41,7 @@ def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
         f"hydra.run.dir={hydra_cfg.runtime.output_dir}",
         f"hydra.job.name={hydra_cfg.job.name}_rank{local_rank}",  # its own log file in the job dir
         "hydra.output_subdir=null",  # rank 0 already saved the job's .hydra/ configs
+        "hydra.mode=RUN",  # a config that sets MULTIRUN (hparams_search) would otherwise start a sweep again
     ]
     return command, get_original_cwd()
 
