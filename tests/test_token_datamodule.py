@@ -83,3 +83,21 @@ def test_training_on_prepared_gpt2_shards(corpus, tmp_path, gpt2_ranks):
     assert (tmp_path / "c" / "gpt2" / "manifest.json").is_file()
     ckpt = torch.load(next((tmp_path / "run" / "checkpoints").glob("last*.ckpt")), weights_only=False)
     assert ckpt["state_dict"]["model.tok_emb.weight"].shape[0] == 50257  # vocab_size taken from the tokenizer
+
+
+def test_prepared_path_resumes_at_the_saved_batch(corpus, tmp_path):
+    """A checkpoint's data position (epoch, batches trained) makes the next loader continue the epoch exactly."""
+    first = datamodule(corpus, tmp_path)
+    batches = [x for x, _ in first.train_dataloader()]
+    progress = SimpleNamespace(processed=3)
+    first.trainer = SimpleNamespace(global_rank=0, world_size=1, fit_loop=SimpleNamespace(
+        epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=progress))))
+    saved = first.state_dict()
+    assert saved == {"epoch": 0, "batches": 3}
+
+    resumed = datamodule(corpus, tmp_path)
+    resumed.load_state_dict(saved)
+    rest = [x for x, _ in resumed.train_dataloader()]
+    assert len(rest) == len(batches) - 3
+    for a, b in zip(rest, batches[3:]):
+        assert torch.equal(a, b)

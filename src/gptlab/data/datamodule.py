@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning as L
-import torch
 from torch.utils.data import DataLoader
 
 from gptlab.data.corpus import Split, build_split
 from gptlab.data.sources import SOURCES
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.data.windows import EpochSampler, RandomWindows, SequentialWindows
+from gptlab.data.position import TrainPosition
+from gptlab.data.windows import RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError, invalid_choice
 
 
@@ -44,8 +44,7 @@ class CorpusDataModule(L.LightningDataModule):
         self.batch_size, self.val_fraction, self.num_workers, self.seed = batch_size, val_fraction, num_workers, seed
         self.samples_per_epoch = samples_per_epoch
         self.split: Optional[Split] = None
-        self.resume_position: dict[str, int] = {}  # from a checkpoint: where in which epoch training stopped
-        self._train_sampler: Optional[EpochSampler] = None
+        self.position = TrainPosition()
 
     @property
     def vocab_size(self) -> int:
@@ -59,41 +58,18 @@ class CorpusDataModule(L.LightningDataModule):
         self.train_set = RandomWindows(self.split.train, self.block_size, per_epoch, self.seed)
         self.val_set = SequentialWindows(self.split.val, self.block_size)
 
-    def _loader(self, dataset, sampler=None) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            drop_last=sampler is not None,
-            # Its own generator: creating an iterator then draws no number from the global RNG, which
-            # dropout uses, so a resumed run's random stream stays the uninterrupted run's.
-            generator=torch.Generator().manual_seed(self.seed),
-        )
-
     def train_dataloader(self) -> DataLoader:
-        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        sampler = EpochSampler(len(self.train_set), rank, world)
-        epoch, batches = self.resume_position.get("epoch", 0), self.resume_position.get("batches", 0)
-        if batches >= len(sampler) // self.batch_size:  # stopped at an epoch's end: the next one starts afresh
-            epoch, batches = epoch + 1, 0
-        sampler.epoch, sampler.start = epoch, batches * self.batch_size
-        self._train_sampler = sampler
-        return self._loader(self.train_set, sampler)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The data position for exact resume: the epoch and how many of its batches were trained on. The count
-        is the trainer's, not how far the sampler was read: the loader reads ahead of training."""
-        if self.trainer is None or self._train_sampler is None:
-            return {}
-        # The sampler's epoch is the one whose windows the batch counter counts; Lightning's own epoch counters
-        # move at different points of the loop depending on where the checkpoint was taken.
-        progress = self.trainer.fit_loop.epoch_loop.batch_progress.current
-        return {"epoch": self._train_sampler.epoch, "batches": progress.processed}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.resume_position = dict(state_dict)
+        return self.position.train_loader(self.train_set, self.trainer, self.batch_size, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set)
+        return DataLoader(self.val_set, batch_size=self.batch_size, **self._loader_kwargs())
+
+    def _loader_kwargs(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position, for exact resume (see TrainPosition)."""
+        return self.position.state_dict(self.trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.position.load_state_dict(state_dict)

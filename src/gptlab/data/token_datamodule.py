@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.data.windows import EpochSampler, EpochWindows, RandomWindows, SequentialWindows
+from gptlab.data.position import TrainPosition
+from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError, invalid_choice
 
 SAMPLING = ("random", "epoch")
@@ -58,6 +59,7 @@ class TokenDataModule(L.LightningDataModule):
         self.verify_sha256, self.num_workers, self.seed = verify_sha256, num_workers, seed
         self.stream_positions: dict[int, tuple[int, int, int]] = {}  # this rank's workers → next window's start
         self._loaded_stream_state: Optional[dict[str, Any]] = None
+        self.position = TrainPosition()  # prepared shards: where training stopped, for exact resume
         self.splits = None
 
     @property
@@ -111,8 +113,8 @@ class TokenDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.streaming:
             return self._loader(self._stream(False, start=self._start_positions()))
-        rank, world = self._rank_world()
-        return self._loader(self.train_set, EpochSampler(len(self.train_set), rank, world))
+        return self.position.train_loader(self.train_set, self.trainer, self.batch_size, num_workers=self.num_workers,
+                                          persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
         if self.streaming:  # the first val_windows windows of the val documents, read afresh each time
@@ -137,7 +139,7 @@ class TokenDataModule(L.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         if not self.streaming:
-            return {}
+            return self.position.state_dict(self.trainer)  # prepared shards: epoch and batches, as CorpusDataModule
         positions: list[Any] = [self.stream_positions]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             positions = [None] * torch.distributed.get_world_size()
@@ -147,6 +149,8 @@ class TokenDataModule(L.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if "stream" in state_dict:
             self._loaded_stream_state = state_dict["stream"]
+        else:
+            self.position.load_state_dict(state_dict)
 
     def _start_positions(self) -> dict[int, tuple[int, int, int]]:
         saved = self._loaded_stream_state

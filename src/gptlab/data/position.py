@@ -1,0 +1,45 @@
+"""The training data position of a map-style DataModule, for exact resume from a checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from gptlab.data.windows import EpochSampler
+
+
+class TrainPosition:
+    """Hands out the training sampler and saves/restores where in which epoch training stopped.
+
+    The saved count is the trainer's batches, not how far the sampler was read: the loader reads ahead.
+    The sampler's epoch is the one those batches belong to; Lightning's own epoch counters move at different
+    points of the loop depending on where the checkpoint was taken."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, int] = {}  # from a checkpoint
+        self.sampler: Optional[EpochSampler] = None
+
+    def train_loader(self, dataset: Dataset, trainer: Optional[L.Trainer], batch_size: int, **loader_kwargs: Any) -> DataLoader:
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        sampler = EpochSampler(len(dataset), rank, world)
+        epoch, batches = self.saved.get("epoch", 0), self.saved.get("batches", 0)
+        if batches >= len(sampler) // batch_size:  # stopped at an epoch's end: the next one starts afresh
+            epoch, batches = epoch + 1, 0
+        sampler.epoch, sampler.start = epoch, batches * batch_size
+        self.sampler = sampler
+        # Its own generator: creating an iterator then draws no number from the global RNG, which dropout
+        # uses, so a resumed run's random stream stays the uninterrupted run's.
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
+                          generator=torch.Generator().manual_seed(0), **loader_kwargs)
+
+    def state_dict(self, trainer: Optional[L.Trainer]) -> dict[str, int]:
+        if trainer is None or self.sampler is None:
+            return {}
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current
+        return {"epoch": self.sampler.epoch, "batches": progress.processed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.saved = dict(state)
