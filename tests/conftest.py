@@ -17,6 +17,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "conf"
@@ -36,18 +37,22 @@ TINY_RUN = TINY_MODEL + [
 ]
 
 
+def compose_config(overrides: list[str], output_dir: Path | None = None, config_name: str = "train") -> DictConfig:
+    """Compose conf/<config_name>.yaml with overrides, as its entry script would. The compose API creates no
+    run dir: give `output_dir` for configs whose paths.output_dir is the run dir (train)."""
+    if output_dir is not None:
+        overrides = [*overrides, f"paths.output_dir={output_dir}"]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
 @pytest.fixture
 def compose_train():
-    """Compose conf/train.yaml with overrides, as `python src/train.py` would, with a run dir in tmp."""
-
-    def _compose(overrides: list[str], output_dir: Path):
-        GlobalHydra.instance().clear()
-        # The compose API creates no run dir: point the job's output dir at the test's tmp dir.
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="train", overrides=[*overrides, f"paths.output_dir={output_dir}"])
-
-    yield _compose
-    GlobalHydra.instance().clear()
+    return compose_config
 
 
 def run_train(args: list[str], cwd: Path, timeout: int = 300, threads: int | None = None) -> subprocess.CompletedProcess:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from gptlab.errors import ConfigError
@@ -17,24 +16,16 @@ from gptlab.model.checkpoint import load_lightning_checkpoint
 from gptlab.sampling import sample
 from gptlab.training import train
 
-from conftest import CHECKOUT_ENV, ROOT
+from conftest import CHECKOUT_ENV, ROOT, compose_config
 
-
-
-def composed(config_name: str, overrides: list[str]):
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            return compose(config_name=config_name, overrides=overrides)
-    finally:
-        GlobalHydra.instance().clear()
+SAMPLE = functools.partial(compose_config, config_name="sample")  # conf/sample.yaml, as src/sample.py composes it
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real two-step training run of a tiny model, with its checkpoint and config_resolved.yaml."""
     out = tmp_path_factory.mktemp("run")
-    cfg = composed("train", [
+    cfg = compose_config([
         "trainer=cpu", "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
         "trainer.enable_model_summary=false", "data.batch_size=2", "model.block_size=32", "model.n_layer=1",
         "model.n_embd=32", "model.n_head=2", "callbacks.progress_bar=null", "~logger", f"paths.output_dir={out}",
@@ -63,14 +54,14 @@ def test_sample_from_checkpoint_and_hf_dir_agree(run_dir: Path, tmp_path: Path) 
     model.save_pretrained(tmp_path / "hf")
     greedy = ["temperature=0", "max_new_tokens=12", "stop_at_eot=false"]
     # the checkpoint finds its tokenizer (bytes) in the run's config_resolved.yaml
-    from_ckpt = sample(composed("sample", [f"ckpt_path={ckpt}", "prompt=Hi there", *greedy]))
+    from_ckpt = sample(SAMPLE([f"ckpt_path={ckpt}", "prompt=Hi there", *greedy]))
     expected = model.generate(torch.tensor([list(b"Hi there")]), 12, temperature=0)[0].tolist()
     assert from_ckpt == [bytes(expected).decode("utf-8", errors="replace")]
     (tmp_path / "prompt.txt").write_text("Hi there", encoding="utf-8")
-    from_hf = sample(composed("sample", [f"ckpt_path={tmp_path / 'hf'}", "tokenizer=bytes", "prompt=null",
-                                         f"prompt_file={tmp_path / 'prompt.txt'}", *greedy]))
+    from_hf = sample(SAMPLE([f"ckpt_path={tmp_path / 'hf'}", "tokenizer=bytes", "prompt=null",
+                             f"prompt_file={tmp_path / 'prompt.txt'}", *greedy]))
     assert from_hf == from_ckpt
-    several = sample(composed("sample", [f"ckpt_path={ckpt}", "prompt=Hi", "num_samples=3", "max_new_tokens=5"]))
+    several = sample(SAMPLE([f"ckpt_path={ckpt}", "prompt=Hi", "num_samples=3", "max_new_tokens=5"]))
     assert len(several) == 3 and all(text.startswith("Hi") for text in several)
 
 
@@ -79,9 +70,9 @@ def test_sample_bad_input(run_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="tokenizer=bytes"):  # an HF dir does not say which tokenizer
         model = load_lightning_checkpoint(ckpt)
         model.save_pretrained(tmp_path / "hf")
-        sample(composed("sample", [f"ckpt_path={tmp_path / 'hf'}"]))
+        sample(SAMPLE([f"ckpt_path={tmp_path / 'hf'}"]))
     with pytest.raises(ConfigError, match="prompt_file"):
-        sample(composed("sample", [f"ckpt_path={ckpt}", f"prompt_file={tmp_path / 'missing.txt'}", "prompt=null"]))
+        sample(SAMPLE([f"ckpt_path={ckpt}", f"prompt_file={tmp_path / 'missing.txt'}", "prompt=null"]))
     done = subprocess.run([sys.executable, "src/sample.py", f"ckpt_path={ckpt}", "top_p=1.5"], cwd=ROOT, env=CHECKOUT_ENV,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "top_p=1.5" in done.stderr and "Traceback" not in done.stderr

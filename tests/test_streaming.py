@@ -6,7 +6,6 @@ from itertools import islice
 import lightning as L
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
 
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.sources import HFDataset, TextFiles
@@ -14,7 +13,7 @@ from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.training import train
 
-from conftest import ROOT, write_corpus
+from conftest import compose_config, write_corpus
 
 BLOCK = 64
 
@@ -87,8 +86,7 @@ def _run(tmp_path, corpus, name, steps, ckpt=None):
     ]
     if ckpt:
         overrides.append(f"ckpt_path={ckpt}")
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+    cfg = compose_config(overrides)
     BatchRecorder.seen = []
     train(cfg)
     return BatchRecorder.seen

@@ -5,7 +5,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from gptlab.data import TokenDataModule
 from gptlab.data.shards import ShardedTokens
@@ -14,7 +13,7 @@ from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
 from gptlab.training import train
 
-from conftest import ROOT
+from conftest import compose_config
 
 BLOCK = 32
 
@@ -76,8 +75,7 @@ def test_training_on_prepared_gpt2_shards(corpus, tmp_path, gpt2_ranks):
         "trainer.val_check_interval=2", "trainer.limit_val_batches=2", "trainer.accelerator=cpu",
         "callbacks.progress_bar=null", "logger=[]", f"paths.output_dir={tmp_path / 'run'}",
     ]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+    cfg = compose_config(overrides)
     best = train(cfg)
     assert best is not None and np.isfinite(best) and best < np.log(50257) + 1
     assert (tmp_path / "c" / "gpt2" / "manifest.json").is_file()

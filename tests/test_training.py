@@ -6,13 +6,13 @@ import math
 from pathlib import Path
 
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from gptlab.data import ByteTokenizer, CorpusDataModule
 from gptlab.model import GPT, next_token_loss
 from gptlab.training import build_model_config, train
 
 from conftest import TINY_RUN, run_train
+from training_support import scalars
 
 
 def _val_loss(model: GPT, dm: CorpusDataModule) -> float:
@@ -41,24 +41,17 @@ def test_fast_dev_run_through_the_composed_config(compose_train, tmp_path: Path)
     train(cfg)  # one train and one val batch through every object the config names
 
 
-def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    acc = EventAccumulator(str(run_dir / "tensorboard"))
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
 def test_entry_script_logs_checkpoints_and_resumes(tmp_path: Path) -> None:
     first = tmp_path / "first"
     args = TINY_RUN + ["trainer.val_check_interval=15", "trainer.log_every_n_steps=5"]
     proc = run_train(args + ["trainer.max_steps=30", f"hydra.run.dir={first}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    scalars = _scalars(first)
+    logged = scalars(first)
     for tag in ("train/loss", "val/loss", "val/ppl", "lr"):
-        assert tag in scalars, sorted(scalars)
-    val = scalars["val/loss"]
-    assert [s for s, _ in val] == [14, 29] and val[-1][1] < val[0][1]
-    ppl = scalars["val/ppl"][-1][1]
-    assert math.isclose(ppl, math.exp(val[-1][1]), rel_tol=1e-4)
+        assert tag in logged, sorted(logged)
+    val = logged["val/loss"]
+    assert sorted(val) == [14, 29] and val[29] < val[14]
+    assert math.isclose(logged["val/ppl"][29], math.exp(val[29]), rel_tol=1e-4)
     assert (first / "config_resolved.yaml").read_text().count("n_embd: 32") == 1
     last = first / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, map_location="cpu", weights_only=False)
@@ -68,6 +61,6 @@ def test_entry_script_logs_checkpoints_and_resumes(tmp_path: Path) -> None:
     second = tmp_path / "second"
     proc = run_train(args + ["trainer.max_steps=45", f"ckpt_path={last}", f"hydra.run.dir={second}"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    steps = [s for s, _ in _scalars(second)["train/loss"]]
+    steps = sorted(scalars(second)["train/loss"])
     assert min(steps) >= 30 and max(steps) >= 40  # continued from step 30, not from 0
     assert torch.load(second / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 45

@@ -13,12 +13,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import CHECKOUT_ENV, ROOT, compose_config
+
 TESTS = Path(__file__).resolve().parent
 
 # A model and run small enough that one subprocess run takes a few seconds on a shared CPU.
@@ -39,9 +38,9 @@ TINY = [
 
 
 def run_script(script: str, overrides: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {**CHECKOUT_ENV, "PYTHONPATH": os.pathsep.join([str(TESTS), CHECKOUT_ENV["PYTHONPATH"]])}
     proc = subprocess.run(
-        [sys.executable, str(REPO / "src" / script), *overrides], cwd=REPO, env=env, capture_output=True, text=True
+        [sys.executable, str(ROOT / "src" / script), *overrides], cwd=ROOT, env=env, capture_output=True, text=True
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -53,13 +52,8 @@ def run_train(run_dir: Path, *overrides: str, check: bool = True) -> subprocess.
 
 
 def compose_train(run_dir: Path, *overrides: str) -> DictConfig:
-    """The config `python src/train.py` would see, with the run dir set directly (no Hydra app around it)."""
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            return compose("train", overrides=[f"paths.output_dir={run_dir}", *TINY, *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    """The config `python src/train.py` would see for a tiny run, with the run dir set directly."""
+    return compose_config([*TINY, *overrides], run_dir)
 
 
 def train_in_process(run_dir: Path, *overrides: str) -> float | None:
