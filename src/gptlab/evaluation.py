@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from gptlab.errors import ConfigError
 from gptlab.lit_module import GPTLitModule
 from gptlab.model import GPT, GPTConfig
-from gptlab.utils import atomic_write_text
+from gptlab.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.training import SUMMARY_FILE
 
@@ -92,15 +93,11 @@ def plot_val_loss(jobs: list[JobResult], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
-    tmp.replace(path)  # atomic: a reader never sees half a PNG
 
 
 def write_report(sweep_dir: Path) -> tuple[Path, Path]:
-    from gptlab.utils import atomic_write_text
-
     jobs = load_sweep(sweep_dir)
     table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "val_loss.png"
     missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]

@@ -14,12 +14,13 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.hydra_ddp import ddp_job_scope
 from gptlab.lit_module import GPTLitModule
 from gptlab.model import GPT, GPTConfig
 from gptlab.preflight import check_output_dirs, checkpoint_bytes
-from gptlab.utils import atomic_write_text, instantiate_dict
+from gptlab.utils import instantiate_dict
 
 log = logging.getLogger(__name__)
 # Lightning warns on every mid-epoch resume that the dataloader is not resumable; CorpusDataModule restores

@@ -8,13 +8,13 @@ can be had through pip and checked against the hash tiktoken itself expects.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
+from gptlab.atomic import atomic_write_bytes
 from gptlab.errors import ConfigError
 
 WHISPER_SDIST = "openai-whisper==20250625"
@@ -55,7 +55,5 @@ def fetch_gpt2_ranks(cache_dir: Path = DEFAULT_CACHE) -> Path:
         got = hashlib.sha256(data).hexdigest()
         if got != GPT2_RANKS_SHA256:
             raise ConfigError(f"{MEMBER_SUFFIX} in {sdists[0].name} has sha256 {got}, expected {GPT2_RANKS_SHA256}.")
-        partial = Path(tmp) / target.name
-        partial.write_bytes(data)
-        os.replace(partial, target)  # same filesystem: readers see the whole file or none
+        atomic_write_bytes(target, data, mode=0o644)
     return target

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from gptlab.atomic import atomic_write_bytes
 from gptlab.errors import ConfigError
 
 MAGIC = b"GPTLABTK"
@@ -49,18 +48,7 @@ class ShardHeader:
 def write_shard(path: Path, tokens: np.ndarray, header: ShardHeader) -> str:
     """Write header + tokens to a temporary file and rename it into place; return the file's sha256."""
     data = header.pack() + np.ascontiguousarray(tokens, dtype=header.dtype).tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes files private; shards are data for everyone on the machine
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, data, mode=0o644)  # shards are data for everyone on the machine
     return hashlib.sha256(data).hexdigest()
 
 

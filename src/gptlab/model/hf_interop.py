@@ -8,14 +8,13 @@ with the weight as (in, out), the transpose of nn.Linear's.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Union
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from gptlab.atomic import atomic_write
 from gptlab.errors import ConfigError
 from gptlab.model.checkpoint import load_state_checked
 from gptlab.model.config import GPTConfig
@@ -226,22 +225,10 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return config, {k: v.contiguous() for k, v in hf.items()}
 
 
-def _write_atomically(path: Path, write: Callable[[str], None]) -> None:
-    """write(tmp) then rename, so a reader never sees half a file (gptlab.utils imports Hydra; this package can't)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_pretrained(model: GPT, path: Union[str, Path]) -> None:
     """Write a directory that transformers' AutoModelForCausalLM.from_pretrained loads (config + safetensors)."""
     config, state = to_hf(model)
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    _write_atomically(directory / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
-    _write_atomically(directory / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2) + "\n"))
+    atomic_write(directory / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
+    atomic_write(directory / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(config, indent=2) + "\n"))
