@@ -4,13 +4,10 @@ val_loss.png into that dir and prints the table."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # also from a plain checkout
-
-from gptlab.cli import user_errors_exit  # noqa: E402
-from gptlab.reporting import write_report  # noqa: E402
+from gptlab.cli import user_errors_exit
+from gptlab.tools.reporting import write_report
 
 
 @user_errors_exit

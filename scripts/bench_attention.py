@@ -4,7 +4,7 @@
 
 Each row is one sequence length; local and strided layers are given as ratios to dense causal SDPA
 (`scaled_dot_product_attention(is_causal=True)`) measured in the same run. B=1, H=12, D_K=64, fp32, the
-kernel `auto` picks. How memory is measured: see gptlab.benchmarks.attention.
+kernel `auto` picks. How memory is measured: see gptlab.tools.benchmarks.attention.
 Goal (issue 4): local >= 5x faster than dense at T=8192, and local memory growing linearly in T.
 """
 
@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from gptlab.benchmarks.attention import Case, measure
+from gptlab.tools.benchmarks.attention import Case, measure
 
 
 def main() -> None:

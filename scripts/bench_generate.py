@@ -8,8 +8,8 @@
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.bench_generate import report, run
 from gptlab.cli import user_errors_exit
+from gptlab.tools.benchmarks.generate import report, run
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="bench_generate")

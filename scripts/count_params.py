@@ -15,10 +15,9 @@ from gptlab.model.accounting import parameter_table
 @hydra.main(version_base="1.3", config_path="../conf", config_name="count_params")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
-    values = OmegaConf.to_container(cfg.model, resolve=True)
-    if values["vocab_size"] is None:  # the preset takes d from the tokenizer
-        values["vocab_size"] = hydra.utils.instantiate(cfg.tokenizer).vocab_size
-    print(parameter_table(GPTConfig.from_dict(values), name=HydraConfig.get().runtime.choices.model))
+    vocab = hydra.utils.instantiate(cfg.tokenizer).vocab_size
+    model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(cfg.model, resolve=True), vocab)
+    print(parameter_table(model_cfg, name=HydraConfig.get().runtime.choices.model))
 
 
 if __name__ == "__main__":

@@ -7,13 +7,13 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli import user_errors_exit
-from gptlab.model.checkpoint import load_lightning_checkpoint
+from gptlab.train.checkpoints import load_model
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
-    model = load_lightning_checkpoint(cfg.ckpt_path)
+    model, _ = load_model(cfg.ckpt_path)
     model.save_pretrained(cfg.out)
     print(f"wrote {cfg.out} ({model.num_parameters():,} parameters, {model.config.norm}-LN)")
 

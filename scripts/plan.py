@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.cli import user_errors_exit
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.planning import format_plan, make_plan
+from gptlab.tools.planning import format_plan, make_plan
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="plan")
@@ -19,10 +19,8 @@ def main(cfg: DictConfig) -> None:
     tokens = cfg.get("tokens")
     if tokens is None or float(tokens) <= 0:
         raise ConfigError("tokens is missing or not positive; pass the training tokens, e.g. +tokens=300e9.")
-    values = OmegaConf.to_container(cfg.model, resolve=True)
-    if values["vocab_size"] is None:  # the preset takes d from the tokenizer
-        values["vocab_size"] = hydra.utils.instantiate(cfg.tokenizer).vocab_size
-    model_cfg = GPTConfig.from_dict(values)
+    vocab = hydra.utils.instantiate(cfg.tokenizer).vocab_size
+    model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(cfg.model, resolve=True), vocab)
     gpus = int(cfg.trainer.devices) * int(cfg.trainer.num_nodes)
     plan = make_plan(model_cfg, float(tokens), gpus, micro_batch=cfg.micro_batch, mfu=cfg.mfu)
     print(format_plan(plan, HydraConfig.get().runtime.choices.model, cfg.mfu, cfg.micro_batch))

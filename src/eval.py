@@ -4,7 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli import user_errors_exit
-from gptlab.evaluation import evaluate
+from gptlab.eval.validation import evaluate
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")

@@ -4,7 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli import user_errors_exit
-from gptlab.sampling import sample
+from gptlab.eval.sampling import sample
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="sample")

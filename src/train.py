@@ -7,7 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli import user_errors_exit
-from gptlab.training import train
+from gptlab.train.run import train
 
 # conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
 # `hydra/launcher=submitit_slurm` maps devices and nodes to SLURM tasks; Hydra warns about the name match.

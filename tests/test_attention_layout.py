@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CHECKOUT_ENV, ROOT
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
-
-from conftest import CHECKOUT_ENV, ROOT
 
 SMALL = dict(vocab_size=50, block_size=48, n_layer=3, n_head=2, n_embd=16)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from gptlab.bench_generate import report, run
+from gptlab.tools.benchmarks.generate import report, run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, OpenAIGPTConfig,
-                          OpenAIGPTLMHeadModel)
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gptlab.model import GPT, GPTConfig
-from gptlab.optim import warmup_cosine, weight_decay_groups
+from gptlab.train.optim import warmup_cosine, weight_decay_groups
 
 
 def test_only_matrices_and_embeddings_decay() -> None:

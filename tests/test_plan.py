@@ -6,12 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import CHECKOUT_ENV, ROOT
 from omegaconf import OmegaConf
 
 from gptlab.model import GPTConfig, count_parameters
-from gptlab.planning import GPUS, activation_bytes, make_plan
-
-from conftest import CHECKOUT_ENV, ROOT
+from gptlab.tools.planning import GPUS, activation_bytes, make_plan
 
 GPT3_175B = dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, head_dim=128)
 

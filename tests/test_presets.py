@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import CHECKOUT_ENV, ROOT
 
 from gptlab.model import GPT, GPTConfig, count_parameters, training_flops_per_token
-
-from conftest import CHECKOUT_ENV, ROOT
 
 PRESETS = sorted((ROOT / "conf" / "model").glob("*.yaml"))
 

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CHECKOUT_ENV, ROOT, compose_config
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from gptlab.errors import ConfigError
-from gptlab.model.checkpoint import load_lightning_checkpoint
-from gptlab.sampling import sample
-from gptlab.training import train
-
-from conftest import CHECKOUT_ENV, ROOT, compose_config
+from gptlab.eval.sampling import sample
+from gptlab.train.checkpoints import load_model
+from gptlab.train.run import train
 
 SAMPLE = functools.partial(compose_config, config_name="sample")  # conf/sample.yaml, as src/sample.py composes it
 
@@ -42,7 +41,7 @@ def test_export_hf_script_writes_a_directory_transformers_loads(run_dir: Path, t
     assert done.returncode == 0, done.stderr
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert isinstance(hf, GPT2LMHeadModel)
-    model = load_lightning_checkpoint(ckpt).eval()
+    model = load_model(ckpt)[0].eval()
     x = torch.randint(0, 257, (2, 32))
     with torch.no_grad():
         assert (model(x) - hf(x).logits).abs().max().item() <= 1e-5
@@ -50,7 +49,7 @@ def test_export_hf_script_writes_a_directory_transformers_loads(run_dir: Path, t
 
 def test_sample_from_checkpoint_and_hf_dir_agree(run_dir: Path, tmp_path: Path) -> None:
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    model = load_lightning_checkpoint(ckpt)
+    model = load_model(ckpt)[0]
     model.save_pretrained(tmp_path / "hf")
     greedy = ["temperature=0", "max_new_tokens=12", "stop_at_eot=false"]
     # the checkpoint finds its tokenizer (bytes) in the run's config_resolved.yaml
@@ -68,7 +67,7 @@ def test_sample_from_checkpoint_and_hf_dir_agree(run_dir: Path, tmp_path: Path) 
 def test_sample_bad_input(run_dir: Path, tmp_path: Path) -> None:
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     with pytest.raises(ConfigError, match="tokenizer=bytes"):  # an HF dir does not say which tokenizer
-        model = load_lightning_checkpoint(ckpt)
+        model = load_model(ckpt)[0]
         model.save_pretrained(tmp_path / "hf")
         sample(SAMPLE([f"ckpt_path={tmp_path / 'hf'}"]))
     with pytest.raises(ConfigError, match="prompt_file"):
@@ -83,5 +82,5 @@ def test_checkpoint_shape_mismatch_lists_keys(run_dir: Path, tmp_path: Path) -> 
     ckpt["hyper_parameters"]["model"]["n_embd"] = 48
     torch.save(ckpt, tmp_path / "bad.ckpt")
     with pytest.raises(ConfigError) as err:
-        load_lightning_checkpoint(tmp_path / "bad.ckpt")
+        load_model(tmp_path / "bad.ckpt")
     assert "tok_emb.weight: (257, 32)" in str(err.value) and "(257, 48)" in str(err.value)

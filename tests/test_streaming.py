@@ -6,14 +6,13 @@ from itertools import islice
 import lightning as L
 import numpy as np
 import torch
+from conftest import compose_config, write_corpus
 
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.sources import HFDataset, TextFiles
 from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import ByteTokenizer
-from gptlab.training import train
-
-from conftest import compose_config, write_corpus
+from gptlab.train.run import train
 
 BLOCK = 64
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gptlab.reporting import write_report
-
 from conftest import TINY_RUN, run_train
+
+from gptlab.tools.reporting import write_report
 
 SWEEP = TINY_RUN + ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1"]
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]

@@ -5,15 +5,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import compose_config
 
 from gptlab.data import TokenDataModule
 from gptlab.data.shards import ShardedTokens
 from gptlab.data.sources import TextFiles
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
-from gptlab.training import train
-
-from conftest import compose_config
+from gptlab.train.run import train
 
 BLOCK = 32
 

@@ -6,13 +6,12 @@ import math
 from pathlib import Path
 
 import torch
+from conftest import TINY_RUN, run_train
+from training_support import scalars
 
 from gptlab.data import ByteTokenizer, CorpusDataModule
 from gptlab.model import GPT, next_token_loss
-from gptlab.training import build_model_config, train
-
-from conftest import TINY_RUN, run_train
-from training_support import scalars
+from gptlab.train.run import build_model_config, train
 
 
 def _val_loss(model: GPT, dm: CorpusDataModule) -> float:

@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
+from training_support import load_checkpoint, train_in_process
 
 from gptlab.cli import user_errors_exit
 from gptlab.errors import ConfigError, NonFiniteLossError
-from gptlab.preflight import check_output_dirs
-from training_support import load_checkpoint, train_in_process
+from gptlab.train.preflight import check_output_dirs
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import hydra
 import pytest
 import torch
+from training_support import compose_train, load_checkpoint, train_in_process
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss
-from gptlab.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups
-from gptlab.training import gradient_accumulation
-from training_support import compose_train, load_checkpoint, train_in_process
+from gptlab.train.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups
+from gptlab.train.run import gradient_accumulation
 
 PEAK = 1.0
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from training_support import load_checkpoint, run_train, scalars, train_in_process
 
 from gptlab.data.windows import EpochSampler
-from training_support import load_checkpoint, run_train, scalars, train_in_process
 
 # 6 batches per epoch, checkpoints every 4 steps and at validation every 5: the SIGTERM checkpoint (after
 # step 5, i.e. 6 steps done) ends an epoch and the SIGKILL one (8 done, killed in step 9) is mid-epoch;

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
+from training_support import TINY, compose_train, run_script, scalars, train_in_process
 
 from gptlab.model import training_flops_per_token
-from gptlab.training import build_model_config
-from training_support import TINY, compose_train, run_script, scalars, train_in_process
+from gptlab.train.run import build_model_config
 
 RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "data.global_batch_tokens=256"]  # 2 x 4 x 32
 
@@ -25,7 +25,7 @@ PEAK_FLOPS = 1e12  # pretend the CPU is in the peak-FLOPs table, so the MFU path
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("run")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("gptlab.callbacks.throughput.get_available_flops", lambda device, dtype: PEAK_FLOPS)
+        mp.setattr("gptlab.train.callbacks.throughput.get_available_flops", lambda device, dtype: PEAK_FLOPS)
         best = train_in_process(run, *RUN)
     assert best is not None and math.isfinite(best)
     return run

@@ -13,10 +13,9 @@ from typing import Any
 
 import lightning as L
 import torch
+from conftest import CHECKOUT_ENV, ROOT, compose_config
 from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-from conftest import CHECKOUT_ENV, ROOT, compose_config
 
 TESTS = Path(__file__).resolve().parent
 
@@ -58,7 +57,7 @@ def compose_train(run_dir: Path, *overrides: str) -> DictConfig:
 
 def train_in_process(run_dir: Path, *overrides: str) -> float | None:
     """A run without the subprocess's ~10 s of imports; for the runs that need no signal."""
-    from gptlab.training import train
+    from gptlab.train.run import train
 
     return train(compose_train(run_dir, *overrides))
 

@@ -8,9 +8,9 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 from gptlab.data.corpus import Split, build_split
+from gptlab.data.position import TrainPosition
 from gptlab.data.sources import SOURCES
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.data.position import TrainPosition
 from gptlab.data.windows import RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError, invalid_choice
 

@@ -19,11 +19,11 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from gptlab.atomic import atomic_write_text
 from gptlab.data.ranks import sha256_file
 from gptlab.data.shards import ShardedTokens, ShardHeader, open_shard, read_header, token_dtype, write_shard
 from gptlab.data.tokenizers import Tokenizer, fingerprint
 from gptlab.errors import ConfigError
-from gptlab.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""`scripts/prepare_data.py`: compose the training config with the same overrides and prepare its data, so the
-shards land exactly where `src/train.py data=... tokenizer=...` will look for them."""
+"""`scripts/prepare_data.py`: prepare the data of a training config (conf/prepare_data.yaml reads conf/train.yaml
+with the same overrides), so the shards land exactly where `src/train.py data=... tokenizer=...` looks for them."""
 
 from __future__ import annotations
 
@@ -8,20 +8,15 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Sequence
 
 import hydra
-from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
 from gptlab.data.prepare import prepare, prepared_dir
 from gptlab.errors import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
-
-def prepare_from_overrides(overrides: Sequence[str]) -> Path:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=list(overrides))
+def prepare_from_config(cfg: DictConfig) -> Path:
     data = cfg.data
     if "cache_dir" not in data:
         raise ConfigError(

@@ -9,10 +9,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from gptlab.data.position import TrainPosition
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.data.position import TrainPosition
 from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError, invalid_choice
 

@@ -142,5 +142,19 @@ class GPTConfig:
             raise ConfigError(f"unknown model field(s) {unknown}; known fields: {sorted(known)}.")
         return cls(**values)
 
+    @classmethod
+    def for_tokenizer(cls, values: dict[str, Any], tokenizer_vocab: int) -> "GPTConfig":
+        """A preset's fields with vocab_size taken from the tokenizer when the preset leaves it null; a preset
+        whose vocab_size is smaller than the tokenizer's is refused (its embedding would miss ids)."""
+        values = dict(values)
+        if values.get("vocab_size") is None:
+            values["vocab_size"] = tokenizer_vocab
+        elif isinstance(values["vocab_size"], int) and values["vocab_size"] < tokenizer_vocab:
+            raise ConfigError(
+                f"the tokenizer has {tokenizer_vocab} ids but model.vocab_size={values['vocab_size']}; "
+                f"set model.vocab_size >= {tokenizer_vocab} or null to take it from the tokenizer."
+            )
+        return cls.from_dict(values)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,7 +13,6 @@ from torch.utils.checkpoint import checkpoint
 from gptlab.errors import ConfigError
 from gptlab.model.block import Block
 from gptlab.model.config import GPTConfig
-from gptlab.model.generation import SamplingOptions, generate
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.positions import sinusoidal_table
 
@@ -112,6 +111,8 @@ class GPT(nn.Module):
         generator: Optional[torch.Generator] = None,
     ) -> torch.Tensor:
         """Continue each row of idx (B, T) by up to max_new_tokens ids; see gptlab.model.generation."""
+        from gptlab.model.generation import SamplingOptions, generate  # generation builds on GPT, not the reverse
+
         options = SamplingOptions(temperature, top_k, top_p, num_beams, eos_token_id, use_cache)
         return generate(self, idx, max_new_tokens, options, generator)
 
@@ -127,6 +128,24 @@ class GPT(nn.Module):
         from gptlab.model.hf_interop import save_pretrained  # imported here: hf_interop builds on this module
 
         save_pretrained(self, path)
+
+    def load_state_checked(self, state: dict[str, torch.Tensor], source: Union[str, Path]) -> None:
+        """load_state_dict(strict=True), but a mismatch names every missing, unexpected and mis-shaped key
+        and where the weights came from."""
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        shapes = [
+            f"{key}: {tuple(state[key].shape)} in {source}, {tuple(expected[key].shape)} in the model"
+            for key in sorted(set(expected) & set(state))
+            if state[key].shape != expected[key].shape
+        ]
+        problems = [f"missing keys: {missing}"] * bool(missing) + [f"unexpected keys: {unexpected}"] * bool(unexpected)
+        problems += [f"shape mismatches: {'; '.join(shapes)}"] * bool(shapes)
+        if problems:
+            raise ConfigError(f"{source} does not fit the model ({self.config.n_layer} layers, "
+                              f"n_embd={self.config.n_embd}): " + " | ".join(problems))
+        self.load_state_dict(state, strict=True)
 
     def num_parameters(self) -> int:
         """Unique parameters: a tied head is counted once."""

@@ -16,7 +16,6 @@ from safetensors.torch import load_file, save_file
 
 from gptlab.atomic import atomic_write
 from gptlab.errors import ConfigError
-from gptlab.model.checkpoint import load_state_checked
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.model.gpt_neo import convert_gpt_neo
@@ -152,7 +151,7 @@ def from_pretrained(path: Union[str, Path]) -> GPT:
     except KeyError as err:
         raise ConfigError(f"{directory}: config.json or the weights lack {err} for a {model_type} model.") from err
     model = GPT(cfg)
-    load_state_checked(model, state, directory)
+    model.load_state_checked(state, directory)
     return model
 
 

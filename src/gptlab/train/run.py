@@ -16,11 +16,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.hydra_ddp import ddp_job_scope
-from gptlab.lit_module import GPTLitModule
 from gptlab.model import GPT, GPTConfig
-from gptlab.preflight import check_output_dirs, checkpoint_bytes
-from gptlab.utils import instantiate_dict
+from gptlab.train.checkpoints import check_resumable
+from gptlab.train.hydra_ddp import ddp_job_scope
+from gptlab.train.module import GPTLitModule
+from gptlab.train.preflight import check_output_dirs, checkpoint_bytes
 
 log = logging.getLogger(__name__)
 # Lightning warns on every mid-epoch resume that the dataloader is not resumable; CorpusDataModule restores
@@ -31,17 +31,18 @@ RETAINED_CHECKPOINTS = 3  # best, last and one in flight: what the disk check bu
 SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 
 
+def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
+    """Instantiate every entry of a config group that is a dict of `_target_` objects (callbacks, loggers);
+    an entry set to null is switched off."""
+    if not group:
+        return {}
+    return {name: hydra.utils.instantiate(node) for name, node in group.items() if node is not None and "_target_" in node}
+
+
 def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
     """The preset, with vocab_size taken from the tokenizer when the preset leaves it null."""
-    values = dict(OmegaConf.to_container(model_cfg, resolve=True)) if isinstance(model_cfg, DictConfig) else dict(model_cfg)
-    if values.get("vocab_size") is None:
-        values["vocab_size"] = vocab_size
-    elif values["vocab_size"] < vocab_size:
-        raise ConfigError(
-            f"the tokenizer has {vocab_size} ids but model.vocab_size={values['vocab_size']}; "
-            f"set model.vocab_size >= {vocab_size} or null to take it from the tokenizer."
-        )
-    return GPTConfig.from_dict(values)
+    values = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else model_cfg
+    return GPTConfig.for_tokenizer(values, vocab_size)
 
 
 def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
@@ -112,6 +113,8 @@ def _train(cfg: DictConfig) -> Optional[float]:
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
+    if ckpt_path is not None:
+        check_resumable(ckpt_path, model_cfg)
     data_cfg = cfg.data.copy()
     with open_dict(data_cfg):
         global_batch_tokens = data_cfg.pop("global_batch_tokens", None)

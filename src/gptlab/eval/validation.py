@@ -7,35 +7,17 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any
 
 import hydra
 import lightning as L
-import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from gptlab.errors import ConfigError
-from gptlab.lit_module import GPTLitModule
-from gptlab.model import GPT, GPTConfig
 from gptlab.atomic import atomic_write_text
+from gptlab.errors import ConfigError
+from gptlab.train.checkpoints import load_model
+from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
-
-
-def load_model(ckpt_path: str) -> tuple[GPT, dict[str, Any]]:
-    """The GPT stored in a gptlab checkpoint, and the checkpoint's hyperparameters. weights_only: reading a
-    checkpoint from elsewhere runs no pickled code."""
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by src/train.py.")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    hparams = checkpoint.get("hyper_parameters", {})
-    if "model" not in hparams:
-        raise ConfigError(f"ckpt_path={ckpt_path!r} has no model config; was it written by src/train.py?")
-    model = GPT(GPTConfig.from_dict(hparams["model"]))
-    prefix = "model."
-    model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
-    return model, hparams
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:

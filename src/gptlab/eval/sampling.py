@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT
-from gptlab.model.checkpoint import load_lightning_checkpoint
+from gptlab.train.checkpoints import load_model as load_checkpoint_model
 
 RUN_CONFIG = "config_resolved.yaml"  # what train() writes into every run dir
 
@@ -21,7 +21,7 @@ def load_model(path: str) -> GPT:
     p = Path(path)
     if p.is_dir():
         return GPT.from_pretrained(p)
-    return load_lightning_checkpoint(p)
+    return load_checkpoint_model(p)[0]
 
 
 def _run_config(ckpt_path: str) -> Path | None:

@@ -68,6 +68,6 @@ def _route_ddp_ranks_into_job_dir() -> None:
     if not hasattr(pl_launcher, "_hydra_subprocess_cmd"):
         raise RuntimeError(
             "this Lightning version no longer has subprocess_script._hydra_subprocess_cmd; "
-            "gptlab.hydra_ddp must be updated before DDP runs under Hydra."
+            "gptlab.train.hydra_ddp must be updated before DDP runs under Hydra."
         )
     pl_launcher._hydra_subprocess_cmd = job_subprocess_cmd

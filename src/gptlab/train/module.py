@@ -13,8 +13,8 @@ from torchmetrics import MeanMetric
 
 from gptlab.errors import NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
-from gptlab.optim import weight_decay_groups
-from gptlab.rng import rng_states, set_rng_states
+from gptlab.train.optim import weight_decay_groups
+from gptlab.train.rng import rng_states, set_rng_states
 
 OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
 SchedulerFactory = Callable[..., LRScheduler]  # a Hydra `_partial_` scheduler: called with (optimizer, total_steps)

@@ -1,0 +1,1 @@
+"""What runs on a trained checkpoint: validation loss and perplexity, and sampling."""

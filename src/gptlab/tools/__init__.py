@@ -1,0 +1,1 @@
+"""Tools behind scripts/: compute planning, sweep reports, benchmarks."""

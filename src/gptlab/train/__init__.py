@@ -1,0 +1,1 @@
+"""Lightning glue around the plain model: the LightningModule, the run, callbacks, optimizers, checkpoints."""
