@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_train
+from helpers import run_train
 
 CASES = [
     (["model.norm=sideways"], "model.norm"),

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import CHECKOUT_ENV, ROOT
+from helpers import CHECKOUT_ENV, ROOT
 from omegaconf import OmegaConf
 
 from gptlab.model import GPTConfig, count_parameters

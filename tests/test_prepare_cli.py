@@ -4,13 +4,12 @@ import json
 import subprocess
 import sys
 
-from conftest import CHECKOUT_ENV, ROOT
+import helpers
+from helpers import ROOT
 
 
 def run_script(*args: str, cwd) -> subprocess.CompletedProcess:
-    env = {**CHECKOUT_ENV, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "prepare_data.py"), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return helpers.run_script("scripts/prepare_data.py", list(args), cwd=cwd)
 
 
 def test_prepare_script_writes_shards(corpus, tmp_path):

@@ -2,33 +2,65 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import CHECKOUT_ENV, ROOT
+from helpers import CHECKOUT_ENV, ROOT, compose_config
+from omegaconf import OmegaConf
 
 from gptlab.model import GPT, GPTConfig, count_parameters, training_flops_per_token
 
 PRESETS = sorted((ROOT / "conf" / "model").glob("*.yaml"))
 
 
+def resolved(name: str) -> dict:
+    """The preset as Hydra composes it: its own fields over those of the presets it inherits."""
+    return OmegaConf.to_container(compose_config([f"model={name}"]).model, resolve=True)
+
+
 def preset(name: str, **overrides) -> GPTConfig:
-    values = yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())
-    return GPTConfig(**{**values, **overrides})
+    return GPTConfig(**{**resolved(name), **overrides})
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
-def test_preset_holds_exactly_gptconfig_fields_and_builds(path: Path) -> None:
-    values = yaml.safe_load(path.read_text())
+def test_preset_resolves_to_exactly_gptconfig_fields_and_builds(path: Path) -> None:
+    values = resolved(path.stem)
     assert set(values) == {f.name for f in fields(GPTConfig)}
     GPTConfig.from_dict({**values, "vocab_size": values["vocab_size"] or 257})
-    for line in path.read_text().splitlines():  # every field says where it comes from
-        if line and not line.startswith("#"):
-            assert "#" in line, f"{path.name}: uncommented field {line!r}"
+    lines = path.read_text().splitlines()
+    own = [line for line in lines if line and not line.startswith(("#", "defaults:", "  - "))]
+    for line in own:  # every field a preset states says where it comes from
+        assert "#" in line, f"{path.name}: uncommented field {line!r}"
+    if path.stem != "base":  # each preset states only what differs from the preset it inherits
+        assert "defaults:" in lines and len(own) <= 12, f"{path.name} restates fields it could inherit"
+
+
+# Shapes of the papers' tables, checked on the resolved presets (inheritance must not lose or change one).
+SHAPES = {  # n_layer, n_head, n_embd, head_dim (null = n_embd / n_head), block_size, attention pattern
+    "gpt1": (12, 12, 768, None, 512, ["dense"]),
+    "gpt2_small": (12, 12, 768, None, 1024, ["dense"]),
+    "gpt2_medium": (24, 16, 1024, None, 1024, ["dense"]),
+    "gpt2_large": (36, 20, 1280, None, 1024, ["dense"]),
+    "gpt2_xl": (48, 25, 1600, None, 1024, ["dense"]),
+    "gpt3_small": (12, 12, 768, 64, 2048, ["dense", "local"]),
+    "gpt3_medium": (24, 16, 1024, 64, 2048, ["dense", "local"]),
+    "gpt3_large": (24, 16, 1536, 96, 2048, ["dense", "local"]),
+    "gpt3_xl": (24, 24, 2048, 128, 2048, ["dense", "local"]),
+    "gpt3_2.7b": (32, 32, 2560, 80, 2048, ["dense", "local"]),
+    "gpt3_6.7b": (32, 32, 4096, 128, 2048, ["dense", "local"]),
+    "gpt3_13b": (40, 40, 5140, 128, 2048, ["dense", "local"]),
+    "gpt3_175b": (96, 96, 12288, 128, 2048, ["dense", "local"]),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_preset_shapes(name: str) -> None:
+    v = resolved(name)
+    assert (v["n_layer"], v["n_head"], v["n_embd"], v["head_dim"], v["block_size"], v["attn_pattern"]) == SHAPES[name]
 
 
 def test_all_presets_present() -> None:
@@ -96,6 +128,38 @@ def test_count_equals_built_model(variant: dict) -> None:
     assert counts["embedding"] == model.tok_emb.weight.numel()
     assert counts["attention"] == sum(p.numel() for b in model.blocks for p in b.attn.parameters())
     assert counts["mlp"] == sum(p.numel() for b in model.blocks for p in b.mlp.parameters())
+
+
+def random_config(rng: random.Random) -> GPTConfig:
+    """Any combination of the fields that change parameter counts: every bool independently, D_K and D_V
+    decoupled from D, every attention kind, every position kind, deeper MLPs, a padded vocabulary."""
+    n_head = rng.randint(1, 4)
+    return GPTConfig(
+        vocab_size=rng.randint(5, 300), block_size=rng.randint(4, 40), n_layer=rng.randint(1, 3), n_head=n_head,
+        n_embd=n_head * rng.randint(1, 6), head_dim=rng.choice([None, rng.randint(1, 9)]),
+        v_head_dim=rng.choice([None, rng.randint(1, 9)]), d_ff=rng.choice([None, rng.randint(1, 50)]),
+        mlp_layers=rng.randint(1, 4), norm=rng.choice(["pre", "post"]), final_norm=rng.choice([None, True, False]),
+        pos_emb=rng.choice(["learned", "sinusoidal", "none"]), tie_weights=rng.random() < 0.5,
+        activation=rng.choice(["gelu_tanh", "gelu", "relu"]), attn_bias=rng.random() < 0.5,
+        qkv_bias=rng.choice([None, True, False]), mlp_bias=rng.random() < 0.5,
+        attn_pattern=rng.sample(["dense", "local", "strided"], rng.randint(1, 3)), attn_window=rng.randint(1, 8),
+        pad_vocab_to=rng.choice([None, 8, 64]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_count_equals_built_model_for_random_configs(seed: int) -> None:
+    cfg = random_config(random.Random(seed))
+    model = GPT(cfg)
+    counts = count_parameters(cfg)
+    assert counts["total"] == sum(p.numel() for p in model.parameters()), cfg
+    assert counts["attention"] == sum(p.numel() for b in model.blocks for p in b.attn.parameters()), cfg
+    assert counts["mlp"] == sum(p.numel() for b in model.blocks for p in b.mlp.parameters()), cfg
+
+
+def test_qkv_bias_apart_from_attn_bias_is_counted() -> None:
+    cfg = GPTConfig(**{**SMALL, "attn_bias": False, "qkv_bias": True})
+    assert count_parameters(cfg)["total"] == sum(p.numel() for p in GPT(cfg).parameters())
 
 
 def test_pad_vocab_to_rounds_up() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CHECKOUT_ENV, ROOT, compose_config
+from helpers import CHECKOUT_ENV, ROOT, compose_config
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from gptlab.errors import ConfigError

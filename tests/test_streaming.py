@@ -6,7 +6,7 @@ from itertools import islice
 import lightning as L
 import numpy as np
 import torch
-from conftest import compose_config, write_corpus
+from helpers import compose_config, write_corpus
 
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.sources import HFDataset, TextFiles

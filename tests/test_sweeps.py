@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import TINY_RUN, run_train
+from helpers import TINY_RUN, compose_config, run_train
 
 from gptlab.tools.reporting import write_report
 
@@ -77,7 +77,7 @@ def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path)
     assert len(lrs) == 2  # two trials, two sampled learning rates
 
 
-def test_fsdp_trainer_composes_with_block_wrapping(compose_train, tmp_path: Path, monkeypatch) -> None:
+def test_fsdp_trainer_composes_with_block_wrapping(tmp_path: Path, monkeypatch) -> None:
     """Lightning's FSDP needs CUDA, so on this CPU-only machine the config is shown to compose into the
     strategy it names; on CPU it is refused with a message."""
     import hydra
@@ -89,7 +89,7 @@ def test_fsdp_trainer_composes_with_block_wrapping(compose_train, tmp_path: Path
     from gptlab.errors import ConfigError
     from gptlab.model.block import Block
 
-    cfg = compose_train(["trainer=fsdp"], tmp_path)
+    cfg = compose_config(["trainer=fsdp"], tmp_path)
     assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.strategy.sharding_strategy == "FULL_SHARD"
     with pytest.raises(Exception) as refused:
         hydra.utils.instantiate(cfg.trainer.strategy)

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import compose_config
+from helpers import compose_config
 
 from gptlab.data import TokenDataModule
 from gptlab.data.shards import ShardedTokens

@@ -6,8 +6,7 @@ import math
 from pathlib import Path
 
 import torch
-from conftest import TINY_RUN, run_train
-from training_support import scalars
+from helpers import TINY_RUN, compose_config, run_train, scalars
 
 from gptlab.data import ByteTokenizer, CorpusDataModule
 from gptlab.model import GPT, next_token_loss
@@ -21,10 +20,10 @@ def _val_loss(model: GPT, dm: CorpusDataModule) -> float:
     return sum(losses) / len(losses)
 
 
-def test_short_training_lowers_val_loss_by_a_third(compose_train, tmp_path: Path) -> None:
+def test_short_training_lowers_val_loss_by_a_third(tmp_path: Path) -> None:
     overrides = TINY_RUN + ["model.n_layer=2", "model.n_embd=64", "model.block_size=64", "trainer.max_steps=120",
                             "trainer.val_check_interval=60", "scheduler.warmup_steps=10", "optimizer.lr=3e-3"]
-    cfg = compose_train(overrides, tmp_path)
+    cfg = compose_config(overrides, tmp_path)
     torch.manual_seed(cfg.seed)
     dm = CorpusDataModule(ByteTokenizer(), block_size=64, batch_size=8)
     dm.setup()
@@ -34,8 +33,8 @@ def test_short_training_lowers_val_loss_by_a_third(compose_train, tmp_path: Path
     assert best is not None and best <= 0.7 * before, (before, best)
 
 
-def test_fast_dev_run_through_the_composed_config(compose_train, tmp_path: Path) -> None:
-    cfg = compose_train(TINY_RUN + ["debug=fast_dev_run"], tmp_path)
+def test_fast_dev_run_through_the_composed_config(tmp_path: Path) -> None:
+    cfg = compose_config(TINY_RUN + ["debug=fast_dev_run"], tmp_path)
     assert cfg.trainer.fast_dev_run is True
     train(cfg)  # one train and one val batch through every object the config names
 

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from training_support import load_checkpoint, train_in_process
+from helpers import load_checkpoint, train_in_process
 
 from gptlab.cli import user_errors_exit
 from gptlab.errors import ConfigError, NonFiniteLossError
@@ -19,7 +19,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Pat
         "trainer.max_steps=20",
         "trainer.val_check_interval=100",
         "callbacks.periodic_checkpoint.every_n_train_steps=3",
-        "+callbacks.nan._target_=training_support.InjectNaN",
+        "+callbacks.nan._target_=helpers.InjectNaN",
         "+callbacks.nan.step=7",
     ]
     with pytest.raises(NonFiniteLossError, match="train/loss is nan at step 7") as caught:

@@ -9,7 +9,7 @@ from pathlib import Path
 import hydra
 import pytest
 import torch
-from training_support import compose_train, load_checkpoint, train_in_process
+from helpers import compose_tiny, load_checkpoint, train_in_process
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss
@@ -65,7 +65,7 @@ def test_schedule_arguments_are_checked() -> None:
 @pytest.mark.parametrize("name", ["adamw", "sgd", "adafactor"])
 @pytest.mark.parametrize("schedule", ["cosine", "wsd", "constant"])
 def test_every_optimizer_and_schedule_config_builds_and_steps(name: str, schedule: str, tmp_path: Path) -> None:
-    cfg = compose_train(tmp_path, f"optimizer={name}", f"scheduler={schedule}")
+    cfg = compose_tiny(tmp_path, f"optimizer={name}", f"scheduler={schedule}")
     model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16))
     factory = hydra.utils.instantiate(cfg.optimizer)
     opt = factory(weight_decay_groups(model, factory.keywords.get("weight_decay", 0.0)))
@@ -85,7 +85,7 @@ def test_every_optimizer_and_schedule_config_builds_and_steps(name: str, schedul
 def test_gradient_accumulation_is_derived_or_rejected() -> None:
     assert gradient_accumulation(524288, micro_batch=16, block_size=2048, devices=8, nodes=2) == 1
     assert gradient_accumulation(524288, micro_batch=8, block_size=2048, devices=8, nodes=1) == 4
-    with pytest.raises(ConfigError, match=r"data.global_batch_tokens=500000 .* 131072 tokens; use e.g. 524288"):
+    with pytest.raises(ConfigError, match=r"global_batch_tokens=500000 .* 131072 tokens; use e.g. 524288"):
         gradient_accumulation(500000, micro_batch=8, block_size=2048, devices=8, nodes=1)
 
 
@@ -93,7 +93,7 @@ def test_accumulating_4_micro_batches_of_2_equals_batch_8(tmp_path: Path) -> Non
     """Same 8 windows per optimizer step either way (the sampler deals indices in order); fp32, dropout 0."""
     common = ["trainer.max_steps=3", "trainer.val_check_interval=3", "model.dropout=0.0", "callbacks.text_samples=null"]
     train_in_process(tmp_path / "big", *common, "data.batch_size=8")
-    train_in_process(tmp_path / "acc", *common, "data.batch_size=2", "data.global_batch_tokens=256")  # 8 x 32
+    train_in_process(tmp_path / "acc", *common, "data.batch_size=2", "global_batch_tokens=256")  # 8 x 32
     train_in_process(tmp_path / "small", *common, "data.batch_size=2")  # a control: 2 per step, no accumulation
     weights = {name: load_checkpoint(tmp_path / name / "checkpoints" / "last.ckpt")["state_dict"] for name in ("big", "acc", "small")}
     diff = max((weights["big"][k] - weights["acc"][k]).abs().max().item() for k in weights["big"])

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import load_checkpoint, run_tiny, scalars, train_in_process
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from training_support import load_checkpoint, run_train, scalars, train_in_process
 
 from gptlab.data.windows import EpochSampler
 
@@ -22,7 +22,7 @@ RUN = [
     "trainer.val_check_interval=5",
     "callbacks.periodic_checkpoint.every_n_train_steps=4",
 ]
-KILLER = "+callbacks.killer._target_=training_support.KillAtStep"
+KILLER = "+callbacks.killer._target_=helpers.KillAtStep"
 
 
 def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     assert all(math.isfinite(float(v.float().sum())) for v in state["state_dict"].values())
 
     # Resume from it, then SIGKILL during step 9: nothing is saved at the kill, last.ckpt is from step 8.
-    killed = run_train(run, *RUN, f"ckpt_path={preempted}", KILLER, "+callbacks.killer.step=9", check=False)
+    killed = run_tiny(run, *RUN, f"ckpt_path={preempted}", KILLER, "+callbacks.killer.step=9", check=False)
     assert killed.returncode == -9, killed.stderr[-2000:]
     last = load_checkpoint(run / "checkpoints" / "last.ckpt")
     assert last["global_step"] == 8

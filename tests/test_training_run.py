@@ -8,14 +8,14 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import TINY, compose_tiny, run_script, scalars, train_in_process
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
-from training_support import TINY, compose_train, run_script, scalars, train_in_process
 
 from gptlab.model import training_flops_per_token
 from gptlab.train.run import build_model_config
 
-RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "data.global_batch_tokens=256"]  # 2 x 4 x 32
+RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "global_batch_tokens=256"]  # 2 x 4 x 32
 
 
 PEAK_FLOPS = 1e12  # pretend the CPU is in the peak-FLOPs table, so the MFU path runs
@@ -44,7 +44,7 @@ def test_scalars_are_logged(run_dir: Path) -> None:
                 "throughput/tokens_per_sec", "throughput/mfu", "hp/best_val_loss"}
     assert expected <= set(logged)
     # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
-    flops_per_token = training_flops_per_token(build_model_config(compose_train(run_dir, *RUN).model, 257))["total"]
+    flops_per_token = training_flops_per_token(build_model_config(compose_tiny(run_dir, *RUN).model, 257))["total"]
     for step, mfu in logged["throughput/mfu"].items():
         tokens_per_sec = logged["throughput/tokens_per_sec"][step]
         assert mfu == pytest.approx(tokens_per_sec * flops_per_token / PEAK_FLOPS, rel=1e-4)
@@ -77,7 +77,7 @@ def test_eval_script_reproduces_the_last_val_loss(run_dir: Path, tmp_path: Path)
     last_val = scalars(run_dir)["val/loss"][9]  # the validation at the end, same weights as last.ckpt
     overrides = [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={tmp_path}"]
     overrides += [o for o in TINY if o.startswith(("data.", "trainer.limit_val_batches", "trainer.accelerator"))]
-    proc = run_script("eval.py", overrides)
+    proc = run_script("src/eval.py", overrides)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["val/loss"] == pytest.approx(last_val, rel=1e-6, abs=1e-6)
     assert result["val/ppl"] == pytest.approx(math.exp(last_val), rel=1e-5)

@@ -37,7 +37,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         )
     with open_dict(cfg):
         cfg.model = hparams["model"]  # data.block_size interpolates ${model.block_size}
-        cfg.data.pop("global_batch_tokens", None)
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
     results = trainer.validate(GPTLitModule(model), datamodule=datamodule, verbose=False)[0]

@@ -19,7 +19,7 @@ def count_parameters(cfg: GPTConfig) -> dict[str, int]:
     """Parameters per component and their `total`; a tied head adds nothing (seed 003)."""
     d, D, M = cfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
     qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
-    attention = _linear(D, 2 * qk_width + v_width, cfg.attn_bias) + _linear(v_width, D, cfg.attn_bias)
+    attention = _linear(D, 2 * qk_width + v_width, cfg.qkv_bias) + _linear(v_width, D, cfg.attn_bias)
     widths = [D] + [cfg.d_ff] * (cfg.mlp_layers - 1) + [D]
     mlp = sum(_linear(a, b, cfg.mlp_bias) for a, b in zip(widths[:-1], widths[1:]))
     layer_norm = 2 * D  # gamma and beta

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import hydra
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
@@ -58,7 +58,7 @@ def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size
     if not valid or global_batch_tokens < per_pass or global_batch_tokens % per_pass:
         nearest = max(1, round(global_batch_tokens / per_pass)) * per_pass if valid else per_pass
         raise ConfigError(
-            f"data.global_batch_tokens={global_batch_tokens!r} is not a positive multiple of micro-batch "
+            f"global_batch_tokens={global_batch_tokens!r} is not a positive multiple of micro-batch "
             f"{micro_batch} x block_size {block_size} x {devices} devices x {nodes} nodes = {per_pass} tokens; "
             f"use e.g. {nearest}, or change data.batch_size."
         )
@@ -70,7 +70,7 @@ def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], m
     val_check_interval in optimizer steps; returns the tokens per optimizer step."""
     if global_batch_tokens is not None:
         if trainer.accumulate_grad_batches != 1:
-            raise ConfigError("set either data.global_batch_tokens or trainer.accumulate_grad_batches, not both.")
+            raise ConfigError("set either global_batch_tokens or trainer.accumulate_grad_batches, not both.")
         trainer.accumulate_grad_batches = gradient_accumulation(
             global_batch_tokens, micro_batch, block_size, trainer.num_devices, trainer.num_nodes
         )
@@ -115,10 +115,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
     if ckpt_path is not None:
         check_resumable(ckpt_path, model_cfg)
-    data_cfg = cfg.data.copy()
-    with open_dict(data_cfg):
-        global_batch_tokens = data_cfg.pop("global_batch_tokens", None)
-    datamodule = hydra.utils.instantiate(data_cfg, tokenizer=tokenizer)
+    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     model = GPT(model_cfg)
     module = GPTLitModule(
         model,
@@ -133,7 +130,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
     loggers = list(instantiate_dict(cfg.get("logger")).values())
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
-    tokens_per_step = configure_batching(trainer, global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
+    tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
 
     if trainer.is_global_zero:
         checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]

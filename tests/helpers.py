@@ -1,0 +1,154 @@
+"""Every helper the tests share: the repo's paths, tiny run settings, Hydra compose of the real configs, running
+the entry scripts in subprocesses, fault-injecting callbacks (named by `+callbacks.x._target_=helpers.X`, so tests/
+goes on PYTHONPATH), a TensorBoard reader and a small corpus writer. conftest.py holds only fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+CONF_DIR = ROOT / "conf"
+TRAIN_SCRIPT = ROOT / "src" / "train.py"
+
+# For subprocesses: import this checkout's gptlab (and these helpers), also in processes that do not start from
+# a script in src/ (submitit's workers, scripts/), even where another copy of gptlab is installed.
+CHECKOUT_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    filter(None, [str(ROOT / "src"), str(TESTS), os.environ.get("PYTHONPATH")]))}
+
+# Small enough that a few dozen steps take seconds on a 2-core CPU.
+TINY_MODEL = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32"]
+TINY_RUN = TINY_MODEL + [
+    "data.batch_size=8",
+    "trainer.accelerator=cpu",
+    "trainer.enable_model_summary=false",
+    "callbacks.progress_bar=null",
+]
+# TINY_RUN with every scalar logged each step and short validations and samples: one subprocess run takes a few
+# seconds on a shared CPU.
+TINY = TINY_MODEL + [
+    "data.batch_size=4",
+    "trainer.accelerator=cpu",
+    "trainer.log_every_n_steps=1",
+    "trainer.limit_val_batches=2",
+    "trainer.enable_model_summary=false",
+    "callbacks.progress_bar=null",
+    "callbacks.throughput.window_size=2",
+    "callbacks.text_samples.max_new_tokens=8",
+]
+
+
+def compose_config(overrides: list[str], output_dir: Path | None = None, config_name: str = "train") -> DictConfig:
+    """Compose conf/<config_name>.yaml with overrides, as its entry script would. The compose API creates no
+    run dir: give `output_dir` for configs whose paths.output_dir is the run dir (train)."""
+    if output_dir is not None:
+        overrides = [*overrides, f"paths.output_dir={output_dir}"]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def compose_tiny(run_dir: Path, *overrides: str) -> DictConfig:
+    """The config `python src/train.py` would see for a TINY run, with the run dir set directly."""
+    return compose_config([*TINY, *overrides], run_dir)
+
+
+def run_script(script: str, args: list[str], cwd: Path = ROOT, timeout: int = 300, threads: int | None = None,
+               check: bool = False) -> subprocess.CompletedProcess:
+    """`python <script> args` (a path relative to the checkout, e.g. src/train.py or scripts/plan.py) in `cwd`;
+    `threads` caps torch's threads (e.g. 1 per DDP rank on 2 cores); `check` fails the test on a non-zero exit."""
+    env = dict(CHECKOUT_ENV)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def run_train(args: list[str], cwd: Path = ROOT, **kwargs: Any) -> subprocess.CompletedProcess:
+    return run_script("src/train.py", args, cwd, **kwargs)
+
+
+def run_tiny(run_dir: Path, *overrides: str, check: bool = True) -> subprocess.CompletedProcess:
+    """A TINY training run in a subprocess, into `run_dir`."""
+    return run_train([f"hydra.run.dir={run_dir}", *TINY, *overrides], check=check)
+
+
+def train_in_process(run_dir: Path, *overrides: str) -> float | None:
+    """A TINY run without the subprocess's ~10 s of imports; for the runs that need no signal."""
+    from gptlab.train.run import train
+
+    return train(compose_tiny(run_dir, *overrides))
+
+
+def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    """tag -> {step: value} over every event file of the run, later files (a resumed run) winning."""
+    out: dict[str, dict[int, float]] = {}
+    for path in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return out
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+class KillAtStep(L.Callback):
+    """Sends this process `signal_name` as optimizer step `step` begins, i.e. while that step is computed."""
+
+    def __init__(self, step: int, signal_name: str = "SIGKILL") -> None:
+        self.step, self.signum = step, getattr(signal, signal_name)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+class InjectNaN(L.Callback):
+    """Turns one weight into NaN just before the batch of optimizer step `step`."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                pl_module.model.tok_emb.weight[0, 0] = float("nan")
+
+
+def write_corpus(directory: Path, n_files: int = 2, docs_per_file: int = 150, seed: int = 0) -> list[Path]:
+    """Small JSONL files of made-up documents (some non-ASCII), deterministic for a seed."""
+    rng = random.Random(seed)
+    words = "the of model token layer attention café naïve 東京 data train loss value, step. (x) {y}\n".split(" ")
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for f in range(n_files):
+        path = directory / f"part{f}.jsonl"
+        with open(path, "w", encoding="utf-8") as out:
+            for d in range(docs_per_file):
+                text = " ".join(rng.choice(words) for _ in range(rng.randint(5, 120)))
+                out.write(json.dumps({"id": f"{f}-{d}", "text": f"doc {f}-{d}: {text}"}) + "\n")
+        paths.append(path)
+    return paths
