@@ -16,6 +16,18 @@ import pytest  # noqa: E402
 from helpers import ROOT, write_corpus  # noqa: E402
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` run where CUDA is present and are skipped, with the reason, where it is not."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine); run `python scripts/doctor.py` on one")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def gpt2_ranks() -> Path:
     """GPT-2's ranks, fetched from PyPI (openai-whisper sdist) into data/cache/tiktoken once and sha256-checked.
