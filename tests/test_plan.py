@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import CHECKOUT_ENV, ROOT
+from helpers import CHECKOUT_ENV, ROOT, compose_config
 from omegaconf import OmegaConf
 
 from gptlab.model import GPTConfig, count_parameters
@@ -41,7 +41,7 @@ def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
                           timeout=120, cwd=ROOT, env=CHECKOUT_ENV)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    preset = GPTConfig.from_dict(dict(OmegaConf.load(ROOT / "conf" / "model" / "gpt3_175b.yaml")))
+    preset = GPTConfig.from_dict(OmegaConf.to_container(compose_config(["model=gpt3_175b"]).model))
     assert f"gpt3_175b: {count_parameters(preset)['total']:,} parameters" in out
     assert "total training FLOPs: 3.2" in out or "total training FLOPs: 3.1" in out
     h100 = next(line for line in out.splitlines() if line.startswith("H100"))

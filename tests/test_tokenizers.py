@@ -3,7 +3,7 @@
 import hashlib
 
 import pytest
-from omegaconf import OmegaConf
+from helpers import compose_config
 
 from gptlab.data.ranks import GPT2_RANKS_SHA256
 from gptlab.data.sources import BuiltinSource, stdlib_files
@@ -76,7 +76,7 @@ def test_bad_ranks_file_and_encoding(tmp_path, gpt2_ranks):
 
 
 def test_model_vocab_from_tokenizer_and_too_small_vocab(gpt2):
-    preset = OmegaConf.load("conf/model/nano.yaml")
+    preset = compose_config(["model=nano"]).model
     assert build_model_config(preset, gpt2.vocab_size).vocab_size == 50257
     preset.vocab_size = 257
     with pytest.raises(ConfigError, match=r"50257 ids.*model.vocab_size=257"):
