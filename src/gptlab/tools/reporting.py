@@ -10,7 +10,7 @@ import yaml
 
 from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.train.run import SUMMARY_FILE
+from gptlab.run_dir import SUMMARY_FILE
 
 
 @dataclass

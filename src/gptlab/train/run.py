@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
+from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.train.checkpoints import check_resumable
 from gptlab.train.hydra_ddp import ddp_job_scope
 from gptlab.train.module import GPTLitModule
@@ -27,8 +28,6 @@ log = logging.getLogger(__name__)
 # the data position through its own state_dict, so the warning would be wrong here.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 RETAINED_CHECKPOINTS = 3  # best, last and one in flight: what the disk check budgets for
-
-SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
@@ -48,7 +47,7 @@ def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
 def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
     text = OmegaConf.to_yaml(cfg, resolve=True)
     log.info("Resolved config:\n%s", text)
-    atomic_write_text(output_dir / "config_resolved.yaml", text)
+    atomic_write_text(output_dir / RESOLVED_CONFIG, text)
 
 
 def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
