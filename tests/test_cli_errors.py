@@ -15,6 +15,8 @@ CASES = [
     (["model.dropout=1.5"], "model.dropout"),
     (["model.activation=swish"], "model.activation"),
     (["model.vocab_size=100"], "model.vocab_size"),
+    (["data.store=disk"], "data.store"),
+    (["data.source=pydocs"], "data.source"),  # a bare name, as conf/data/pydocs.yaml once had: now a node
 ]
 
 

@@ -1,4 +1,4 @@
-"""Byte tokenizer, the document split, and the windows the model trains on."""
+"""Byte tokenizer, the one document split rule (the same val set through every store), and the windows."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from gptlab.data import ByteTokenizer, CorpusDataModule
-from gptlab.data.corpus import build_split, split_documents
-from gptlab.data.sources import pydocs_documents
+from gptlab.data import ByteTokenizer, GPTDataModule
+from gptlab.data.sources import BuiltinSource, TextFiles, pydocs_documents
+from gptlab.data.split import is_val
+from gptlab.data.stores import DataSettings, MemoryStore
 from gptlab.data.windows import EpochSampler, RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError
 
@@ -21,24 +22,52 @@ def test_byte_tokenizer_round_trips_unicode_and_marks_document_ends() -> None:
     assert tok.decode(tok.encode("a") + [tok.eot_id] + tok.encode("b")) == "a<|endoftext|>b"
 
 
+def _memory(source, val_fraction: float) -> dict[str, np.ndarray]:
+    return MemoryStore(source, ByteTokenizer(), DataSettings(32, 4, val_fraction, 0, 0)).load()
+
+
 def test_pydocs_split_is_deterministic_disjoint_and_sized() -> None:
     docs = list(pydocs_documents())
     assert sum(len(t) for _, t in docs) > 400_000
-    train, val = split_documents(docs, 0.05)
-    train_ids, val_ids = {d for d, _ in train}, {d for d, _ in val}
-    assert train_ids.isdisjoint(val_ids) and len(train_ids | val_ids) == len(docs)
-    share = sum(len(t) for _, t in val) / sum(len(t) for _, t in docs)
+    val_ids = {d for d, t in docs if is_val(t, 0.05)}
+    assert 0 < len(val_ids) < len(docs)
+    share = sum(len(t) for d, t in docs if d in val_ids) / sum(len(t) for _, t in docs)
     assert 0.05 <= share < 0.25
-    # the same documents land in val whatever order the corpus comes in
-    _, val_again = split_documents(list(reversed(docs)), 0.05)
-    assert {d for d, _ in val_again} == val_ids
+    # the same documents land in val whatever order the corpus comes in: the in-memory store's val tokens are
+    # the val documents' tokens, in corpus order
+    tokens = _memory(BuiltinSource("pydocs"), 0.05)
+    tok = ByteTokenizer()
+    expected = [i for d, t in docs if d in val_ids for i in (*tok.encode(t), tok.eot_id)]
+    assert tokens["val"].tolist() == expected
+    assert len(tokens["train"]) + len(tokens["val"]) == sum(len(t.encode()) + 1 for _, t in docs)
 
 
-def test_documents_are_joined_by_end_of_text() -> None:
-    docs = [("a", "xy"), ("b", "z"), ("c", "hello world, a longer document")]
-    split = build_split(docs, ByteTokenizer(), 0.1)
-    assert split.train.dtype == np.uint16
-    assert (split.train == 256).sum() == split.n_train_docs and split.train[-1] == 256
+def test_documents_are_joined_by_end_of_text(tmp_path) -> None:
+    (tmp_path / "a.txt").write_text("xy")
+    (tmp_path / "b.txt").write_text("z")
+    (tmp_path / "c.txt").write_text("hello world, a longer document")
+    texts = ["xy", "z", "hello world, a longer document"]
+    fraction = 0.5
+    assert {is_val(t, fraction) for t in texts} == {True, False}  # both sides hold a document
+    tokens = _memory(TextFiles([str(tmp_path / "*.txt")]), fraction)
+    assert tokens["train"].dtype == np.uint16
+    n_train = sum(not is_val(t, fraction) for t in texts)
+    assert (tokens["train"] == 256).sum() == n_train and tokens["train"][-1] == 256
+
+
+def test_every_store_reads_the_same_validation_set(corpus, tmp_path) -> None:
+    """One split rule: memory, prepared shards and streaming hold out the same documents, as the same tokens."""
+    source = TextFiles([str(p) for p in corpus])
+    val = {}
+    for store in ("memory", "prepared", "streaming"):
+        dm = GPTDataModule(ByteTokenizer(), source, store, block_size=16, batch_size=4, val_fraction=0.1,
+                           cache_dir=str(tmp_path / "c"), val_windows=10_000)
+        dm.prepare_data()
+        dm.setup("fit")
+        windows = [x for batch in dm.val_dataloader() for x in batch[0]]
+        val[store] = torch.cat(windows).tolist()
+    assert len(val["memory"]) > 500
+    assert val["memory"] == val["prepared"] == val["streaming"]
 
 
 def test_random_windows_are_shifted_pairs_and_reproducible() -> None:
@@ -72,13 +101,33 @@ def test_block_size_longer_than_the_split_is_a_clear_error() -> None:
 
 
 def test_datamodule_serves_batches_of_the_right_shape() -> None:
-    dm = CorpusDataModule(ByteTokenizer(), block_size=32, batch_size=4)
+    dm = GPTDataModule(ByteTokenizer(), BuiltinSource("pydocs"), "memory", block_size=32, batch_size=4,
+                       val_fraction=0.05)
     dm.setup("fit")
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (4, 32) and int(x.max()) < 257
-    assert len(dm.val_set) > 10
+    assert len(dm.store.val_set) > 10
 
 
 def test_unknown_source_names_the_field() -> None:
     with pytest.raises(ConfigError, match="data.source"):
-        CorpusDataModule(ByteTokenizer(), source="nope")
+        GPTDataModule(ByteTokenizer(), source="nope")  # a bare string, as conf/data/pydocs.yaml once had
+    with pytest.raises(ConfigError, match="data.source.name"):
+        BuiltinSource("nope")
+    with pytest.raises(ConfigError, match="data.store='disk'"):
+        GPTDataModule(ByteTokenizer(), BuiltinSource("pydocs"), store="disk")
+
+
+def test_every_data_config_has_one_shape() -> None:
+    """Each conf/data/<corpus>.yaml: GPTDataModule, a structured source, a store, and base.yaml's keys."""
+    from helpers import CONF_DIR, compose_config
+
+    from gptlab.data.stores import STORES
+
+    base = set(compose_config(["data=base", "data.source={}", "data.cache_dir=x"]).data)
+    options = sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml") if p.stem != "base")
+    assert {"pydocs", "python_stdlib", "text_files", "hf", "openwebtext"} <= set(options)
+    for option in options:
+        data = compose_config([f"data={option}"]).data
+        assert data._target_ == "gptlab.data.GPTDataModule" and set(data) == base, option
+        assert "_target_" in data.source and data.store in STORES and data.cache_dir, option

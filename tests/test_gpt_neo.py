@@ -11,7 +11,7 @@ from gptlab.model import GPT
 from gptlab.model.gpt_neo import convert_gpt_neo
 
 
-def random_gpt_neo(seed: int, **overrides) -> "transformers.GPTNeoForCausalLM":
+def random_gpt_neo(seed: int, **overrides) -> transformers.GPTNeoForCausalLM:
     settings = dict(
         vocab_size=101,
         max_position_embeddings=64,

@@ -6,17 +6,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gptlab.data import prepare as prep
-from gptlab.data.prepare import is_val, load_prepared, prepare
+from gptlab.data import split as split_rule
+from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.shards import HEADER_BYTES, read_header
 from gptlab.data.sources import HFDataset, TextFiles
+from gptlab.data.split import is_val
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch):
-    monkeypatch.setattr(prep, "BATCH_DOCS", 16)  # many tokenization tasks (and shards) from a small corpus
+    monkeypatch.setattr(split_rule, "BATCH_DOCS", 16)  # many tokenization tasks (and shards) from a small corpus
 
 
 def run(corpus, out, tokenizer=None, source=None, **kwargs):
@@ -74,13 +75,13 @@ def test_killed_run_resumes_without_corrupt_shards(corpus, tmp_path):
     assert "progress.json" in partial and "manifest.json" not in partial and len(partial) > 2
     (out / "bytes" / ".train_000099.bin.abc.tmp").write_bytes(b"half a shard")  # a write cut short by the kill
     calls = []
-    original = prep._encode_batch
+    original = split_rule._encode_batch
     prep_batches = lambda texts: calls.append(len(texts)) or original(texts)  # noqa: E731
     try:
-        prep._encode_batch = prep_batches
+        split_rule._encode_batch = prep_batches
         run(corpus, out)
     finally:
-        prep._encode_batch = original
+        split_rule._encode_batch = original
     assert files_of(out / "bytes") == files_of(tmp_path / "clean" / "bytes")
     assert 0 < sum(calls) < 300  # only the documents after the last completed shard were tokenized again
 

@@ -72,8 +72,8 @@ def test_sample_bad_input(run_dir: Path, tmp_path: Path) -> None:
         sample(SAMPLE([f"ckpt_path={tmp_path / 'hf'}"]))
     with pytest.raises(ConfigError, match="prompt_file"):
         sample(SAMPLE([f"ckpt_path={ckpt}", f"prompt_file={tmp_path / 'missing.txt'}", "prompt=null"]))
-    done = subprocess.run([sys.executable, "src/sample.py", f"ckpt_path={ckpt}", "top_p=1.5"], cwd=ROOT, env=CHECKOUT_ENV,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "src/sample.py", f"ckpt_path={ckpt}", "top_p=1.5"], cwd=ROOT,
+                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "top_p=1.5" in done.stderr and "Traceback" not in done.stderr
 
 

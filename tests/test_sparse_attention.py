@@ -57,8 +57,10 @@ def test_chunked_equals_sdpa_reference(kind: str, shape: tuple[int, ...]) -> Non
 def test_chunked_with_scale_and_odd_length() -> None:
     q, k, v = qkv(2, 3, 45, 8, 12)
     for kind in ("local", "strided"):
-        ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind=kind, window=8, impl="sdpa", scale=1.0))
-        got = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind=kind, window=8, impl="chunked", scale=1.0))
+        def run(impl: str, kind: str = kind):
+            return outputs_and_grads(q, k, v, lambda *t: attend(*t, kind=kind, window=8, impl=impl, scale=1.0))
+
+        ref, got = run("sdpa"), run("chunked")
         for r, g in zip(ref, got):
             torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
 

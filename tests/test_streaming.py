@@ -77,7 +77,7 @@ class BatchRecorder(L.Callback):
 
 def _run(tmp_path, corpus, name, steps, ckpt=None):
     overrides = [
-        "data=text_files", f"data.source.paths=[{','.join(str(p) for p in corpus)}]", "data.streaming=true",
+        "data=text_files", f"data.source.paths=[{','.join(str(p) for p in corpus)}]", "data.store=streaming",
         "data.val_fraction=0.1", "data.batch_size=4", "data.val_windows=4", "model.block_size=32", "model.n_layer=1",
         "model.n_embd=32", "model.n_head=2", f"trainer.max_steps={steps}", "trainer.val_check_interval=3",
         "trainer.accelerator=cpu", "callbacks.progress_bar=null", "logger=[]", f"paths.output_dir={tmp_path / name}",
@@ -95,7 +95,7 @@ def test_resumed_training_continues_the_stream(corpus, tmp_path):
     straight = _run(tmp_path, corpus, "straight", 9)
     first = _run(tmp_path, corpus, "first", 6)
     ckpt = torch.load(tmp_path / "first" / "checkpoints" / "last.ckpt", weights_only=False)
-    assert ckpt["TokenDataModule"]["stream"]["positions"][0][0][0] == 0  # worker 0, first pass
+    assert ckpt["GPTDataModule"]["stream"]["positions"][0][0][0] == 0  # worker 0, first pass
     resumed = _run(tmp_path, corpus, "resumed", 9, ckpt=tmp_path / "first" / "checkpoints" / "last.ckpt")
     assert len(straight) == 9 and len(first) == 6 and len(resumed) == 3
     for a, b in zip(first + resumed, straight):

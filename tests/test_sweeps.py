@@ -52,7 +52,8 @@ def test_single_ddp_run_writes_one_run_dir(tmp_path: Path) -> None:
 
 
 def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path) -> None:
-    args = ["-m", *SWEEP, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "model.pos_emb=learned,none"]
+    args = ["-m", *SWEEP, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
+            "model.pos_emb=learned,none"]
     proc = run_train(args, cwd=tmp_path, timeout=600, threads=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
@@ -73,7 +74,8 @@ def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path)
     lrs = set()
     for job in ("0", "1"):
         _assert_job_dir_of_two_ranks(sweep / job)
-        lrs |= {o for o in (sweep / job / ".hydra" / "overrides.yaml").read_text().split() if o.startswith("optimizer.lr=")}
+        overrides = (sweep / job / ".hydra" / "overrides.yaml").read_text().split()
+        lrs |= {o for o in overrides if o.startswith("optimizer.lr=")}
     assert len(lrs) == 2  # two trials, two sampled learning rates
 
 

@@ -1,4 +1,4 @@
-"""The prepared path through the DataModule: memmapped windows, disjoint ranks, and a real training run."""
+"""The prepared store through GPTDataModule: memmapped windows, disjoint ranks, and a real training run."""
 
 from types import SimpleNamespace
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import compose_config
 
-from gptlab.data import TokenDataModule
+from gptlab.data import GPTDataModule
 from gptlab.data.shards import ShardedTokens
 from gptlab.data.sources import TextFiles
 from gptlab.data.tokenizers import ByteTokenizer
@@ -17,9 +17,9 @@ from gptlab.train.run import train
 BLOCK = 32
 
 
-def datamodule(corpus, tmp_path, rank=0, world=1, **kwargs) -> TokenDataModule:
-    dm = TokenDataModule(ByteTokenizer(), TextFiles([str(p) for p in corpus]), block_size=BLOCK, batch_size=8,
-                         cache_dir=str(tmp_path / "c"), val_fraction=0.1, shard_tokens=5000, num_proc=1, **kwargs)
+def datamodule(corpus, tmp_path, rank=0, world=1, store="prepared", **kwargs) -> GPTDataModule:
+    dm = GPTDataModule(ByteTokenizer(), TextFiles([str(p) for p in corpus]), store, block_size=BLOCK, batch_size=8,
+                       cache_dir=str(tmp_path / "c"), val_fraction=0.1, shard_tokens=5000, num_proc=1, **kwargs)
     dm.trainer = SimpleNamespace(global_rank=rank, world_size=world)  # what Lightning attaches before setup
     dm.prepare_data()
     dm.setup("fit")
@@ -34,16 +34,18 @@ def test_sharded_tokens_slice_like_one_array():
         np.testing.assert_array_equal(tokens[start:stop], whole[start:stop])
 
 
-def test_two_ranks_read_disjoint_windows_covering_an_epoch(corpus, tmp_path):
+@pytest.mark.parametrize("store", ["prepared", "memory"])
+def test_two_ranks_read_disjoint_windows_covering_an_epoch(corpus, tmp_path, store):
     starts = []
     for rank in (0, 1):
-        dm = datamodule(corpus, tmp_path, rank, 2, sampling="epoch")
-        assert len(dm.splits["train"].arrays) > 1  # windows are cut across shard boundaries too
+        dm = datamodule(corpus, tmp_path, rank, 2, store, sampling="epoch")
+        if store == "prepared":
+            assert len(dm.store.tokens["train"].arrays) > 1  # windows are cut across shard boundaries too
         sampler = dm.train_dataloader().sampler
-        starts.append([dm.train_set.window_start(i) for i in sampler])
-        x, y = dm.train_set[next(iter(sampler))]
+        starts.append([dm.store.train_set.window_start(i) for i in sampler])
+        x, y = dm.store.train_set[next(iter(sampler))]
         assert torch.equal(x[1:], y[:-1]) and x.shape == (BLOCK,)
-    n = len(dm.train_set)
+    n = len(dm.store.train_set)
     assert len(starts[0]) == len(starts[1]) == n // 2
     assert not set(starts[0]) & set(starts[1])
     assert sorted(starts[0] + starts[1]) == [BLOCK * i for i in range(n)]  # every window of the epoch, once
@@ -51,10 +53,10 @@ def test_two_ranks_read_disjoint_windows_covering_an_epoch(corpus, tmp_path):
 
 def test_random_windows_come_from_the_memmapped_shards(corpus, tmp_path):
     dm = datamodule(corpus, tmp_path)
-    assert all(isinstance(a, np.memmap) for a in dm.splits["train"].arrays)
+    assert all(isinstance(a, np.memmap) for a in dm.store.tokens["train"].arrays)
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (8, BLOCK) and torch.equal(x[:, 1:], y[:, :-1])
-    flat = dm.splits["train"][0 : len(dm.splits["train"])]
+    flat = dm.store.tokens["train"][0 : len(dm.store.tokens["train"])]
     row = x[0].numpy()
     hits = np.flatnonzero(np.all(np.lib.stride_tricks.sliding_window_view(flat, BLOCK) == row, axis=1))
     assert len(hits) >= 1
@@ -82,9 +84,10 @@ def test_training_on_prepared_gpt2_shards(corpus, tmp_path, gpt2_ranks):
     assert ckpt["state_dict"]["model.tok_emb.weight"].shape[0] == 50257  # vocab_size taken from the tokenizer
 
 
-def test_prepared_path_resumes_at_the_saved_batch(corpus, tmp_path):
+@pytest.mark.parametrize("store", ["prepared", "memory"])
+def test_window_stores_resume_at_the_saved_batch(corpus, tmp_path, store):
     """A checkpoint's data position (epoch, batches trained) makes the next loader continue the epoch exactly."""
-    first = datamodule(corpus, tmp_path)
+    first = datamodule(corpus, tmp_path, store=store)
     batches = [x for x, _ in first.train_dataloader()]
     progress = SimpleNamespace(processed=3)
     first.trainer = SimpleNamespace(global_rank=0, world_size=1, fit_loop=SimpleNamespace(
@@ -92,9 +95,18 @@ def test_prepared_path_resumes_at_the_saved_batch(corpus, tmp_path):
     saved = first.state_dict()
     assert saved == {"epoch": 0, "batches": 3}
 
-    resumed = datamodule(corpus, tmp_path)
+    resumed = datamodule(corpus, tmp_path, store=store)
     resumed.load_state_dict(saved)
     rest = [x for x, _ in resumed.train_dataloader()]
     assert len(rest) == len(batches) - 3
     for a, b in zip(rest, batches[3:]):
         assert torch.equal(a, b)
+
+
+def test_a_position_of_another_store_is_refused(corpus, tmp_path):
+    """A streaming checkpoint cannot silently restart a window store from its first batch, nor the reverse."""
+    with pytest.raises(ConfigError, match="data.store=streaming but this run has data.store=prepared"):
+        datamodule(corpus, tmp_path).load_state_dict({"stream": {"world_size": 1, "num_workers": 0, "positions": {}}})
+    stream = GPTDataModule(ByteTokenizer(), TextFiles([str(p) for p in corpus]), "streaming", block_size=BLOCK)
+    with pytest.raises(ConfigError, match="data.store=memory or prepared but this run has data.store=streaming"):
+        stream.load_state_dict({"epoch": 0, "batches": 3})

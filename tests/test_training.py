@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import hydra
 import torch
 from helpers import TINY_RUN, compose_config, run_train, scalars
 
-from gptlab.data import ByteTokenizer, CorpusDataModule
+from gptlab.data import ByteTokenizer, GPTDataModule
 from gptlab.model import GPT, next_token_loss
 from gptlab.train.run import build_model_config, train
 
 
-def _val_loss(model: GPT, dm: CorpusDataModule) -> float:
+def _val_loss(model: GPT, dm: GPTDataModule) -> float:
     model.eval()
     with torch.no_grad():
         losses = [next_token_loss(model(x), y).item() for x, y in dm.val_dataloader()]
@@ -25,7 +26,7 @@ def test_short_training_lowers_val_loss_by_a_third(tmp_path: Path) -> None:
                             "trainer.val_check_interval=60", "scheduler.warmup_steps=10", "optimizer.lr=3e-3"]
     cfg = compose_config(overrides, tmp_path)
     torch.manual_seed(cfg.seed)
-    dm = CorpusDataModule(ByteTokenizer(), block_size=64, batch_size=8)
+    dm = hydra.utils.instantiate(cfg.data, tokenizer=ByteTokenizer())  # the run's own validation windows
     dm.setup()
     before = _val_loss(GPT(build_model_config(cfg.model, 257)), dm)
     assert abs(before - math.log(257)) < 0.3  # an untrained model is close to uniform

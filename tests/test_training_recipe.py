@@ -95,7 +95,8 @@ def test_accumulating_4_micro_batches_of_2_equals_batch_8(tmp_path: Path) -> Non
     train_in_process(tmp_path / "big", *common, "data.batch_size=8")
     train_in_process(tmp_path / "acc", *common, "data.batch_size=2", "global_batch_tokens=256")  # 8 x 32
     train_in_process(tmp_path / "small", *common, "data.batch_size=2")  # a control: 2 per step, no accumulation
-    weights = {name: load_checkpoint(tmp_path / name / "checkpoints" / "last.ckpt")["state_dict"] for name in ("big", "acc", "small")}
+    weights = {name: load_checkpoint(tmp_path / name / "checkpoints" / "last.ckpt")["state_dict"]
+               for name in ("big", "acc", "small")}
     diff = max((weights["big"][k] - weights["acc"][k]).abs().max().item() for k in weights["big"])
     control = max((weights["big"][k] - weights["small"][k]).abs().max().item() for k in weights["big"])
     assert diff < 1e-6
@@ -121,7 +122,8 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
 def test_bf16_mixed_precision_trains_with_gradient_clipping(tmp_path: Path) -> None:
     """Mixed precision with AdamW's default fused=null: the module falls back to the unfused kernel, which
     Lightning can clip (it refuses a fused optimizer under AMP)."""
-    best = train_in_process(tmp_path, "trainer.precision=bf16-mixed", "trainer.max_steps=2", "trainer.val_check_interval=2")
+    best = train_in_process(tmp_path, "trainer.precision=bf16-mixed", "trainer.max_steps=2",
+                            "trainer.val_check_interval=2")
     assert best is not None and math.isfinite(best)
     state = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
     assert state["optimizer_states"][0]["param_groups"][0]["fused"] is False

@@ -70,7 +70,8 @@ def test_text_samples_and_hparams(run_dir: Path) -> None:
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss"]
     hparams = {h.name for h in experiment.hparam_infos}
-    assert {"model.n_layer", "optimizer.lr", "optimizer._target_", "scheduler.warmup_steps", "data.batch_size"} <= hparams
+    expected = {"model.n_layer", "optimizer.lr", "optimizer._target_", "scheduler.warmup_steps", "data.batch_size"}
+    assert expected <= hparams
 
 
 def test_eval_script_reproduces_the_last_val_loss(run_dir: Path, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""Tokenizers, corpora, token windows and the DataModules.
+"""Tokenizers, corpora (sources), the split rule, token stores, windows and GPTDataModule.
 
-The DataModules are imported on first use: they pull in Lightning, which tools such as
+GPTDataModule is imported on first use: they pull in Lightning, which tools such as
 scripts/prepare_data.py do not need (it takes seconds to import).
 """
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 
-_LAZY = {"CorpusDataModule": "gptlab.data.datamodule", "TokenDataModule": "gptlab.data.token_datamodule"}
+_LAZY = {"GPTDataModule": "gptlab.data.datamodule"}
 
-__all__ = ["ByteTokenizer", "CorpusDataModule", "TiktokenTokenizer", "TokenDataModule", "Tokenizer"]
+__all__ = ["ByteTokenizer", "GPTDataModule", "TiktokenTokenizer", "Tokenizer"]
 
 
 def __getattr__(name: str) -> Any:

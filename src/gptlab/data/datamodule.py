@@ -1,4 +1,10 @@
-"""The LightningDataModule for in-memory corpora: documents → split → tokens → windows."""
+"""GPTDataModule: the one LightningDataModule, for every corpus and every token store.
+
+config -> source (documents) -> split rule (gptlab.data.split: a hash of each document's text picks val) ->
+store (`data.store`: memory | prepared | streaming, gptlab.data.stores) -> (x, y) windows of block_size tokens.
+The store also keeps the training data position that checkpoints save, so a resumed run sees the batches the
+uninterrupted run would have seen.
+"""
 
 from __future__ import annotations
 
@@ -7,69 +13,84 @@ from typing import Any, Optional
 import lightning as L
 from torch.utils.data import DataLoader
 
-from gptlab.data.corpus import Split, build_split
-from gptlab.data.position import TrainPosition
-from gptlab.data.sources import SOURCES
+from gptlab.data.stores import SAMPLING, STORES, DataSettings, TokenStore
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.data.windows import RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError, invalid_choice
 
 
-class CorpusDataModule(L.LightningDataModule):
-    """Random training windows and a fixed, complete set of validation windows.
-
-    `samples_per_epoch` only sets how often Lightning's epoch hooks fire: training is bounded by
-    `trainer.max_steps`, and every epoch draws fresh windows."""
+class GPTDataModule(L.LightningDataModule):
+    """Random (or epoch-ordered) training windows and a fixed set of validation windows, from `source` read
+    through the store named by `store`. `samples_per_epoch` only sets how often Lightning's epoch hooks fire:
+    training is bounded by `trainer.max_steps`. Callbacks read `tokenizer`, `batch_size` and `block_size`."""
 
     def __init__(
         self,
         tokenizer: Tokenizer,
-        source: str = "pydocs",
+        source: Any,
+        store: str = "memory",
         block_size: int = 256,
         batch_size: int = 32,
-        val_fraction: float = 0.05,
+        val_fraction: float = 0.01,
+        sampling: str = "random",
         samples_per_epoch: Optional[int] = None,
+        cache_dir: Optional[str] = None,
+        shard_tokens: int = 100_000_000,
+        num_proc: Optional[int] = None,
+        verify_sha256: bool = True,
+        val_windows: int = 64,
         num_workers: int = 0,
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if source not in SOURCES:
-            raise invalid_choice("data.source", source, SOURCES)
-        for name, value in (("batch_size", batch_size), ("block_size", block_size)):
-            if not isinstance(value, int) or value < 1:
+        if not hasattr(source, "documents") or not hasattr(source, "describe"):
+            raise ConfigError(
+                f"data.source={source!r} is not a corpus: give a node with _target_, e.g. "
+                "{_target_: gptlab.data.sources.BuiltinSource, name: pydocs} (see conf/data/)."
+            )
+        if store not in STORES:
+            raise invalid_choice("data.store", store, STORES)
+        if sampling not in SAMPLING:
+            raise invalid_choice("data.sampling", sampling, SAMPLING)
+        for name, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"data.{name}={value!r} must be a positive integer.")
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be >= 0.")
-        self.tokenizer, self.source, self.block_size = tokenizer, source, block_size
-        self.batch_size, self.val_fraction, self.num_workers, self.seed = batch_size, val_fraction, num_workers, seed
-        self.samples_per_epoch = samples_per_epoch
-        self.split: Optional[Split] = None
-        self.position = TrainPosition()
+        self.tokenizer, self.source = tokenizer, source
+        self.settings = DataSettings(block_size, batch_size, val_fraction, num_workers, seed, sampling,
+                                     samples_per_epoch, cache_dir, shard_tokens, num_proc, verify_sha256, val_windows)
+        self.store: TokenStore = STORES[store](source, tokenizer, self.settings)
+
+    @property
+    def block_size(self) -> int:
+        return self.settings.block_size
+
+    @property
+    def batch_size(self) -> int:
+        return self.settings.batch_size
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
+    def prepare_data(self) -> None:
+        self.store.prepare()
+
     def setup(self, stage: Optional[str] = None) -> None:
-        if self.split is not None:
-            return
-        self.split = build_split(SOURCES[self.source](), self.tokenizer, self.val_fraction)
-        per_epoch = self.samples_per_epoch or max(1, len(self.split.train) // self.block_size)
-        self.train_set = RandomWindows(self.split.train, self.block_size, per_epoch, self.seed)
-        self.val_set = SequentialWindows(self.split.val, self.block_size)
+        self.store.setup(self.trainer)
 
     def train_dataloader(self) -> DataLoader:
-        return self.position.train_loader(self.train_set, self.trainer, self.batch_size, **self._loader_kwargs())
+        return self.store.train_dataloader(self.trainer)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size, **self._loader_kwargs())
+        return self.store.val_dataloader(self.trainer)
 
-    def _loader_kwargs(self) -> dict[str, Any]:
-        return {"num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        return self.store.on_before_batch_transfer(batch, self.trainer)
 
     def state_dict(self) -> dict[str, Any]:
-        """The data position, for exact resume (see TrainPosition)."""
-        return self.position.state_dict(self.trainer)
+        """The training data position (see gptlab.data.stores), for exact resume."""
+        return self.store.state_dict(self.trainer)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.position.load_state_dict(state_dict)
+        self.store.load_state_dict(state_dict)

@@ -22,7 +22,8 @@ class TrainPosition:
         self.saved: dict[str, int] = {}  # from a checkpoint
         self.sampler: Optional[EpochSampler] = None
 
-    def train_loader(self, dataset: Dataset, trainer: Optional[L.Trainer], batch_size: int, **loader_kwargs: Any) -> DataLoader:
+    def train_loader(self, dataset: Dataset, trainer: Optional[L.Trainer], batch_size: int,
+                     **loader_kwargs: Any) -> DataLoader:
         rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
         sampler = EpochSampler(len(dataset), rank, world)
         epoch, batches = self.saved.get("epoch", 0), self.saved.get("batches", 0)

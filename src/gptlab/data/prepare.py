@@ -1,8 +1,8 @@
 """Prepare a corpus once into train/val token shards plus a manifest, and open them again safely.
 
-Documents are split by a hash of their text (so a document's side never depends on order or on which path
-reads it, and duplicates never straddle the split), tokenized in parallel in a fixed order, joined with
-end-of-text and cut into shards at fixed batch boundaries: the output is byte-identical run to run. Each
+Documents are split by the rule of gptlab.data.split (a hash of their text, the same for every store),
+tokenized in parallel in a fixed order, joined with end-of-text and cut into shards at fixed batch
+boundaries: the output is byte-identical run to run. Each
 shard is renamed into place whole, and `progress.json` records the batches already written, so a run killed
 midway resumes where it stopped; `manifest.json` is written last and marks the directory complete.
 """
@@ -11,80 +11,27 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
-import zlib
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
 from gptlab.atomic import atomic_write_text
 from gptlab.data.ranks import sha256_file
 from gptlab.data.shards import ShardedTokens, ShardHeader, open_shard, read_header, token_dtype, write_shard
+from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.tokenizers import Tokenizer, fingerprint
 from gptlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
-SPLITS = ("train", "val")
-BATCH_DOCS, BATCH_CHARS = 256, 1 << 20  # a tokenization task: up to 256 documents or ~1M characters
-
-
-def is_val(text: str, val_fraction: float) -> bool:
-    return zlib.crc32(text.encode("utf-8")) < val_fraction * 2**32
 
 
 def tokenizer_identity(tokenizer: Tokenizer) -> dict[str, Any]:
     return {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size, "eot_id": tokenizer.eot_id,
             "fingerprint": fingerprint(tokenizer)}
-
-
-def doc_batches(texts: Iterable[str]) -> Iterator[list[str]]:
-    """Group documents into tasks by count and size only, so the grouping never depends on num_proc."""
-    batch, chars = [], 0
-    for text in texts:
-        if not text:
-            continue  # an empty document would add a lone end-of-text
-        batch.append(text)
-        chars += len(text)
-        if len(batch) >= BATCH_DOCS or chars >= BATCH_CHARS:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
-
-
-_worker: dict[str, Any] = {}
-
-
-def _init_worker(tokenizer: Tokenizer, val_fraction: float) -> None:
-    _worker.update(tokenizer=tokenizer, val_fraction=val_fraction)
-
-
-def _encode_batch(texts: list[str]) -> dict[str, tuple[np.ndarray, int]]:
-    """One batch → per split: its documents' ids, each followed by end-of-text, and the document count."""
-    tok: Tokenizer = _worker["tokenizer"]
-    sides = {split: [t for t in texts if is_val(t, _worker["val_fraction"]) == (split == "val")] for split in SPLITS}
-    out = {}
-    for split, docs in sides.items():
-        encode = getattr(tok, "encode_array", tok.encode)
-        eot = np.array([tok.eot_id], dtype=np.uint32)
-        parts = [part for text in docs for part in (np.asarray(encode(text), dtype=np.uint32), eot)]
-        out[split] = (np.concatenate(parts) if parts else np.empty(0, dtype=np.uint32), len(docs))
-    return out
-
-
-def _encoded(batches: Iterator[list[str]], tokenizer: Tokenizer, val_fraction: float, num_proc: int):
-    """Encoded batches in input order. A pool is fed a bounded group at a time so memory stays flat."""
-    if num_proc <= 1:
-        _init_worker(tokenizer, val_fraction)
-        yield from (_encode_batch(b) for b in batches)
-        return
-    with multiprocessing.get_context().Pool(num_proc, _init_worker, (tokenizer, val_fraction)) as pool:
-        while group := list(islice(batches, 4 * num_proc)):
-            yield from pool.imap(_encode_batch, group)
 
 
 class _Writer:
@@ -143,8 +90,7 @@ def prepare(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Tokenize `source` into shards under cache_dir/<tokenizer name>/ unless a matching manifest is there."""
-    if not 0.0 < val_fraction < 1.0:
-        raise ConfigError(f"data.val_fraction={val_fraction!r} must be in (0, 1).")
+    check_val_fraction(val_fraction)
     if shard_tokens < 1 or num_proc < 1:
         raise ConfigError(f"data.shard_tokens={shard_tokens} and data.num_proc={num_proc} must be >= 1.")
     out = prepared_dir(cache_dir, tokenizer)
@@ -174,7 +120,7 @@ def prepare(
     from tqdm.auto import tqdm
 
     with tqdm(desc=f"tokenizing {getattr(source, 'name', 'corpus')}", unit=" docs", disable=not progress) as bar:
-        for encoded in _encoded(batches, tokenizer, val_fraction, num_proc):
+        for encoded in encode_batches(batches, tokenizer, val_fraction, num_proc):
             writer.add(encoded)
             bar.update(sum(n for _, n in encoded.values()))
     writer.flush()
@@ -182,15 +128,8 @@ def prepare(
 
 
 def _finish(out: Path, key: dict[str, Any], source: Any, state: dict) -> dict[str, Any]:
-    what = json.dumps(key["source"])
-    for split in SPLITS:
-        if not sum(s["tokens"] for s in state["shards"][split]):
-            if split == "train":
-                raise ConfigError(f"the source {what} holds no text; check its paths, split and text field.")
-            raise ConfigError(
-                f"no document of {what} fell into the val split (data.val_fraction={key['val_fraction']}); "
-                "raise data.val_fraction or add documents."
-            )
+    tokens = {split: sum(s["tokens"] for s in state["shards"][split]) for split in SPLITS}
+    check_splits_filled(tokens, json.dumps(key["source"]), key["val_fraction"])
     stats = source.stats
     if stats.replaced_chars:
         log.warning("%d characters that were not valid UTF-8 were replaced with U+FFFD, in: %s",

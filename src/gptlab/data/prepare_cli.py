@@ -13,17 +13,10 @@ import hydra
 from omegaconf import DictConfig
 
 from gptlab.data.prepare import prepare, prepared_dir
-from gptlab.errors import ConfigError
 
 
 def prepare_from_config(cfg: DictConfig) -> Path:
     data = cfg.data
-    if "cache_dir" not in data:
-        raise ConfigError(
-            f"data={data.get('source')} is tokenized in memory when training starts; there is nothing to prepare. "
-            "Choose a source with prepared shards: "
-            "data=python_stdlib | text_files | hf | openwebtext | fineweb_edu | tinystories."
-        )
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     source = hydra.utils.instantiate(data.source)
     start = time.perf_counter()
@@ -35,4 +28,8 @@ def prepare_from_config(cfg: DictConfig) -> Path:
         json.dumps({s: {k: v for k, v in m.items() if k != "shards"} for s, m in manifest["splits"].items()}),
         time.perf_counter() - start,
     )
+    if data.store != "prepared":
+        logging.getLogger(__name__).warning(
+            "data.store=%s: training does not read these shards; add data.store=prepared to train from them.",
+            data.store)
     return out

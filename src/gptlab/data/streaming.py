@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from gptlab.data.prepare import is_val
+from gptlab.data.split import is_val
 from gptlab.data.tokenizers import Tokenizer
 
 Position = tuple[int, int, int]  # (pass over the data, record index in this worker's stream, token offset)

@@ -68,7 +68,8 @@ class EpochSampler(Sampler[int]):
     A resumed run starts it at `epoch`, skipping the first `start` indices of this rank's share: the ones the
     interrupted run had already trained on. `len` stays the full epoch so Lightning's batch counters agree."""
 
-    def __init__(self, samples_per_epoch: int, rank: int = 0, world_size: int = 1, epoch: int = 0, start: int = 0) -> None:
+    def __init__(self, samples_per_epoch: int, rank: int = 0, world_size: int = 1, epoch: int = 0,
+                 start: int = 0) -> None:
         self.samples_per_epoch, self.rank, self.world_size = samples_per_epoch, rank, world_size
         self.epoch, self.start = epoch, start
 

@@ -11,9 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT
+from gptlab.run_dir import RESOLVED_CONFIG
 from gptlab.train.checkpoints import load_model as load_checkpoint_model
-
-RUN_CONFIG = "config_resolved.yaml"  # what train() writes into every run dir
 
 
 def load_model(path: str) -> GPT:
@@ -26,7 +25,7 @@ def load_model(path: str) -> GPT:
 
 def _run_config(ckpt_path: str) -> Path | None:
     """The run dir's resolved config for <run>/checkpoints/x.ckpt, if it is there."""
-    candidate = Path(ckpt_path).resolve().parent.parent / RUN_CONFIG
+    candidate = Path(ckpt_path).resolve().parent.parent / RESOLVED_CONFIG
     return candidate if Path(ckpt_path).is_file() and candidate.is_file() else None
 
 
@@ -37,7 +36,7 @@ def load_tokenizer(cfg: DictConfig) -> Any:
     run_config = _run_config(cfg.ckpt_path)
     if run_config is None:
         raise ConfigError(f"no tokenizer for ckpt_path={cfg.ckpt_path!r}: it is not inside a gptlab run dir "
-                          f"(no ../{RUN_CONFIG}); choose one, e.g. tokenizer=bytes.")
+                          f"(no ../{RESOLVED_CONFIG}); choose one, e.g. tokenizer=bytes.")
     return hydra.utils.instantiate(OmegaConf.load(run_config).tokenizer)
 
 

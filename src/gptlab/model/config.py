@@ -134,7 +134,7 @@ class GPTConfig:
         return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "GPTConfig":
+    def from_dict(cls, values: dict[str, Any]) -> GPTConfig:
         """Build from a plain mapping (a Hydra node or a checkpoint), rejecting unknown keys by name."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
@@ -143,7 +143,7 @@ class GPTConfig:
         return cls(**values)
 
     @classmethod
-    def for_tokenizer(cls, values: dict[str, Any], tokenizer_vocab: int) -> "GPTConfig":
+    def for_tokenizer(cls, values: dict[str, Any], tokenizer_vocab: int) -> GPTConfig:
         """A preset's fields with vocab_size taken from the tokenizer when the preset leaves it null; a preset
         whose vocab_size is smaller than the tokenizer's is refused (its embedding would miss ids)."""
         values = dict(values)

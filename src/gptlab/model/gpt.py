@@ -117,7 +117,7 @@ class GPT(nn.Module):
         return generate(self, idx, max_new_tokens, options, generator)
 
     @classmethod
-    def from_pretrained(cls, path: Union[str, Path]) -> "GPT":
+    def from_pretrained(cls, path: Union[str, Path]) -> GPT:
         """Load a local Hugging Face GPT-2 or GPT-1 directory (safetensors or pytorch_model.bin)."""
         from gptlab.model.hf_interop import from_pretrained  # imported here: hf_interop builds on this module
 

@@ -225,7 +225,7 @@ def flex(
     return _compiled_flex()(q, k, v, block_mask=block_mask, scale=scale)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_flex() -> Callable[..., torch.Tensor]:
     from torch.nn.attention.flex_attention import flex_attention
 

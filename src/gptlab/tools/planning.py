@@ -85,12 +85,15 @@ def format_plan(plan: Plan, name: str, mfu: float, micro_batch: int) -> str:
     lines = [
         f"{name}: {plan.parameters:,} parameters",
         f"training FLOPs per token: {plan.flops_per_token:,} (6N = {6 * plan.parameters:,} + attention)",
-        f"tokens: {plan.tokens:,.0f}   total training FLOPs: {plan.total_flops:.3e}   (6ND alone: {6 * plan.parameters * plan.tokens:.3e})",
+        f"tokens: {plan.tokens:,.0f}   total training FLOPs: {plan.total_flops:.3e}   "
+        f"(6ND alone: {6 * plan.parameters * plan.tokens:.3e})",
         "",
-        f"memory per GPU (bf16 mixed precision + Adam; activations of {micro_batch} sequence(s) of {plan.block_size} tokens):",
+        f"memory per GPU (bf16 mixed precision + Adam; activations of {micro_batch} sequence(s) of "
+        f"{plan.block_size} tokens):",
         f"{'':<28}{'DDP':>14}{f'FSDP / {plan.gpus}':>14}",
     ]
-    for part in ("weights", "gradients", "optimizer", "activations", "activations_checkpointed", "total", "total_checkpointed"):
+    for part in ("weights", "gradients", "optimizer", "activations", "activations_checkpointed", "total",
+                 "total_checkpointed"):
         lines.append(f"{part:<28}{_gb(plan.ddp[part]):>14}{_gb(plan.fsdp[part]):>14}")
     lines.append("")
     for kind, spec in GPUS.items():

@@ -10,7 +10,7 @@ import yaml
 
 from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.train.run import SUMMARY_FILE
+from gptlab.run_dir import SUMMARY_FILE
 
 
 @dataclass
@@ -47,9 +47,12 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
         if not summary_path.exists():
             continue  # a job that failed or is still running: left out, and reported as missing
         summary = json.loads(summary_path.read_text())
-        jobs.append(JobResult(job_dir, _read_overrides(job_dir), summary, _read_val_curve(job_dir, summary["tokens_per_step"])))
+        curve = _read_val_curve(job_dir, summary["tokens_per_step"])
+        jobs.append(JobResult(job_dir, _read_overrides(job_dir), summary, curve))
     if not jobs:
-        raise ConfigError(f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; is it a sweep dir of `train.py -m`?")
+        raise ConfigError(
+            f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; is it a sweep dir of `train.py -m`?"
+        )
     return jobs
 
 
@@ -100,7 +103,8 @@ def plot_val_loss(jobs: list[JobResult], path: Path) -> None:
 def write_report(sweep_dir: Path) -> tuple[Path, Path]:
     jobs = load_sweep(sweep_dir)
     table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "val_loss.png"
-    missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
+    missing = [p.name for p in sweep_dir.iterdir()
+               if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
     text = f"# {jobs[0].summary.get('name', 'sweep')}: {sweep_dir}\n\n" + markdown_table(jobs)
     if missing:
         text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"

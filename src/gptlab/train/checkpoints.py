@@ -71,7 +71,8 @@ def config_differences(trained: GPTConfig, wanted: GPTConfig) -> list[str]:
     (fields that change how the model runs, not what it computes, are ignored)."""
     runtime = {"compile", "activation_checkpointing", "attn_impl", "dropout"}
     a, b = trained.to_dict(), wanted.to_dict()
-    return [f"checkpoint has model.{k}={a[k]!r}, the config asks {b[k]!r}" for k in a if k not in runtime and a[k] != b[k]]
+    return [f"checkpoint has model.{k}={a[k]!r}, the config asks {b[k]!r}"
+            for k in a if k not in runtime and a[k] != b[k]]
 
 
 def check_resumable(path: PathLike, wanted: GPTConfig) -> None:

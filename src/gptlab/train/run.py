@@ -17,18 +17,17 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
+from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.train.checkpoints import check_resumable
 from gptlab.train.hydra_ddp import ddp_job_scope
 from gptlab.train.module import GPTLitModule
 from gptlab.train.preflight import check_output_dirs, checkpoint_bytes
 
 log = logging.getLogger(__name__)
-# Lightning warns on every mid-epoch resume that the dataloader is not resumable; CorpusDataModule restores
+# Lightning warns on every mid-epoch resume that the dataloader is not resumable; GPTDataModule restores
 # the data position through its own state_dict, so the warning would be wrong here.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 RETAINED_CHECKPOINTS = 3  # best, last and one in flight: what the disk check budgets for
-
-SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
@@ -36,7 +35,8 @@ def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
     an entry set to null is switched off."""
     if not group:
         return {}
-    return {name: hydra.utils.instantiate(node) for name, node in group.items() if node is not None and "_target_" in node}
+    return {name: hydra.utils.instantiate(node) for name, node in group.items()
+            if node is not None and "_target_" in node}
 
 
 def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
@@ -48,7 +48,7 @@ def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
 def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
     text = OmegaConf.to_yaml(cfg, resolve=True)
     log.info("Resolved config:\n%s", text)
-    atomic_write_text(output_dir / "config_resolved.yaml", text)
+    atomic_write_text(output_dir / RESOLVED_CONFIG, text)
 
 
 def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
@@ -65,7 +65,8 @@ def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size
     return global_batch_tokens // per_pass
 
 
-def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], micro_batch: int, block_size: int) -> int:
+def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], micro_batch: int,
+                       block_size: int) -> int:
     """Sets the trainer's gradient accumulation from `global_batch_tokens` (when given) and counts
     val_check_interval in optimizer steps; returns the tokens per optimizer step."""
     if global_batch_tokens is not None:
@@ -134,11 +135,14 @@ def _train(cfg: DictConfig) -> Optional[float]:
 
     if trainer.is_global_zero:
         checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
-        check_output_dirs([output_dir, *checkpoint_dirs], RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters()))
+        needed = RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters())
+        check_output_dirs([output_dir, *checkpoint_dirs], needed)
         save_resolved_config(cfg, output_dir)
-        log.info("Model: %s parameters; tokenizer %s (%d ids)", f"{model.num_parameters():,}", tokenizer.name, tokenizer.vocab_size)
+        log.info("Model: %s parameters; tokenizer %s (%d ids)", f"{model.num_parameters():,}", tokenizer.name,
+                 tokenizer.vocab_size)
         log.info(
-            "Batch: %d tokens per optimizer step = micro-batch %d x block_size %d x %d devices x %d nodes x %d accumulated",
+            "Batch: %d tokens per optimizer step = micro-batch %d x block_size %d x %d devices x %d nodes "
+            "x %d accumulated",
             tokens_per_step, datamodule.batch_size, model_cfg.block_size, trainer.num_devices, trainer.num_nodes,
             trainer.accumulate_grad_batches,
         )

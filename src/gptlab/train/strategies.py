@@ -16,7 +16,9 @@ def fsdp(activation_checkpointing: bool = True, **kwargs: Any) -> FSDPStrategy:
     when asked, recomputes each block's activations in backward instead of storing them."""
     if not torch.cuda.is_available():
         # Lightning's FSDP refuses every accelerator but CUDA; say so before the Trainer's deep traceback.
-        raise ConfigError("trainer=fsdp needs CUDA GPUs (Lightning's FSDP does not run on CPU); use trainer=ddp on CPU.")
+        raise ConfigError(
+            "trainer=fsdp needs CUDA GPUs (Lightning's FSDP does not run on CPU); use trainer=ddp on CPU."
+        )
     return FSDPStrategy(
         auto_wrap_policy={Block},
         activation_checkpointing_policy={Block} if activation_checkpointing else None,

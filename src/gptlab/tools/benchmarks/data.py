@@ -9,7 +9,7 @@ import hydra
 import torch
 from hydra import compose, initialize_config_dir
 
-from gptlab.data import CorpusDataModule, TokenDataModule
+from gptlab.data import GPTDataModule
 from gptlab.data.prepare import prepare
 from gptlab.data.ranks import fetch_gpt2_ranks
 from gptlab.data.sources import BuiltinSource
@@ -71,11 +71,10 @@ def main(steps: int, batches: int) -> None:
         print(f"default model ({cfg.model.n_layer} layers, d={cfg.model.n_embd}, batch {batch}x{block}) consumes "
               f"{consumed:,.0f} tok/s")
         tokenizer = hydra.utils.instantiate(cfg.tokenizer)
-        default = CorpusDataModule(tokenizer, block_size=block, batch_size=batch)
-        shards = TokenDataModule(gpt2, BuiltinSource("python_stdlib"), block_size=block, batch_size=batch,
-                                 cache_dir=str(Path(tmp) / "np1"))
-        streaming = TokenDataModule(gpt2, BuiltinSource("python_stdlib"), block_size=block, batch_size=batch,
-                                    streaming=True)
+        default = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)  # pydocs in memory, as src/train.py
+        stdlib = BuiltinSource("python_stdlib")
+        shards = GPTDataModule(gpt2, stdlib, "prepared", block, batch, cache_dir=str(Path(tmp) / "np1"))
+        streaming = GPTDataModule(gpt2, stdlib, "streaming", block, batch)
         for name, dm in (("pydocs (default)", default), ("gpt2 shards, memmap", shards), ("gpt2 streaming", streaming)):
             dm.setup("fit")
             rate = loader_tokens_per_s(dm.train_dataloader(), batches)

@@ -62,7 +62,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # the contenders one after another would hand one of them all of a quiet (or busy) spell.
     for _ in range(cfg.repeats):
         for name, fn in contenders.items():
-            seconds, out = _timed(lambda: fn(n), device)
+            seconds, out = _timed(lambda fn=fn: fn(n), device)
             best[name] = min(seconds, best.get(name, float("inf")))
             outputs[name] = out.cpu()
     results: dict[str, Any] = {"tokens_per_s": {k: cfg.batch * n / v for k, v in best.items()}, "outputs": outputs}

@@ -1,0 +1,256 @@
+"""Token stores: where GPTDataModule's tokens live. One interface, three stores, chosen by `data.store`:
+
+- `memory`: the source is tokenized when training starts and held in RAM (small corpora: the built-in pydocs);
+- `prepared`: tokenized once into shards (scripts/prepare_data.py, or `prepare_data` at fit start), memmapped;
+- `streaming`: tokenized on the fly from a streamed `datasets` dataset; nothing is written to disk.
+
+All three split documents by gptlab.data.split's rule, so a corpus has one validation set whichever store
+reads it. Memory and prepared hand out the same windows (random or epoch sampling, ranks disjoint, the data
+position saved for exact resume); streaming saves the stream's position per worker instead.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from gptlab.data.position import TrainPosition
+from gptlab.data.prepare import load_prepared, prepare
+from gptlab.data.shards import token_dtype
+from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
+from gptlab.data.streaming import StreamingWindows
+from gptlab.data.tokenizers import Tokenizer
+from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
+from gptlab.errors import ConfigError
+
+SAMPLING = ("random", "epoch")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """The data config's fields (conf/data/base.yaml documents each)."""
+
+    block_size: int
+    batch_size: int
+    val_fraction: float
+    num_workers: int
+    seed: int
+    sampling: str = "random"
+    samples_per_epoch: Optional[int] = None
+    cache_dir: Optional[str] = None
+    shard_tokens: int = 100_000_000
+    num_proc: Optional[int] = None
+    verify_sha256: bool = True
+    val_windows: int = 64
+
+
+def rank_world(trainer: Any) -> tuple[int, int]:
+    return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+
+class TokenStore(ABC):
+    """What GPTDataModule asks of a store. `trainer` is the attached Lightning Trainer, or None outside fit."""
+
+    name: str
+
+    def __init__(self, source: Any, tokenizer: Tokenizer, settings: DataSettings) -> None:
+        self.source, self.tokenizer, self.settings = source, tokenizer, settings
+
+    def prepare(self) -> None:  # noqa: B027 (optional hook: only the prepared store has work here)
+        """Once per node before setup (Lightning's prepare_data): work whose result every rank reads."""
+
+    @abstractmethod
+    def setup(self, trainer: Any) -> None: ...
+
+    @abstractmethod
+    def train_dataloader(self, trainer: Any) -> DataLoader: ...
+
+    @abstractmethod
+    def val_dataloader(self, trainer: Any) -> DataLoader: ...
+
+    @abstractmethod
+    def state_dict(self, trainer: Any) -> dict[str, Any]:
+        """The training data position, saved in checkpoints for exact resume."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def on_before_batch_transfer(self, batch: Any, trainer: Any) -> Any:
+        return batch
+
+    def _refuse(self, state: dict[str, Any], saved_by: str) -> None:
+        raise ConfigError(
+            f"the checkpoint's data position was saved with data.store={saved_by} but this run has "
+            f"data.store={self.name}; resume with the store the run was started with."
+        )
+
+    def _loader(self, dataset: Dataset, num_workers: Optional[int] = None, **kwargs: Any) -> DataLoader:
+        workers = self.settings.num_workers if num_workers is None else num_workers
+        return DataLoader(dataset, batch_size=self.settings.batch_size, num_workers=workers,
+                          persistent_workers=workers > 0, **kwargs)
+
+
+class WindowStore(TokenStore):
+    """Train and val token arrays cut into windows: random starts (nanoGPT) or an epoch of non-overlapping
+    windows, dealt disjointly to ranks; the epoch and batch reached are the resume position."""
+
+    def __init__(self, source: Any, tokenizer: Tokenizer, settings: DataSettings) -> None:
+        super().__init__(source, tokenizer, settings)
+        self.tokens: Optional[dict[str, Any]] = None
+        self.position = TrainPosition()
+
+    @abstractmethod
+    def load(self) -> dict[str, Any]:
+        """{"train": tokens, "val": tokens}: 1-D arrays (or ShardedTokens) of token ids."""
+
+    def setup(self, trainer: Any) -> None:
+        if self.tokens is not None:
+            return
+        self.tokens = self.load()
+        s, train = self.settings, self.tokens["train"]
+        if s.sampling == "random":
+            per_epoch = s.samples_per_epoch or max(1, len(train) // s.block_size)
+            self.train_set = RandomWindows(train, s.block_size, per_epoch, s.seed)
+        else:
+            _, world = rank_world(trainer)
+            n = (len(train) - 1) // s.block_size
+            self.train_set = EpochWindows(train, s.block_size, s.seed, n_windows=max(world, n - n % world))
+        self.val_set = SequentialWindows(self.tokens["val"], s.block_size)
+
+    def train_dataloader(self, trainer: Any) -> DataLoader:
+        workers = self.settings.num_workers
+        return self.position.train_loader(self.train_set, trainer, self.settings.batch_size, num_workers=workers,
+                                          persistent_workers=workers > 0)
+
+    def val_dataloader(self, trainer: Any) -> DataLoader:
+        return self._loader(self.val_set)
+
+    def state_dict(self, trainer: Any) -> dict[str, Any]:
+        return self.position.state_dict(trainer)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "stream" in state:
+            self._refuse(state, "streaming")
+        self.position.load_state_dict(state)
+
+
+class MemoryStore(WindowStore):
+    """Tokenized at setup and held in RAM: for corpora of a few MB, where shards on disk would buy nothing."""
+
+    name = "memory"
+
+    def load(self) -> dict[str, np.ndarray]:
+        check_val_fraction(self.settings.val_fraction)
+        parts: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
+        batches = doc_batches(self.source.documents())
+        for encoded in encode_batches(batches, self.tokenizer, self.settings.val_fraction,
+                                      self.settings.num_proc or 1):
+            for split, (ids, _) in encoded.items():
+                parts[split].append(ids)
+        dtype = token_dtype(self.tokenizer.vocab_size)
+        tokens = {split: np.concatenate(p or [np.empty(0, np.uint32)]).astype(dtype) for split, p in parts.items()}
+        check_splits_filled({s: len(t) for s, t in tokens.items()}, repr(self.source.describe()),
+                            self.settings.val_fraction)
+        return tokens
+
+
+class PreparedStore(WindowStore):
+    """Shards under `cache_dir/<tokenizer>/`, written once by `prepare` and memmapped (sha256-checked) at setup."""
+
+    name = "prepared"
+
+    def __init__(self, source: Any, tokenizer: Tokenizer, settings: DataSettings) -> None:
+        if not settings.cache_dir:
+            raise ConfigError("data.cache_dir is not set; data.store=prepared writes its shards there.")
+        super().__init__(source, tokenizer, settings)
+
+    def prepare(self) -> None:
+        s = self.settings
+        prepare(self.source, self.tokenizer, s.cache_dir, s.val_fraction, s.shard_tokens, s.num_proc or os.cpu_count()
+                or 1)
+
+    def load(self) -> dict[str, Any]:
+        return load_prepared(self.settings.cache_dir, self.tokenizer, self.settings.verify_sha256)
+
+
+class StreamingStore(TokenStore):
+    """Windows tokenized on the fly; ranks and DataLoader workers read disjoint parts of the stream. Each batch
+    carries its worker's stream position, kept here and saved in checkpoints so a resumed run continues there."""
+
+    name = "streaming"
+
+    def __init__(self, source: Any, tokenizer: Tokenizer, settings: DataSettings) -> None:
+        super().__init__(source, tokenizer, settings)
+        self.positions: dict[int, tuple[int, int, int]] = {}  # this rank's workers -> next window's start
+        self._loaded: Optional[dict[str, Any]] = None
+
+    def _stream(self, trainer: Any, val: bool, **kwargs: Any) -> StreamingWindows:
+        rank, world = rank_world(trainer)
+        s = self.settings
+        return StreamingWindows(self.source, self.tokenizer, s.block_size, s.val_fraction, val=val, rank=rank,
+                                world_size=world, **kwargs)
+
+    def setup(self, trainer: Any) -> None:
+        """Fail at setup, not after an empty epoch, when a split cannot fill one window."""
+        check_val_fraction(self.settings.val_fraction)
+        for val in (False, True):
+            if next(iter(self._stream(trainer, val, max_windows=1)), None) is None:
+                raise ConfigError(
+                    f"the {'val' if val else 'train'} documents of the streamed source "
+                    f"{getattr(self.source, 'name', '')!r} hold fewer than block_size+1="
+                    f"{self.settings.block_size + 1} tokens for this rank; use a smaller block_size, more data, "
+                    "or another data.val_fraction."
+                )
+
+    def train_dataloader(self, trainer: Any) -> DataLoader:
+        return self._loader(self._stream(trainer, False, start=self._start_positions(trainer)))
+
+    def val_dataloader(self, trainer: Any) -> DataLoader:
+        """The first val_windows windows of the val documents, read afresh each time."""
+        return self._loader(self._stream(trainer, True, max_windows=self.settings.val_windows), num_workers=0)
+
+    def on_before_batch_transfer(self, batch: Any, trainer: Any) -> Any:
+        """Streamed batches carry their position as a third element: remember it (training only) and drop it."""
+        x, y, position = batch
+        if trainer is not None and trainer.training:
+            worker, pass_, record, offset = (int(v) for v in position[-1])
+            self.positions[worker] = (pass_, record, offset)
+        return x, y
+
+    def _layout(self, trainer: Any) -> dict[str, int]:
+        return {"world_size": rank_world(trainer)[1], "num_workers": self.settings.num_workers}
+
+    def state_dict(self, trainer: Any) -> dict[str, Any]:
+        positions: list[Any] = [self.positions]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            positions = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(positions, self.positions)
+        return {"stream": {**self._layout(trainer), "positions": {r: dict(p) for r, p in enumerate(positions)}}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state and "stream" not in state:
+            self._refuse(state, "memory or prepared")
+        self._loaded = state.get("stream")
+
+    def _start_positions(self, trainer: Any) -> dict[int, tuple[int, int, int]]:
+        saved = self._loaded
+        if saved is None:
+            return {}
+        layout = self._layout(trainer)
+        if {k: saved[k] for k in layout} != layout:
+            raise ConfigError(
+                f"the checkpoint's stream position was saved with {({k: saved[k] for k in layout})} but this run has "
+                f"{layout}; resume with the same trainer.devices/num_nodes and data.num_workers."
+            )
+        rank, _ = rank_world(trainer)
+        self.positions = {int(w): tuple(p) for w, p in saved["positions"][rank].items()}
+        return dict(self.positions)
+
+
+STORES: dict[str, type[TokenStore]] = {s.name: s for s in (MemoryStore, PreparedStore, StreamingStore)}

@@ -1,0 +1,62 @@
+"""Every private Lightning (and torch) name gptlab relies on, in one list, so an upgrade that removes one fails
+tests/test_lightning_internals.py naming it, instead of a run failing far from here.
+
+pyproject pins Lightning to the range these were checked against; before widening it, run that test.
+Each entry: where the name lives, how to reach it, and which gptlab file uses it and why nothing public will do.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Private:
+    path: str  # "module:attr.attr" (imported), or "<instance>:attr.attr" on a fresh object made by INSTANCES
+    used_by: str
+    why: str
+
+
+PRIVATE = (
+    Private("lightning.pytorch.strategies.launchers.subprocess_script:_hydra_subprocess_cmd",
+            "gptlab/train/hydra_ddp.py", "the only hook that chooses the command DDP ranks > 0 are started with"),
+    Private("torch.utils.tensorboard.writer:SummaryWriter._get_file_writer",
+            "gptlab/train/callbacks/hparams.py", "writes hparams summaries as TensorBoardLogger.log_hyperparams does"),
+    Private("trainer:fit_loop.epoch_loop.total_batch_idx",
+            "gptlab/train/callbacks/throughput.py", "micro-batches trained, restored from a checkpoint on resume"),
+    Private("trainer:fit_loop.epoch_loop.batch_progress.current.processed",
+            "gptlab/data/position.py", "batches trained this epoch: the data position saved for exact resume"),
+    Private("fsdp_strategy:_activation_checkpointing_kwargs",
+            "tests/test_sweeps.py", "checks trainer=fsdp really recomputes each Block"),
+)
+
+
+def _trainer() -> Any:
+    import lightning as L
+
+    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False)
+
+
+def _fsdp_strategy() -> Any:
+    import torch
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    return FSDPStrategy(activation_checkpointing_policy={torch.nn.Linear})
+
+
+INSTANCES = {"trainer": _trainer, "fsdp_strategy": _fsdp_strategy}  # attributes set in __init__ need an instance
+
+
+def resolve(entry: Private) -> Any:
+    """The object `entry` names; raises AttributeError naming it, its user and why, when it is gone."""
+    root, _, attrs = entry.path.partition(":")
+    try:
+        obj = INSTANCES[root]() if root in INSTANCES else importlib.import_module(root)
+        for attr in attrs.split("."):
+            obj = getattr(obj, attr)
+    except (AttributeError, ImportError) as err:
+        raise AttributeError(f"{entry.path} is gone (used by {entry.used_by}: {entry.why}): {err}") from err
+    return obj
