@@ -57,8 +57,11 @@ class GPTDataModule(L.LightningDataModule):
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be >= 0.")
         self.tokenizer, self.source = tokenizer, source
-        self.settings = DataSettings(block_size, batch_size, val_fraction, num_workers, seed, sampling,
-                                     samples_per_epoch, cache_dir, shard_tokens, num_proc, verify_sha256, val_windows)
+        self.settings = DataSettings(
+            block_size=block_size, batch_size=batch_size, val_fraction=val_fraction, num_workers=num_workers,
+            seed=seed, sampling=sampling, samples_per_epoch=samples_per_epoch, cache_dir=cache_dir,
+            shard_tokens=shard_tokens, num_proc=num_proc, verify_sha256=verify_sha256, val_windows=val_windows,
+        )
         self.store: TokenStore = STORES[store](source, tokenizer, self.settings)
 
     @property
