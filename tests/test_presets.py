@@ -146,7 +146,8 @@ def random_config(rng: random.Random) -> GPTConfig:
         pad_vocab_to=rng.choice([None, 8, 64]),
         pos_emb=rng.choice(["learned", "sinusoidal", "none", "rope", "alibi"]),
         activation=rng.choice(["gelu_tanh", "gelu", "relu", "swiglu", "geglu"]),
-        norm_type=rng.choice(["layernorm", "rmsnorm"]), qk_norm=rng.random() < 0.5, rope_fraction=rng.choice([1.0, 0.5]),
+        norm_type=rng.choice(["layernorm", "rmsnorm"]), qk_norm=rng.random() < 0.5,
+        rope_fraction=rng.choice([1.0, 0.5]),
         rope_theta=rng.choice([10000.0, 500000.0]), z_loss=rng.choice([0.0, 1e-4]),
         logit_softcap=rng.choice([None, 30.0]),
     )
