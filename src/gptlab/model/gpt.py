@@ -124,13 +124,13 @@ class GPT(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: Union[str, Path]) -> "GPT":
-        """Load a local Hugging Face GPT-2 or GPT-1 directory (safetensors or pytorch_model.bin)."""
+        """Load a local Hugging Face GPT-2, GPT-1, GPT-Neo or Llama directory (safetensors or pytorch_model.bin)."""
         from gptlab.model.hf_interop import from_pretrained  # imported here: hf_interop builds on this module
 
         return from_pretrained(path)
 
     def save_pretrained(self, path: Union[str, Path]) -> None:
-        """Write a Hugging Face directory: GPT-2 for pre-LN models, GPT-1 for post-LN ones."""
+        """Write a Hugging Face directory: Llama for RoPE/RMSNorm/SwiGLU models, else GPT-2 (pre-LN) or GPT-1."""
         from gptlab.model.hf_interop import save_pretrained  # imported here: hf_interop builds on this module
 
         save_pretrained(self, path)
