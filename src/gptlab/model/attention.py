@@ -15,12 +15,12 @@ from typing import Optional
 import torch
 from torch import nn
 
-from gptlab.model.alibi import attend_alibi, attend_alibi_cached
+from gptlab.model.alibi import alibi_bias, attend_alibi, attend_alibi_cached
 from gptlab.model.config import GPTConfig
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.norms import make_norm
 from gptlab.model.rope import Rotary
-from gptlab.model.sparse_attention import attend, attend_cached
+from gptlab.model.sparse_attention import allowed_pairs, attend, attend_cached
 
 
 class CausalSelfAttention(nn.Module):
@@ -66,3 +66,24 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.v_head_dim)  # [S_1 ‖ … ‖ S_H]
         return self.out(y)
 
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:
+        """The (B, H, T, T) pre-softmax scores with the layer's mask (-inf) and ALiBi bias, materialised for the
+        stability probes (attention entropy, max logit): the kernels in forward never form them."""
+        B, T, _ = x.shape
+        qk_width = self.n_head * self.head_dim
+        q, k, _ = self.qkv(x).split([qk_width, qk_width, self.n_head * self.v_head_dim], dim=-1)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        scale = self.scale if self.scale is not None else self.head_dim**-0.5
+        pos = torch.arange(T, device=x.device)
+        allowed = allowed_pairs(self.kind, pos, pos, self.window)
+        if self.attend is attend_alibi:
+            mask = alibi_bias(self.n_head, pos, pos, allowed, q.dtype)
+        else:
+            mask = torch.zeros(T, T, dtype=q.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
+        return q @ k.transpose(-1, -2) * scale + mask
