@@ -22,9 +22,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="sequences per step")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per variant (best is kept)")
     parser.add_argument("--every", type=int, default=50, help="probe interval to report the amortised cost at")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="NAME",
+                        help=f"which of: {', '.join(VARIANTS)} (the baseline is always run)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; nano shape, batch {args.batch}, fp32")
-    best = measure(list(VARIANTS), args.batch, args.repeats)
+    names = ["learned (baseline)"] + [v for v in args.variants if v != "learned (baseline)"]
+    best = measure(names, args.batch, args.repeats)
     base = best["learned (baseline)"]
     print(f"{'variant':<30}{'ms/step':>10}{'x baseline':>12}")
     for name, ms in best.items():

@@ -46,6 +46,9 @@ def training_flops_per_token(cfg: GPTConfig) -> dict[str, int]:
     head; embedding lookups and position adds cost no matmul).
     `attention` = 6·M·T·H·(D_K + D_V): Q·K^T and A·V over a full T-token context, as PaLM counts it
     (12·L·H·Q·T when D_K = D_V); causal masking could halve it, which kernels rarely realise.
+    The post-GPT-3 toggles enter through the parameter counts (a gated MLP's doubled first layer, QK-norm and
+    RMSNorm gains); RoPE's rotation, ALiBi's bias, the gate product and soft-capping are elementwise, O(T·D)
+    per layer, and left out as PaLM leaves out norms and softmax.
     """
     counts = count_parameters(cfg)
     blocks = counts["attention"] + counts["mlp"] + counts["norm"]

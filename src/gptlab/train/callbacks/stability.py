@@ -14,15 +14,19 @@ CausalSelfAttention.scores since the fused kernels never form them.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Optional
 
 import lightning as L
 import torch
+from lightning.pytorch.strategies import FSDPStrategy
 from torch.optim import Optimizer
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT
 from gptlab.model.loss import z_loss_term
+
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -82,9 +86,17 @@ class StabilityProbes(L.Callback):
         self.every_n_steps, self.batch_rows = every_n_steps, batch_rows
         self._before: Optional[list[list[torch.Tensor]]] = None
         self._pending: dict[str, float] = {}
+        self._enabled = True
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Under FSDP each rank holds a shard of every weight and gradient: per-block norms and a forward outside
+        # the FSDP wrapper would be wrong, so the probes stay off there rather than log shard-local numbers.
+        self._enabled = not isinstance(trainer.strategy, FSDPStrategy)
+        if not self._enabled:
+            log.warning("callbacks.stability_probes is off under FSDP (weights and gradients are sharded).")
 
     def _due(self, trainer: L.Trainer) -> bool:
-        return trainer.global_step % self.every_n_steps == 0
+        return self._enabled and trainer.global_step % self.every_n_steps == 0
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Optimizer) -> None:
         if self._due(trainer):
