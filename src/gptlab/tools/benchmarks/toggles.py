@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from gptlab.model import GPT, GPTConfig, next_token_loss
+from gptlab.model.attention import CausalSelfAttention
 from gptlab.train.callbacks.stability import block_grad_norms, block_weights, forward_probes, update_ratios
 
 NANO = dict(vocab_size=257, block_size=256, n_layer=4, n_head=4, n_embd=128)
@@ -61,5 +62,19 @@ def measure(names: list[str], batch: int = 8, repeats: int = 5) -> dict[str, flo
         for name, step in steps.items():
             start = time.perf_counter()
             step()
+            best[name] = min(best[name], (time.perf_counter() - start) * 1e3)
+    return best
+
+
+def measure_attention_layer(names: list[str], batch: int = 4, repeats: int = 60) -> dict[str, float]:
+    """Best forward+backward ms of one nano attention layer per variant: the part of the step the position and
+    QK-norm toggles touch, short enough to repeat often, so best-of-N settles even on a loaded machine."""
+    x = torch.randn(batch, NANO["block_size"], NANO["n_embd"], requires_grad=True)
+    layers = {name: CausalSelfAttention(GPTConfig(**NANO, **VARIANTS[name])) for name in names}
+    best = {name: float("inf") for name in names}
+    for _ in range(repeats):
+        for name, layer in layers.items():
+            start = time.perf_counter()
+            layer(x).sum().backward()
             best[name] = min(best[name], (time.perf_counter() - start) * 1e3)
     return best
