@@ -159,8 +159,8 @@ def test_mismatched_weights_list_keys_and_shapes(tmp_path: Path) -> None:
 
 
 def test_unknown_model_type_and_missing_dir(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(ConfigError, match="model_type='llama'.*gpt2"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    with pytest.raises(ConfigError, match="model_type='mamba'.*gpt2"):
         GPT.from_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="no config.json"):
         GPT.from_pretrained(tmp_path / "nowhere")

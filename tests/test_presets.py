@@ -132,19 +132,28 @@ def test_count_equals_built_model(variant: dict) -> None:
 
 def random_config(rng: random.Random) -> GPTConfig:
     """Any combination of the fields that change parameter counts: every bool independently, D_K and D_V
-    decoupled from D, every attention kind, every position kind, deeper MLPs, a padded vocabulary."""
+    decoupled from D, every attention kind, every position kind, deeper MLPs, a padded vocabulary, and the
+    post-GPT-3 toggles (RoPE/ALiBi, RMSNorm, gated MLPs, QK-norm, z-loss, soft-capped logits)."""
     n_head = rng.randint(1, 4)
-    return GPTConfig(
+    values = dict(
         vocab_size=rng.randint(5, 300), block_size=rng.randint(4, 40), n_layer=rng.randint(1, 3), n_head=n_head,
         n_embd=n_head * rng.randint(1, 6), head_dim=rng.choice([None, rng.randint(1, 9)]),
         v_head_dim=rng.choice([None, rng.randint(1, 9)]), d_ff=rng.choice([None, rng.randint(1, 50)]),
         mlp_layers=rng.randint(1, 4), norm=rng.choice(["pre", "post"]), final_norm=rng.choice([None, True, False]),
-        pos_emb=rng.choice(["learned", "sinusoidal", "none"]), tie_weights=rng.random() < 0.5,
-        activation=rng.choice(["gelu_tanh", "gelu", "relu"]), attn_bias=rng.random() < 0.5,
+        tie_weights=rng.random() < 0.5, attn_bias=rng.random() < 0.5,
         qkv_bias=rng.choice([None, True, False]), mlp_bias=rng.random() < 0.5,
         attn_pattern=rng.sample(["dense", "local", "strided"], rng.randint(1, 3)), attn_window=rng.randint(1, 8),
         pad_vocab_to=rng.choice([None, 8, 64]),
+        pos_emb=rng.choice(["learned", "sinusoidal", "none", "rope", "alibi"]),
+        activation=rng.choice(["gelu_tanh", "gelu", "relu", "swiglu", "geglu"]),
+        norm_type=rng.choice(["layernorm", "rmsnorm"]), qk_norm=rng.random() < 0.5,
+        rope_fraction=rng.choice([1.0, 0.5]),
+        rope_theta=rng.choice([10000.0, 500000.0]), z_loss=rng.choice([0.0, 1e-4]),
+        logit_softcap=rng.choice([None, 30.0]),
     )
+    if values["pos_emb"] == "rope":  # RoPE rotates pairs: a head needs >= 2 rotated dims
+        values["head_dim"] = 4 * rng.randint(1, 3)
+    return GPTConfig(**values)
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -155,6 +164,9 @@ def test_count_equals_built_model_for_random_configs(seed: int) -> None:
     assert counts["total"] == sum(p.numel() for p in model.parameters()), cfg
     assert counts["attention"] == sum(p.numel() for b in model.blocks for p in b.attn.parameters()), cfg
     assert counts["mlp"] == sum(p.numel() for b in model.blocks for p in b.mlp.parameters()), cfg
+    # FLOPs: 6 x (every matmul weight the blocks, the final norm and the head hold), counted on the built model
+    matmul = sum(p.numel() for p in [*model.blocks.parameters(), *model.final_norm.parameters()])
+    assert training_flops_per_token(cfg)["weights"] == 6 * (matmul + model.head.weight.numel()), cfg
 
 
 def test_qkv_bias_apart_from_attn_bias_is_counted() -> None:

@@ -20,3 +20,7 @@ def invalid_choice(field: str, value: Any, allowed: Iterable[Any]) -> ConfigErro
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or inf loss; the message names the step. Checkpoints already written stay."""
+
+
+class LossSpikeError(NonFiniteLossError):
+    """callbacks.loss_spike skipped too many optimizer steps in a row; the message names the step and the knobs."""

@@ -7,6 +7,7 @@ The formulas mirror the modules one-to-one (seed 003's table, DESIGN §1); tests
 from __future__ import annotations
 
 from gptlab.model.config import GPTConfig
+from gptlab.model.norms import norm_parameters
 
 COMPONENTS = ("embedding", "position", "attention", "mlp", "norm", "head")
 
@@ -20,9 +21,12 @@ def count_parameters(cfg: GPTConfig) -> dict[str, int]:
     d, D, M = cfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
     qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
     attention = _linear(D, 2 * qk_width + v_width, cfg.qkv_bias) + _linear(v_width, D, cfg.attn_bias)
+    attention += 2 * norm_parameters(cfg, cfg.head_dim) if cfg.qk_norm else 0  # q_norm and k_norm gains
     widths = [D] + [cfg.d_ff] * (cfg.mlp_layers - 1) + [D]
-    mlp = sum(_linear(a, b, cfg.mlp_bias) for a, b in zip(widths[:-1], widths[1:]))
-    layer_norm = 2 * D  # gamma and beta
+    gate = 2 if cfg.gated else 1  # a gated activation's input is [A ‖ B]: layers feeding one are twice as wide
+    mlp = sum(_linear(a, b * (gate if i < len(widths) - 2 else 1), cfg.mlp_bias)
+              for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
+    layer_norm = norm_parameters(cfg, D)  # gamma and beta (LayerNorm), gamma alone (RMSNorm)
     counts = {
         "embedding": d * D,
         "position": cfg.block_size * D if cfg.pos_emb == "learned" else 0,
@@ -42,6 +46,9 @@ def training_flops_per_token(cfg: GPTConfig) -> dict[str, int]:
     head; embedding lookups and position adds cost no matmul).
     `attention` = 6·M·T·H·(D_K + D_V): Q·K^T and A·V over a full T-token context, as PaLM counts it
     (12·L·H·Q·T when D_K = D_V); causal masking could halve it, which kernels rarely realise.
+    The post-GPT-3 toggles enter through the parameter counts (a gated MLP's doubled first layer, QK-norm and
+    RMSNorm gains); RoPE's rotation, ALiBi's bias, the gate product and soft-capping are elementwise, O(T·D)
+    per layer, and left out as PaLM leaves out norms and softmax.
     """
     counts = count_parameters(cfg)
     blocks = counts["attention"] + counts["mlp"] + counts["norm"]

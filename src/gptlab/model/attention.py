@@ -4,6 +4,8 @@ S_h = softmax((X W_Q,h (X W_K,h)^T + M) / sqrt(D_K)) X W_V,h and ATT(X) = [S_1 �
 D_K (head_dim) and D_V (v_head_dim) are free: GPT-3 XL has H·D_K ≠ D. The residual "X +" of
 eq. 5 lives in the block, where pre- and post-LN differ. Which keys a query sees (the mask M) is the
 layer's kind, dense, local or strided (GPT-3's alternating layers); sparse_attention.py computes it.
+Optional, all off by default: QK-norm (each head's q and k normalised), RoPE (rope.py) on q and k, and the
+ALiBi bias (alibi.py) in place of the plain mask.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from typing import Optional
 import torch
 from torch import nn
 
+from gptlab.model.alibi import alibi_bias, attend_alibi, attend_alibi_cached
 from gptlab.model.config import GPTConfig
 from gptlab.model.kv_cache import KVCache
-from gptlab.model.sparse_attention import attend, attend_cached
+from gptlab.model.norms import make_norm
+from gptlab.model.rope import Rotary
+from gptlab.model.sparse_attention import allowed_pairs, attend, attend_cached
 
 
 class CausalSelfAttention(nn.Module):
@@ -30,6 +35,12 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(v_width, cfg.n_embd, bias=cfg.attn_bias)  # W_O
         self.out.is_residual_projection = True
         self.dropout = cfg.dropout
+        # QK-norm (Dehghani et al. 2023; OLMo 2, Gemma 3): one gain of size D_K each, shared by the heads.
+        self.q_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
+        self.k_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
+        self.rotary = Rotary(cfg) if cfg.pos_emb == "rope" else None
+        self.attend, self.attend_cached = (attend_alibi, attend_alibi_cached) if cfg.pos_emb == "alibi" else (
+            attend, attend_cached)
 
     def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         """x holds the newest T positions; with a cache, the earlier ones come from it (incremental decoding)."""
@@ -39,14 +50,40 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D_K)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_head, self.v_head_dim).transpose(1, 2)  # (B, H, T, D_V)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:  # keys are cached rotated, at the position they were computed for
+            start = cache.length if cache is not None else 0
+            q, k = self.rotary(q, start), self.rotary(k, start)
         dropout_p = self.dropout if self.training else 0.0
         if cache is None:
             # The mask M of the layer's kind (dense: M_ij = -inf for j > i); scale None = 1/sqrt(D_K).
-            y = attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p)
+            y = self.attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p)
         else:
             q_start = cache.length  # absolute position of the first new query
             k, v, k_start = cache.append(k, v)
-            y = attend_cached(q, k, v, q_start, k_start, self.kind, self.window, self.impl, self.scale)
+            y = self.attend_cached(q, k, v, q_start, k_start, self.kind, self.window, self.impl, self.scale)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.v_head_dim)  # [S_1 ‖ … ‖ S_H]
         return self.out(y)
 
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:
+        """The (B, H, T, T) pre-softmax scores with the layer's mask (-inf) and ALiBi bias, materialised for the
+        stability probes (attention entropy, max logit): the kernels in forward never form them."""
+        B, T, _ = x.shape
+        qk_width = self.n_head * self.head_dim
+        q, k, _ = self.qkv(x).split([qk_width, qk_width, self.n_head * self.v_head_dim], dim=-1)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        scale = self.scale if self.scale is not None else self.head_dim**-0.5
+        pos = torch.arange(T, device=x.device)
+        allowed = allowed_pairs(self.kind, pos, pos, self.window)
+        if self.attend is attend_alibi:
+            mask = alibi_bias(self.n_head, pos, pos, allowed, q.dtype)
+        else:
+            mask = torch.zeros(T, T, dtype=q.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
+        return q @ k.transpose(-1, -2) * scale + mask

@@ -11,16 +11,17 @@ from gptlab.model.attention import CausalSelfAttention
 from gptlab.model.config import GPTConfig
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.mlp import MLP
+from gptlab.model.norms import make_norm
 
 
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
-        self.norm_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.norm_1 = make_norm(cfg)  # LayerNorm, or RMSNorm (model.norm_type)
         self.attn = CausalSelfAttention(cfg, layer)
         self.attn_drop = nn.Dropout(cfg.dropout)
-        self.norm_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.norm_2 = make_norm(cfg)
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:

@@ -13,8 +13,10 @@ from typing import Any, Optional
 from gptlab.errors import ConfigError, invalid_choice
 
 NORMS = ("pre", "post")
-POS_EMBS = ("learned", "sinusoidal", "none")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
+POS_EMBS = ("learned", "sinusoidal", "none", "rope", "alibi")
+NORM_TYPES = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "swiglu", "geglu")
+GATED_ACTIVATIONS = ("swiglu", "geglu")  # their MLP layers before an activation produce 2 x d_ff: gate and value
 ATTN_KINDS = ("dense", "local", "strided")  # which keys a layer's queries see: sparse_attention.py
 ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
 
@@ -34,9 +36,9 @@ class GPTConfig:
     mlp_layers: int = 2  # L, linear layers in the MLP
     norm: str = "pre"  # pre (GPT-2/3, eq. 9) | post (GPT-1, original Transformer)
     final_norm: Optional[bool] = None  # None = True for pre-LN (eq. 10), False for post-LN
-    pos_emb: str = "learned"  # learned (eq. 2) | sinusoidal | none
+    pos_emb: str = "learned"  # learned (eq. 2) | sinusoidal | none | rope (RoFormer) | alibi (Press et al.)
     tie_weights: bool = True  # W_head = E_1^T
-    activation: str = "gelu_tanh"  # gelu_tanh (eq. 8) | gelu (exact) | relu
+    activation: str = "gelu_tanh"  # gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated, Shazeer 2020)
     attn_bias: bool = True  # biases of the Q/K/V and output projections
     qkv_bias: Optional[bool] = None  # Q/K/V biases alone; None = attn_bias (GPT-Neo: False, with out bias)
     mlp_bias: bool = True  # biases b_i of the MLP layers
@@ -47,6 +49,13 @@ class GPTConfig:
     attn_window: int = 256  # w: local sees i - w < j <= i; strided sees j <= i with w | (i - j)
     attn_impl: str = "auto"  # auto | sdpa | chunked | flex: how local/strided layers are computed
     attn_scale: Optional[float] = None  # score scale; None = 1/sqrt(D_K) (eq. 5), GPT-Neo uses 1.0
+    # Post-GPT-3 toggles (GPT-2 -> LLaMA and the speedrun tricks); all off = GPT-2/3 exactly.
+    norm_type: str = "layernorm"  # layernorm | rmsnorm (Zhang & Sennrich 2019), for every norm of the model
+    rope_theta: float = 10000.0  # RoPE base: pair i of a head rotates by p * theta^(-2i/R)
+    rope_fraction: float = 1.0  # share of each head's D_K that rotates (partial rotary, GPT-NeoX/J use 0.25)
+    qk_norm: bool = False  # normalise each head's queries and keys (norm_type, learned gain) before Q K^T
+    z_loss: float = 0.0  # PaLM's auxiliary loss coefficient: + z_loss * mean(log^2 Z); training only (1e-4 in PaLM)
+    logit_softcap: Optional[float] = None  # logits -> c * tanh(logits / c) (Gemma 2 uses 30); None = no cap
     # How the model runs, not what it computes: the same weights and outputs either way.
     activation_checkpointing: bool = False  # recompute each block in backward instead of storing activations
     compile: bool = False  # the training entry point wraps the model with torch.compile
@@ -59,7 +68,7 @@ class GPTConfig:
         if self.v_head_dim is None:
             self.v_head_dim = self.head_dim
         if self.d_ff is None:
-            self.d_ff = 4 * self.n_embd
+            self.d_ff = default_d_ff(self.n_embd, self.activation)
         if self.final_norm is None:
             self.final_norm = self.norm == "pre"
         if self.qkv_bias is None:
@@ -94,6 +103,36 @@ class GPTConfig:
         if not self.layer_norm_eps > 0:
             raise ConfigError(f"model.layer_norm_eps={self.layer_norm_eps!r} must be > 0.")
         self._validate_attention()
+        self._validate_modern()
+
+    def _validate_modern(self) -> None:
+        if self.norm_type not in NORM_TYPES:
+            raise invalid_choice("model.norm_type", self.norm_type, NORM_TYPES)
+        for name, low, high in [("rope_theta", 0.0, None), ("rope_fraction", 0.0, 1.0)]:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
+                raise ConfigError(f"model.{name}={value!r} must be a number > {low}.")
+            if high is not None and value > high:
+                raise ConfigError(f"model.{name}={value!r} must be in (0, {high}].")
+        if self.pos_emb == "rope" and self.rotary_dim < 2:
+            raise ConfigError(
+                f"model.rope_fraction={self.rope_fraction} of head_dim rotates {self.rotary_dim} dimensions; "
+                "RoPE rotates pairs: raise model.rope_fraction or model.head_dim."
+            )
+        if not isinstance(self.qk_norm, bool):
+            raise ConfigError(f"model.qk_norm={self.qk_norm!r} must be true or false.")
+        z = self.z_loss
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not z >= 0:
+            raise ConfigError(f"model.z_loss={z!r} must be a number >= 0 (0 = off; PaLM uses 1e-4).")
+        cap = self.logit_softcap
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+            raise ConfigError(f"model.logit_softcap={cap!r} must be a positive number (Gemma 2: 30), or null.")
+
+    @property
+    def rotary_dim(self) -> int:
+        """R: how many dimensions of each query/key head RoPE rotates, an even number (rope_fraction of D_K)."""
+        head_dim = self.head_dim if self.head_dim is not None else self.n_embd // self.n_head
+        return int(head_dim * self.rope_fraction) // 2 * 2
 
     def _validate_attention(self) -> None:
         pattern = self.attn_pattern
@@ -121,6 +160,10 @@ class GPTConfig:
         scale = self.attn_scale
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
             raise ConfigError(f"model.attn_scale={scale!r} must be a positive number, or null for 1/sqrt(D_K).")
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
 
     @property
     def padded_vocab_size(self) -> int:
@@ -158,3 +201,11 @@ class GPTConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def default_d_ff(n_embd: int, activation: str) -> int:
+    """4 D; for a gated MLP (3 matrices of D x d_ff instead of 2) the width with the same parameters,
+    8 D / 3, rounded to the nearest multiple of 64 (at least 64) so matmuls stay on round sizes: D=768 -> 2048."""
+    if activation not in GATED_ACTIVATIONS:
+        return 4 * n_embd
+    return max(64, round(8 * n_embd / 3 / 64) * 64)

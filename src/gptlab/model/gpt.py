@@ -14,6 +14,7 @@ from gptlab.errors import ConfigError
 from gptlab.model.block import Block
 from gptlab.model.config import GPTConfig
 from gptlab.model.kv_cache import KVCache
+from gptlab.model.norms import make_norm
 from gptlab.model.positions import sinusoidal_table
 
 INIT_STD = 0.02
@@ -34,7 +35,7 @@ class GPT(nn.Module):
             self.register_buffer("pos_table", sinusoidal_table(cfg.block_size, cfg.n_embd), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
-        self.final_norm = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
+        self.final_norm = make_norm(cfg) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)  # W_head
         self.reset_parameters()
         if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters (seed 003)
@@ -55,6 +56,8 @@ class GPT(nn.Module):
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.RMSNorm):
+                nn.init.ones_(module.weight)
 
     def embed(self, idx: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
         """Enc+(X) = X E_1 + P E_2 (or the fixed table, or nothing), for positions start_pos.."""
@@ -86,7 +89,10 @@ class GPT(nn.Module):
                 x = block(x, caches[i] if caches else None)
         if last_only:
             x = x[:, -1:]
-        return self.head(self.final_norm(x))
+        logits = self.head(self.final_norm(x))
+        if self.config.logit_softcap is not None:  # Gemma 2: c * tanh(logits / c), bounded in (-c, c)
+            logits = self.config.logit_softcap * torch.tanh(logits / self.config.logit_softcap)
+        return logits
 
     def new_caches(self, batch: int, max_len: int) -> list[KVCache]:
         """One empty KV cache per block, for up to max_len positions; local layers keep only their window."""
@@ -118,13 +124,13 @@ class GPT(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: Union[str, Path]) -> GPT:
-        """Load a local Hugging Face GPT-2 or GPT-1 directory (safetensors or pytorch_model.bin)."""
+        """Load a local Hugging Face GPT-2, GPT-1, GPT-Neo or Llama directory (safetensors or pytorch_model.bin)."""
         from gptlab.model.hf_interop import from_pretrained  # imported here: hf_interop builds on this module
 
         return from_pretrained(path)
 
     def save_pretrained(self, path: Union[str, Path]) -> None:
-        """Write a Hugging Face directory: GPT-2 for pre-LN models, GPT-1 for post-LN ones."""
+        """Write a Hugging Face directory: Llama for RoPE/RMSNorm/SwiGLU models, else GPT-2 (pre-LN) or GPT-1."""
         from gptlab.model.hf_interop import save_pretrained  # imported here: hf_interop builds on this module
 
         save_pretrained(self, path)

@@ -1,4 +1,5 @@
-"""Hugging Face model directories in and out: GPT-2 (GPT2LMHeadModel) and GPT-1 (OpenAIGPTLMHeadModel).
+"""Hugging Face model directories in and out: GPT-2 (GPT2LMHeadModel), GPT-1 (OpenAIGPTLMHeadModel) and, for
+the LLaMA-shaped configuration (RoPE, RMSNorm, SwiGLU), LlamaForCausalLM (llama_interop.py).
 
 Reading needs no `transformers`: config.json and the weights (safetensors or pytorch_model.bin) are mapped
 by a converter chosen by config.json's `model_type`. Both HF models store their projections as `Conv1D`
@@ -19,6 +20,7 @@ from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.model.gpt_neo import convert_gpt_neo
+from gptlab.model.llama_interop import convert_llama, is_llama_shaped, to_llama
 
 Converter = Callable[[dict[str, Any], dict[str, torch.Tensor]], tuple[GPTConfig, dict[str, torch.Tensor]]]
 
@@ -117,6 +119,7 @@ CONVERTERS: dict[str, Converter] = {
     "gpt2": convert_gpt2,
     "openai-gpt": convert_openai_gpt,
     "gpt_neo": convert_gpt_neo,  # GPT-3-style alternating global/local attention (issue 4's peer reference)
+    "llama": convert_llama,  # RoPE + RMSNorm + SwiGLU, no biases, untied head
 }
 
 
@@ -166,6 +169,9 @@ def _expressible(cfg: GPTConfig) -> str:
         return f"model.pos_emb={cfg.pos_emb!r}: {target} has learned positions only"
     if any(kind != "dense" for kind in cfg.attn_pattern):
         return f"model.attn_pattern={list(cfg.attn_pattern)!r}: {target} attends densely in every layer"
+    for name, off in [("qk_norm", False), ("logit_softcap", None), ("activation", cfg.activation)]:
+        if getattr(cfg, name) != off or (name == "activation" and cfg.gated):
+            return f"model.{name}={getattr(cfg, name)!r}: {target} has no such option"
     if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:
         return f"model.attn_scale={cfg.attn_scale!r}: {target} scales scores by 1/sqrt(head_dim)"
     if cfg.head_dim * cfg.n_head != cfg.n_embd:
@@ -225,8 +231,12 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 def save_pretrained(model: GPT, path: Union[str, Path]) -> None:
-    """Write a directory that transformers' AutoModelForCausalLM.from_pretrained loads (config + safetensors)."""
-    config, state = to_hf(model)
+    """Write a directory that transformers' AutoModelForCausalLM.from_pretrained loads (config + safetensors):
+    Llama for a model with RoPE, RMSNorm or SwiGLU, otherwise GPT-2 (pre-LN) or GPT-1 (post-LN)."""
+    if is_llama_shaped(model.config):
+        config, state = to_llama(model.config, {k: v.detach().cpu() for k, v in model.state_dict().items()})
+    else:
+        config, state = to_hf(model)
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write(directory / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))

@@ -13,6 +13,7 @@ from torchmetrics import MeanMetric
 
 from gptlab.errors import NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
+from gptlab.model.loss import z_loss_term
 from gptlab.train.optim import weight_decay_groups
 from gptlab.train.rng import rng_states, set_rng_states
 
@@ -45,7 +46,8 @@ class GPTLitModule(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
-        loss = next_token_loss(self.model(x), y, self.label_smoothing)
+        logits = self.model(x)
+        loss = next_token_loss(logits, y, self.label_smoothing)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
                 f"train/loss is {loss.item()} at step {self.global_step} (optimizer steps done); "
@@ -56,7 +58,17 @@ class GPTLitModule(L.LightningModule):
         # Logged here rather than by LearningRateMonitor, which splits it per parameter group
         # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
-        return loss
+        return self._add_z_loss(loss, logits)
+
+    def _add_z_loss(self, loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The training objective: + model.z_loss * log^2 Z (PaLM). train/loss stays the cross-entropy alone,
+        comparable across runs with and without it; train/z_loss logs the unscaled log^2 Z."""
+        coefficient = self.model.config.z_loss
+        if not coefficient:
+            return loss
+        z = z_loss_term(logits)
+        self.log("train/z_loss", z, on_step=True, on_epoch=False)
+        return loss + coefficient * z
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         # Called after backward (and AMP unscaling) and before clipping: the norm that clipping compares to 1.0.

@@ -1,9 +1,14 @@
 """Lightning callbacks that gptlab's configs name (conf/callbacks/)."""
 
 from gptlab.train.callbacks.hparams import HParamsSummary
+from gptlab.train.callbacks.loss_spike import LossSpikeGuard
 from gptlab.train.callbacks.preemption import PreemptionCheckpoint
 from gptlab.train.callbacks.rank_consistency import RankConsistencyCheck
 from gptlab.train.callbacks.samples import TextSamples
+from gptlab.train.callbacks.stability import StabilityProbes
 from gptlab.train.callbacks.throughput import TokenThroughput
 
-__all__ = ["HParamsSummary", "PreemptionCheckpoint", "RankConsistencyCheck", "TextSamples", "TokenThroughput"]
+__all__ = [
+    "HParamsSummary", "LossSpikeGuard", "PreemptionCheckpoint", "RankConsistencyCheck", "StabilityProbes",
+    "TextSamples", "TokenThroughput",
+]
