@@ -8,7 +8,7 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 from gptlab.data.corpus import Split, build_split
-from gptlab.data.position import TrainPosition
+from gptlab.data.position import TrainPosition, pin_memory
 from gptlab.data.sources import SOURCES
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.data.windows import RandomWindows, SequentialWindows
@@ -62,7 +62,8 @@ class CorpusDataModule(L.LightningDataModule):
         return self.position.train_loader(self.train_set, self.trainer, self.batch_size, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size, **self._loader_kwargs())
+        return DataLoader(self.val_set, batch_size=self.batch_size, pin_memory=pin_memory(self.trainer),
+                          **self._loader_kwargs())
 
     def _loader_kwargs(self) -> dict[str, Any]:
         return {"num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}

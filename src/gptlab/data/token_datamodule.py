@@ -9,7 +9,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from gptlab.data.position import TrainPosition
+from gptlab.data.position import TrainPosition, pin_memory
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import Tokenizer
@@ -108,7 +108,8 @@ class TokenDataModule(L.LightningDataModule):
     def _loader(self, dataset, sampler=None, num_workers: Optional[int] = None) -> DataLoader:
         workers = self.num_workers if num_workers is None else num_workers
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=workers,
-                          persistent_workers=workers > 0, drop_last=sampler is not None)
+                          persistent_workers=workers > 0, drop_last=sampler is not None,
+                          pin_memory=pin_memory(self.trainer))
 
     def train_dataloader(self) -> DataLoader:
         if self.streaming:
