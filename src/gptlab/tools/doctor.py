@@ -9,6 +9,7 @@ parts that need a GPU are listed as skipped, with why.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -94,7 +95,7 @@ def attention(report: Report, device: torch.device, T: int, window: int = 256, r
     for kind in ("local", "strided"):
         outputs = {}
         for impl in impls:
-            def run(impl: str = impl) -> torch.Tensor:
+            def run(impl: str = impl, kind: str = kind) -> torch.Tensor:
                 for t in (q, k, v):
                     t.grad = None
                 out = attend(q, k, v, kind, window, impl)
@@ -156,7 +157,7 @@ def train_steps(report: Report, device: torch.device, repeats: int = 3, model: O
         seconds, loss, peak = _train_step(cfg, batch, device, compile, on_gpu, repeats)
         label = f"train step {name} B={batch} {'bf16-mixed' if on_gpu else 'fp32'}{' compiled' if compile else ''}"
         mfu = f", MFU {flops / seconds / peak_flops:.1%}" if peak_flops else ""
-        ok = loss == loss and abs(loss) != float("inf")
+        ok = math.isfinite(loss)
         report.add(label, f"{tokens / seconds:,.0f} tok/s", f"{seconds * 1e3:.0f} ms/step, loss {loss:.3f}{mfu}", ok)
         if peak is not None and not compile:
             planned = memory_per_gpu(cfg_params(cfg), 1, activation_bytes(cfg, batch))["total"]

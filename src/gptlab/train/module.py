@@ -16,6 +16,7 @@ from gptlab.model import GPT, next_token_loss
 from gptlab.train.optim import weight_decay_groups
 from gptlab.train.rng import rng_states, set_rng_states
 
+
 def logging_step(trainer: L.Trainer) -> bool:
     """Whether this training step's on_step metrics reach the loggers (every trainer.log_every_n_steps); the
     others are dropped, so computing and self.log-ing them (~0.1-1 ms of Python each) is wasted work."""
@@ -45,7 +46,8 @@ class GPTLitModule(L.LightningModule):
         self.forward_fn: Callable[[torch.Tensor], torch.Tensor] = (
             torch.compile(model.forward, dynamic=False) if model.config.compile else model.forward
         )
-        if isinstance(nonfinite_check_every, bool) or not isinstance(nonfinite_check_every, int) or nonfinite_check_every < 1:
+        every = nonfinite_check_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ConfigError(f"nonfinite_check_every={nonfinite_check_every!r} must be a positive integer (steps).")
         self.nonfinite_check_every = nonfinite_check_every
         self._nonfinite: Optional[torch.Tensor] = None  # on device: (first bad step, its loss), step -1 = none
@@ -76,11 +78,13 @@ class GPTLitModule(L.LightningModule):
         """Remembers the first non-finite loss and its step on the device, without a host sync (which would
         stall a GPU's queue every step); `check_finite` reads it every `nonfinite_check_every` steps, before
         every checkpoint and validation, and at the end of training."""
-        step = torch.tensor(float(self.global_step), device=loss.device)
         if self._nonfinite is None or self._nonfinite.device != loss.device:
-            self._nonfinite = torch.tensor([-1.0, 0.0], device=loss.device)
+            self._nonfinite = torch.full((2,), -1.0, device=loss.device)  # made on the device: no host copy
         first = (self._nonfinite[0] < 0) & ~torch.isfinite(loss)
-        self._nonfinite = torch.where(first, torch.stack([step, loss.float()]), self._nonfinite)
+        # The step enters as a Python scalar, which the kernel takes as an argument: no host-to-device copy,
+        # which from pageable memory would wait for the GPU's queue like .item() does.
+        step = torch.where(first, float(self.global_step), self._nonfinite[0])
+        self._nonfinite = torch.stack([step, torch.where(first, loss.float(), self._nonfinite[1])])
 
     def check_finite(self) -> None:
         """Raises NonFiniteLossError naming the first step whose loss was NaN or inf (one host sync)."""

@@ -75,7 +75,8 @@ def plain_fit(cfg: DictConfig) -> float:
             with torch.no_grad():
                 total = sum(next_token_loss(model(vx), vy) * vx.numel() for vx, vy in datamodule.val_dataloader())
             model.train()
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "val": float(total)}, checkpoint)
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "val": float(total)}
+            torch.save(state, checkpoint)
     return time.perf_counter() - started
 
 

@@ -37,7 +37,8 @@ SHAPES = {"nano": Shape(4, 4, 128, 128, 16), "wide": Shape(4, 12, 768, 256, 4)}
 Step = Callable[[], torch.Tensor]
 
 
-def _step_fn(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor]) -> Step:
+def _step_fn(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor]
+             ) -> Step:
     def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn()
@@ -65,7 +66,8 @@ def build(shape: Shape, which: str, compile: bool, seed: int = 0) -> tuple[Step,
         def loss_fn() -> torch.Tensor:
             return next_token_loss(forward(x), y)
     else:
-        model = ReferenceGPT(shape.vocab_size, shape.block_size, shape.n_layer, shape.n_head, shape.n_embd).load_from(gpt)
+        model = ReferenceGPT(shape.vocab_size, shape.block_size, shape.n_layer, shape.n_head, shape.n_embd)
+        model.load_from(gpt)
         forward = torch.compile(model, dynamic=False) if compile else model
 
         def loss_fn() -> torch.Tensor:
