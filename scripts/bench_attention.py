@@ -5,7 +5,10 @@
 Each row is one sequence length; local and strided layers are given as ratios to dense causal SDPA
 (`scaled_dot_product_attention(is_causal=True)`) measured in the same run. B=1, H=12, D_K=64, fp32, the
 kernel `auto` picks. How memory is measured: see gptlab.tools.benchmarks.attention.
-Goal (issue 4): local >= 5x faster than dense at T=8192, and local memory growing linearly in T.
+The last rows ("layer") time a whole attention layer at --layer-lengths (the QKV projection, head split, kernel,
+merge and output projection, D = H * D_K = 768), local vs dense: the speedup a model sees.
+Goals: local >= 5x faster than dense at T=8192 (issue 4), the whole layer >= 8x (issue 14), and local memory
+growing linearly in T.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed forward+backward runs per case")
     parser.add_argument("--kinds", nargs="+", default=["local", "strided"], help="sparse kinds to compare")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores)")
+    parser.add_argument("--layer-lengths", type=int, nargs="*", default=[8192], help="T for the whole-layer rows")
     args = parser.parse_args()
 
     threads = args.threads or torch.get_num_threads()
@@ -40,6 +44,14 @@ def main() -> None:
             speedup, memory = dense.ms / r.ms, r.peak_mb / dense.peak_mb
             row += f" | {r.kernel:>15} {r.ms:>8.1f} {speedup:>7.2f}x {r.peak_mb:>8.1f} {memory:>9.2f}"
         print(row, flush=True)
+    for T in args.layer_lengths:
+        dense = measure(Case("dense", T, args.window, repeats=args.repeats, threads=args.threads, layer=True))
+        row = f"{T:>6} {dense.ms:>9.1f} {dense.peak_mb:>9.1f}"
+        for kind in args.kinds:
+            r = measure(Case(kind, T, args.window, repeats=args.repeats, threads=args.threads, layer=True))
+            speedup, memory = dense.ms / r.ms, r.peak_mb / dense.peak_mb
+            row += f" | {r.kernel:>15} {r.ms:>8.1f} {speedup:>7.2f}x {r.peak_mb:>8.1f} {memory:>9.2f}"
+        print(row + "   <- whole layer", flush=True)
 
 
 if __name__ == "__main__":

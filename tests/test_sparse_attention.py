@@ -133,3 +133,14 @@ def test_chunked_trains_after_running_under_inference_mode() -> None:
         attend(q, k, v, "local", 6, "chunked")
     attend(q, k, v, "local", 6, "chunked").sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("T,w,c", [(45, 8, 1), (45, 8, 3), (45, 8, 8), (64, 16, 4), (7, 16, 5)])
+def test_chunked_local_is_exact_for_any_query_block(T: int, w: int, c: int) -> None:
+    """Every query block size c (blocks straddling the start, a partial last block) gives the band's outputs
+    and gradients, including blocks whose keys reach before position 0."""
+    q, k, v = qkv(2, 3, T, 8, 6)
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=w, impl="sdpa"))
+    got = outputs_and_grads(q, k, v, lambda *t: chunked_local(*t, window=w, scale=None, dropout_p=0.0, query_block=c))
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)

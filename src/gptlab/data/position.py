@@ -11,6 +11,13 @@ from torch.utils.data import DataLoader, Dataset
 from gptlab.data.windows import EpochSampler
 
 
+def pin_memory(trainer: Optional[L.Trainer]) -> bool:
+    """Page-locked batches when training on a GPU: Lightning copies batches with non_blocking=True, which only
+    overlaps the copy with compute when the source is pinned."""
+    strategy = getattr(trainer, "strategy", None)  # None: no trainer, or a stand-in without one
+    return strategy is not None and strategy.root_device.type == "cuda"
+
+
 class TrainPosition:
     """Hands out the training sampler and saves/restores where in which epoch training stopped.
 
@@ -33,6 +40,7 @@ class TrainPosition:
         self.sampler = sampler
         # Its own generator: creating an iterator then draws no number from the global RNG, which dropout
         # uses, so a resumed run's random stream stays the uninterrupted run's.
+        loader_kwargs.setdefault("pin_memory", pin_memory(trainer))
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
                           generator=torch.Generator().manual_seed(0), **loader_kwargs)
 

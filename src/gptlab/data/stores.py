@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from gptlab.data.position import TrainPosition
+from gptlab.data.position import TrainPosition, pin_memory
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.shards import token_dtype
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
@@ -90,10 +90,10 @@ class TokenStore(ABC):
             f"data.store={self.name}; resume with the store the run was started with."
         )
 
-    def _loader(self, dataset: Dataset, num_workers: Optional[int] = None, **kwargs: Any) -> DataLoader:
+    def _loader(self, dataset: Dataset, trainer: Any, num_workers: Optional[int] = None) -> DataLoader:
         workers = self.settings.num_workers if num_workers is None else num_workers
         return DataLoader(dataset, batch_size=self.settings.batch_size, num_workers=workers,
-                          persistent_workers=workers > 0, **kwargs)
+                          persistent_workers=workers > 0, pin_memory=pin_memory(trainer))
 
 
 class WindowStore(TokenStore):
@@ -129,7 +129,7 @@ class WindowStore(TokenStore):
                                           persistent_workers=workers > 0)
 
     def val_dataloader(self, trainer: Any) -> DataLoader:
-        return self._loader(self.val_set)
+        return self._loader(self.val_set, trainer)
 
     def state_dict(self, trainer: Any) -> dict[str, Any]:
         return self.position.state_dict(trainer)
@@ -209,11 +209,11 @@ class StreamingStore(TokenStore):
                 )
 
     def train_dataloader(self, trainer: Any) -> DataLoader:
-        return self._loader(self._stream(trainer, False, start=self._start_positions(trainer)))
+        return self._loader(self._stream(trainer, False, start=self._start_positions(trainer)), trainer)
 
     def val_dataloader(self, trainer: Any) -> DataLoader:
         """The first val_windows windows of the val documents, read afresh each time."""
-        return self._loader(self._stream(trainer, True, max_windows=self.settings.val_windows), num_workers=0)
+        return self._loader(self._stream(trainer, True, max_windows=self.settings.val_windows), trainer, num_workers=0)
 
     def on_before_batch_transfer(self, batch: Any, trainer: Any) -> Any:
         """Streamed batches carry their position as a third element: remember it (training only) and drop it."""

@@ -28,6 +28,8 @@ PRIVATE = (
             "gptlab/train/callbacks/throughput.py", "micro-batches trained, restored from a checkpoint on resume"),
     Private("trainer:fit_loop.epoch_loop.batch_progress.current.processed",
             "gptlab/data/position.py", "batches trained this epoch: the data position saved for exact resume"),
+    Private("trainer:_logger_connector.should_update_logs",
+            "gptlab/train/module.py", "whether this step's metrics reach the loggers: skip computing the others"),
     Private("fsdp_strategy:_activation_checkpointing_kwargs",
             "tests/test_sweeps.py", "checks trainer=fsdp really recomputes each Block"),
 )

@@ -11,11 +11,18 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics import MeanMetric
 
-from gptlab.errors import NonFiniteLossError
+from gptlab.errors import ConfigError, NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
 from gptlab.train.optim import weight_decay_groups
 from gptlab.train.rng import rng_states, set_rng_states
+
+
+def logging_step(trainer: L.Trainer) -> bool:
+    """Whether this training step's on_step metrics reach the loggers (every trainer.log_every_n_steps); the
+    others are dropped, so computing and self.log-ing them (~0.1-1 ms of Python each) is wasted work."""
+    return trainer._logger_connector.should_update_logs  # Lightning's own test, so the two never disagree
+
 
 OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
 SchedulerFactory = Callable[..., LRScheduler]  # a Hydra `_partial_` scheduler: called with (optimizer, total_steps)
@@ -29,9 +36,22 @@ class GPTLitModule(L.LightningModule):
         scheduler: Optional[SchedulerFactory] = None,
         label_smoothing: float = 0.0,
         run_config: Optional[dict[str, Any]] = None,
+        nonfinite_check_every: int = 10,
     ) -> None:
         super().__init__()
         self.model = model
+        # model.compile: training and validation call the compiled forward; sampling (model.generate, a new
+        # length every token) calls the plain model and never compiles. dynamic=False on purpose: a run has
+        # two shapes (the micro-batch and the last partial val batch), each compiled once, and static shapes
+        # give inductor the most to fuse. A function, not an nn.Module, so the state_dict keys stay the model's.
+        self.forward_fn: Callable[[torch.Tensor], torch.Tensor] = (
+            torch.compile(model.forward, dynamic=False) if model.config.compile else model.forward
+        )
+        every = nonfinite_check_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ConfigError(f"nonfinite_check_every={nonfinite_check_every!r} must be a positive integer (steps).")
+        self.nonfinite_check_every = nonfinite_check_every
+        self._nonfinite: Optional[torch.Tensor] = None  # on device: (first bad step, its loss), step -1 = none
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.label_smoothing = label_smoothing
         # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra; the
@@ -46,18 +66,14 @@ class GPTLitModule(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
-        logits = self.model(x)
+        logits = self.forward_fn(x)
         loss = next_token_loss(logits, y, self.label_smoothing)
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(
-                f"train/loss is {loss.item()} at step {self.global_step} (optimizer steps done); "
-                "the checkpoints written before it are kept. Lower optimizer.lr, raise scheduler.warmup_steps, "
-                "or use trainer.precision=bf16-mixed instead of 16-mixed."
-            )
+        self._record_nonfinite(loss.detach())
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        # Logged here rather than by LearningRateMonitor, which splits it per parameter group
-        # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
-        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        if logging_step(self.trainer):
+            # Logged here rather than by LearningRateMonitor, which splits it per parameter group
+            # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
+            self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
         return self._add_z_loss(loss, logits)
 
     def _add_z_loss(self, loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -67,18 +83,57 @@ class GPTLitModule(L.LightningModule):
         if not coefficient:
             return loss
         z = z_loss_term(logits)
-        self.log("train/z_loss", z, on_step=True, on_epoch=False)
+        if logging_step(self.trainer):
+            self.log("train/z_loss", z, on_step=True, on_epoch=False)
         return loss + coefficient * z
+
+    def _record_nonfinite(self, loss: torch.Tensor) -> None:
+        """Remembers the first non-finite loss and its step on the device, without a host sync (which would
+        stall a GPU's queue every step); `check_finite` reads it every `nonfinite_check_every` steps, before
+        every checkpoint and validation, and at the end of training."""
+        if self._nonfinite is None or self._nonfinite.device != loss.device:
+            self._nonfinite = torch.full((2,), -1.0, device=loss.device)  # made on the device: no host copy
+        first = (self._nonfinite[0] < 0) & ~torch.isfinite(loss)
+        # The step enters as a Python scalar, which the kernel takes as an argument: no host-to-device copy,
+        # which from pageable memory would wait for the GPU's queue like .item() does.
+        step = torch.where(first, float(self.global_step), self._nonfinite[0])
+        self._nonfinite = torch.stack([step, torch.where(first, loss.float(), self._nonfinite[1])])
+
+    def check_finite(self) -> None:
+        """Raises NonFiniteLossError naming the first step whose loss was NaN or inf (one host sync)."""
+        if self._nonfinite is None:
+            return
+        step, loss = self._nonfinite.tolist()
+        if step >= 0:
+            raise NonFiniteLossError(
+                f"train/loss is {loss} at step {int(step)} (optimizer steps done); "
+                "the checkpoints written before it are kept. Lower optimizer.lr, raise scheduler.warmup_steps, "
+                "or use trainer.precision=bf16-mixed instead of 16-mixed."
+            )
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.trainer.global_step % self.nonfinite_check_every == 0:
+            self.check_finite()
+
+    def on_validation_start(self) -> None:
+        self.check_finite()
+
+    def on_train_end(self) -> None:
+        self.check_finite()
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         # Called after backward (and AMP unscaling) and before clipping: the norm that clipping compares to 1.0.
+        # Only on the steps whose metrics reach the logger: on the others Lightning would drop the value, and the
+        # norm is a pass over every gradient (Lightning's clipping makes its own).
+        if not logging_step(self.trainer):
+            return
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
         # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
-        self.val_loss.update(next_token_loss(self.model(x), y), weight=x.numel())
+        self.val_loss.update(next_token_loss(self.forward_fn(x), y), weight=x.numel())
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()  # synchronised across ranks
@@ -109,6 +164,7 @@ class GPTLitModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.check_finite()  # never write a checkpoint of weights a non-finite loss has already updated
         # Lightning does not save the RNGs; dropout draws from them, so exact resume needs them.
         checkpoint["rng_states"] = rng_states()
         checkpoint["best_val_loss"] = self.best_val_loss

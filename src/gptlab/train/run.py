@@ -124,9 +124,8 @@ def _train(cfg: DictConfig) -> Optional[float]:
         scheduler=hydra.utils.instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
         run_config=OmegaConf.to_container(cfg, resolve=True),
-    )
-    if model_cfg.compile:
-        model.compile()  # in place: the state_dict keys stay those of the plain model
+        nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
+    )  # model.compile=true: the module compiles the forward that training and validation call
     callbacks = list(instantiate_dict(cfg.get("callbacks")).values())
     loggers = list(instantiate_dict(cfg.get("logger")).values())
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)

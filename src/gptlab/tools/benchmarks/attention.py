@@ -35,6 +35,7 @@ class Case:
     head_dim: int = 64
     repeats: int = 3
     threads: int = 0  # torch intra-op threads; 0 = torch's default
+    layer: bool = False  # time a whole attention layer (QKV projection, kernel, output projection) instead
 
 
 @dataclass
@@ -56,6 +57,9 @@ def _measure(case: Case) -> Result:
     kernel = resolve_impl(case.impl, case.kind, case.T, case.window, torch.device("cpu"))
     impl = "auto" if kernel == "dense" else kernel
 
+    if case.layer:
+        return _measure_layer(case, kernel, impl)
+
     def step(T: int) -> float:
         torch.manual_seed(0)
         q, k, v = (torch.randn(case.B, case.H, T, case.head_dim, requires_grad=True) for _ in range(3))
@@ -69,6 +73,31 @@ def _measure(case: Case) -> Result:
     step(case.T)
     peak_mb = _peak_rss_mb() - before
     best = min(step(case.T) for _ in range(case.repeats))
+    return Result(kernel=kernel, ms=1e3 * best, peak_mb=peak_mb)
+
+
+def _measure_layer(case: Case, kernel: str, impl: str) -> Result:
+    """fwd+bwd of one CausalSelfAttention (D = H * D_K) on (B, T, D) activations, best of the repeats."""
+    from gptlab.model import GPTConfig
+    from gptlab.model.attention import CausalSelfAttention
+
+    torch.manual_seed(0)
+    D = case.H * case.head_dim
+    cfg = GPTConfig(vocab_size=2, block_size=case.T, n_layer=1, n_head=case.H, n_embd=D, attn_pattern=[case.kind],
+                    attn_window=case.window, attn_impl=impl)
+    layer = CausalSelfAttention(cfg)
+    x = torch.randn(case.B, case.T, D, requires_grad=True)
+    grad_out = torch.randn(case.B, case.T, D)
+
+    def step() -> float:
+        start = time.perf_counter()
+        torch.autograd.backward(layer(x), grad_out)
+        return time.perf_counter() - start
+
+    before = _peak_rss_mb()
+    step()
+    peak_mb = _peak_rss_mb() - before
+    best = min(step() for _ in range(case.repeats))
     return Result(kernel=kernel, ms=1e3 * best, peak_mb=peak_mb)
 
 

@@ -14,6 +14,7 @@ import torch
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops
 
 from gptlab.model import training_flops_per_token
+from gptlab.train.module import logging_step
 
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16}  # by the prefix of trainer.precision
 
@@ -46,9 +47,6 @@ class TokenThroughput(L.Callback):
     ) -> None:
         x = batch[0]
         tokens_per_batch = x.numel()  # per device
-        # total_batch_idx is restored from the checkpoint, so the count continues across a resume.
-        micro_batches = trainer.fit_loop.epoch_loop.total_batch_idx + 1
-        pl_module.log("train/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
         assert self._throughput is not None
         self._batches += 1
         self._throughput.update(
@@ -58,6 +56,11 @@ class TokenThroughput(L.Callback):
             lengths=self._batches * tokens_per_batch,
             flops=self._flops_per_token * tokens_per_batch,
         )
+        if not logging_step(trainer):  # the values would be dropped; the progress bar keeps the last ones
+            return
+        # total_batch_idx is restored from the checkpoint, so the count continues across a resume.
+        micro_batches = trainer.fit_loop.epoch_loop.total_batch_idx + 1
+        pl_module.log("train/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
         metrics = self._throughput.compute()
         if "device/items_per_sec" in metrics:  # only once the window is full
             tokens_per_sec = metrics["device/items_per_sec"] * trainer.world_size

@@ -1,0 +1,82 @@
+"""Training speed against hand-written code, measured in one run: ratios > 1 mean gptlab is faster.
+
+    python scripts/bench_train.py                          # everything (~15 min on an idle 2-core CPU)
+    python scripts/bench_train.py --parts step             # model train step only, eager (~2 min)
+    python scripts/bench_train.py --parts step compile     # + torch.compile (inductor; ~4 min of compiling)
+    python scripts/bench_train.py --parts fit --fit-steps 240 --fit-repeats 2   # Lightning fit vs plain loop
+
+step/compile: one training step (forward, loss, backward, clip, fused AdamW) of gptlab's GPT against a
+nanoGPT-style model written in gptlab.tools.benchmarks.reference_gpt (same weights, same batch, same first
+loss), at nano (L4 H4 E128 T128 B16) and wide (L4 H12 E768 T256 B4) shapes, vocabulary 257 (bytes).
+fit: `python src/train.py` (nano, pydocs, --fit-steps steps, the default callbacks and logger) against the same
+model, data, recipe and steps in a plain PyTorch loop (gptlab.tools.benchmarks.fit).
+Contenders run interleaved, repeatedly; each keeps its best (other processes only ever add time).
+Goals (issue 14): step >= 1.0x eager, >= 1.3x compiled; fit overhead <= 3%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+from gptlab.tools.benchmarks.fit import compare_fit
+from gptlab.tools.benchmarks.train_step import SHAPES, build, compare
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def bench_steps(shape_names: list[str], compiled: bool, steps: int, repeats: int) -> list[str]:
+    rows = []
+    for name in shape_names:
+        shape = SHAPES[name]
+        contenders, losses = {}, {}
+        for which in ("reference", "gptlab"):
+            for comp in (False, True) if compiled else (False,):
+                key = f"{which}{' compiled' if comp else ''}"
+                contenders[key], losses[key] = build(shape, which, comp)
+        first = float(losses["reference"])
+        assert all(abs(float(v) - first) < 1e-4 for v in losses.values()), f"losses differ: {losses}"
+        best = compare(contenders, steps, repeats)
+        ref = best["reference"]
+        for key, seconds in best.items():
+            rows.append(f"| step, {shape.label} | {key} | {seconds * 1e3:.1f} ms | {ref / seconds:.2f}x |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", nargs="+", default=["step", "compile", "fit"], choices=["step", "compile", "fit"])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")
+    parser.add_argument("--fit-steps", type=int, default=240, help="max_steps of both fits (the default run: 240)")
+    parser.add_argument("--fit-repeats", type=int, default=2, help="interleaved fits of each; the best is kept")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores). "
+                        "On a machine shared with other jobs 1 thread gives steadier ratios")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    started = time.perf_counter()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 CPU")
+    rows = ["| what | who | time | vs reference |", "|---|---|---|---|"]
+    if "step" in args.parts or "compile" in args.parts:
+        rows += bench_steps(args.shapes, "compile" in args.parts, args.steps, args.repeats)
+    if "fit" in args.parts:
+        val_every = max(1, args.fit_steps // 3)
+        overrides = [f"trainer.max_steps={args.fit_steps}", f"trainer.val_check_interval={val_every}",
+                     "trainer.accelerator=cpu"]
+        best = compare_fit(CONF_DIR, overrides, args.fit_repeats)
+        label = f"fit, nano pydocs {args.fit_steps} steps"
+        rows.append(f"| {label} | plain PyTorch loop | {best['plain']:.1f} s | 1.00x |")
+        rows.append(f"| {label} | gptlab (Lightning) | {best['gptlab']:.1f} s | {best['plain'] / best['gptlab']:.2f}x "
+                    f"(overhead {best['gptlab'] / best['plain'] - 1:+.1%}) |")
+    print("\n".join(rows))
+    print(f"\nbench_train took {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""One training step (forward, loss, backward, clip, AdamW) of gptlab's GPT vs a hand-written reference GPT.
+
+Both models start from the same weights (the reference copies gptlab's) and see the same batch, and their
+first losses must agree: the benchmark compares equal work, so any ratio is overhead, not arithmetic.
+Timing: every contender runs `steps` steps per round; rounds interleave the contenders (so load from other
+processes hits all of them alike), and each keeps its best round (noise only ever adds time).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from gptlab.model import GPT, GPTConfig, next_token_loss
+from gptlab.tools.benchmarks.reference_gpt import ReferenceGPT
+from gptlab.train.optim import adamw, weight_decay_groups
+
+
+@dataclass(frozen=True)
+class Shape:
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    batch: int
+    vocab_size: int = 257  # the default run's byte tokenizer
+
+    @property
+    def label(self) -> str:
+        return f"L{self.n_layer} H{self.n_head} E{self.n_embd} T{self.block_size} B{self.batch}"
+
+
+SHAPES = {"nano": Shape(4, 4, 128, 128, 16), "wide": Shape(4, 12, 768, 256, 4)}
+Step = Callable[[], torch.Tensor]
+
+
+def _step_fn(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor]
+             ) -> Step:
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def build(shape: Shape, which: str, compile: bool, seed: int = 0) -> tuple[Step, torch.Tensor]:
+    """A step closure for `which` (gptlab | reference) and the loss of its first forward (same for both)."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=shape.vocab_size, block_size=shape.block_size, n_layer=shape.n_layer,
+                    n_head=shape.n_head, n_embd=shape.n_embd, compile=compile)
+    gpt = GPT(cfg)
+    x = torch.randint(0, shape.vocab_size, (shape.batch, shape.block_size))
+    y = torch.randint(0, shape.vocab_size, (shape.batch, shape.block_size))
+    model: torch.nn.Module
+    if which == "gptlab":
+        model = gpt
+        forward = torch.compile(gpt, dynamic=False) if compile else gpt  # as GPTLitModule does
+
+        def loss_fn() -> torch.Tensor:
+            return next_token_loss(forward(x), y)
+    else:
+        model = ReferenceGPT(shape.vocab_size, shape.block_size, shape.n_layer, shape.n_head, shape.n_embd)
+        model.load_from(gpt)
+        forward = torch.compile(model, dynamic=False) if compile else model
+
+        def loss_fn() -> torch.Tensor:
+            return forward(x, y)
+
+    with torch.no_grad():
+        first = loss_fn()
+    optimizer = adamw(weight_decay_groups(model, 0.1), lr=1e-4, weight_decay=0.1)
+    return _step_fn(list(model.parameters()), optimizer, loss_fn), first
+
+
+def time_steps(step: Step, steps: int) -> float:
+    """Mean seconds per step over `steps` steps."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def compare(contenders: dict[str, Step], steps: int, repeats: int, warmup: int = 2) -> dict[str, float]:
+    """Best-of-`repeats` mean step time per contender, rounds interleaved."""
+    for step in contenders.values():
+        for _ in range(warmup):  # compiles a compiled one
+            step()
+    best = {name: float("inf") for name in contenders}
+    for _ in range(repeats):
+        for name, step in contenders.items():
+            best[name] = min(best[name], time_steps(step, steps))
+    return best

@@ -1,0 +1,228 @@
+"""A self-check of this machine for gptlab: what the GPU stack supports, whether the attention kernels agree,
+and how fast one real training step runs (scripts/doctor.py prints it).
+
+On a GPU: CUDA/NCCL/bf16, flex vs chunked vs sdpa local attention (equality and fwd+bwd time), one bf16-mixed
+train step of gpt2_small eager and compiled (tokens/s, MFU against the GPU's dense bf16 peak), its memory peak
+against gptlab.tools.planning's estimate, and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the
+parts that need a GPU are listed as skipped, with why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from lightning.fabric.utilities.throughput import get_available_flops
+
+from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
+from gptlab.model.sparse_attention import attend, flex_available
+from gptlab.tools.planning import activation_bytes, memory_per_gpu
+from gptlab.train.optim import adamw, weight_decay_groups
+
+GPT2_SMALL = dict(vocab_size=50257, pad_vocab_to=64, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+NANO = dict(vocab_size=257, block_size=256, n_layer=4, n_head=4, n_embd=128)
+EQUAL_ATOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # max |diff| to the sdpa reference that counts as equal
+
+
+@dataclass
+class Report:
+    rows: list[tuple[str, str, str]] = field(default_factory=list)  # (check, result, detail)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (check, why)
+    failed: bool = False
+
+    def add(self, check: str, result: str, detail: str = "", ok: bool = True) -> None:
+        self.rows.append((check, result if ok else f"FAIL {result}", detail))
+        self.failed |= not ok
+
+    def skip(self, check: str, why: str) -> None:
+        self.skipped.append((check, why))
+
+    def table(self) -> str:
+        width = max([len(r[0]) for r in self.rows] + [5])
+        rw = max([len(r[1]) for r in self.rows] + [6])
+        lines = [f"{'check':<{width}}  {'result':<{rw}}  detail", "-" * (width + rw + 30)]
+        lines += [f"{c:<{width}}  {r:<{rw}}  {d}" for c, r, d in self.rows]
+        if self.skipped:
+            lines += ["", "skipped:"] + [f"  {c}: {why}" for c, why in self.skipped]
+        return "\n".join(lines)
+
+
+def _timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
+    """Best seconds of `repeats` calls after one warm-up call."""
+    fn()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def environment(report: Report) -> None:
+    cuda = torch.cuda.is_available()
+    report.add("torch", torch.__version__, f"{torch.get_num_threads()} CPU threads")
+    report.add("CUDA", f"yes, {torch.cuda.device_count()} GPU(s)" if cuda else "no",
+               torch.cuda.get_device_name(0) if cuda else "")
+    nccl = torch.distributed.is_available() and torch.distributed.is_nccl_available()
+    report.add("NCCL", "yes" if nccl else "no", "multi-GPU DDP/FSDP backend")
+    if cuda:
+        report.add("bf16", "yes" if torch.cuda.is_bf16_supported() else "no", "trainer.precision=bf16-mixed")
+    else:
+        report.skip("bf16", "no CUDA device (bf16-mixed training is a GPU feature)")
+    report.add("FlexAttention", "importable" if flex_available() else "missing", "model.attn_impl=flex")
+
+
+def attention(report: Report, device: torch.device, T: int, window: int = 256, repeats: int = 3) -> None:
+    """Each kernel's outputs and q/k/v gradients against masked SDPA (the reference), and its fwd+bwd time."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    gen = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(1, 12, T, 64, device=device, dtype=dtype, generator=gen).requires_grad_() for _ in range(3))
+    grad = torch.randn(1, 12, T, 64, device=device, dtype=dtype, generator=gen)
+    dense_s = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad), repeats, sync)
+    report.add(f"attention dense T={T}", f"{dense_s * 1e3:.1f} ms", "causal SDPA fwd+bwd, B=1 H=12 D_K=64")
+    impls = ["sdpa", "chunked"] + (["flex"] if device.type == "cuda" and flex_available() else [])
+    if "flex" not in impls:
+        report.skip("attention flex", "FlexAttention has no CPU backward" if device.type == "cpu" else "not importable")
+    for kind in ("local", "strided"):
+        outputs = {}
+        for impl in impls:
+            def run(impl: str = impl, kind: str = kind) -> torch.Tensor:
+                for t in (q, k, v):
+                    t.grad = None
+                out = attend(q, k, v, kind, window, impl)
+                out.backward(grad)
+                return out
+
+            seconds = _timed(run, repeats, sync)
+            out = run()
+            outputs[impl] = [out.detach().float()] + [t.grad.float() for t in (q, k, v)]
+            ref = outputs["sdpa"]
+            diff = max((a - b).abs().max().item() for a, b in zip(outputs[impl], ref))
+            ok = diff <= EQUAL_ATOL[dtype]
+            report.add(f"attention {kind} {impl} T={T} w={window}", f"{seconds * 1e3:.1f} ms",
+                       f"{dense_s / seconds:.2f}x dense; max|diff| to sdpa {diff:.1e} (outputs and grads)", ok)
+
+
+def _train_step(cfg: GPTConfig, batch: int, device: torch.device, compile: bool, bf16: bool, repeats: int):
+    torch.manual_seed(0)
+    model = GPT(cfg).to(device)
+    forward = torch.compile(model, dynamic=False) if compile else model
+    optimizer = adamw(weight_decay_groups(model, 0.1), lr=1e-4, weight_decay=0.1)
+    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = next_token_loss(forward(x), x)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return loss.detach()
+
+    step()  # compiles, allocates the optimizer state
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    seconds = _timed(step, repeats, sync)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+    loss = float(step())
+    return seconds, loss, peak
+
+
+def train_steps(report: Report, device: torch.device, repeats: int = 3, model: Optional[dict] = None,
+                batch: Optional[int] = None) -> None:
+    on_gpu = device.type == "cuda"
+    values = model or (GPT2_SMALL if on_gpu else NANO)
+    batch = batch or (8 if on_gpu else 16)
+    cfg = GPTConfig(**values)
+    name = "gpt2_small" if values == GPT2_SMALL else f"L{cfg.n_layer} E{cfg.n_embd} T{cfg.block_size}"
+    tokens = batch * cfg.block_size
+    peak_flops = get_available_flops(device, torch.bfloat16) if on_gpu else None
+    flops = training_flops_per_token(cfg)["total"] * tokens
+    modes = [False, True] if on_gpu else [False]
+    if not on_gpu:
+        report.skip("compiled train step", "not run on CPU here (inductor compiles ~1 min); scripts/bench_train.py "
+                    "measures it")
+        report.skip("MFU", "no known peak FLOPs for a CPU")
+    for compile in modes:
+        seconds, loss, peak = _train_step(cfg, batch, device, compile, on_gpu, repeats)
+        label = f"train step {name} B={batch} {'bf16-mixed' if on_gpu else 'fp32'}{' compiled' if compile else ''}"
+        mfu = f", MFU {flops / seconds / peak_flops:.1%}" if peak_flops else ""
+        ok = math.isfinite(loss)
+        report.add(label, f"{tokens / seconds:,.0f} tok/s", f"{seconds * 1e3:.0f} ms/step, loss {loss:.3f}{mfu}", ok)
+        if peak is not None and not compile:
+            planned = memory_per_gpu(cfg_params(cfg), 1, activation_bytes(cfg, batch))["total"]
+            report.add("memory peak vs planner", f"{peak / 2**30:.2f} GiB",
+                       f"planner {planned / 2**30:.2f} GiB ({peak / planned:.2f}x; planner counts bf16 activations)")
+    if not on_gpu:
+        report.skip("memory peak vs planner", "CPU memory has no allocator peak counter")
+
+
+def cfg_params(cfg: GPTConfig) -> int:
+    from gptlab.model import count_parameters
+
+    return count_parameters(cfg)["total"]
+
+
+def _ddp_worker(rank: int, port: int, result: torch.multiprocessing.SimpleQueue) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("nccl", rank=rank, world_size=2)
+    torch.cuda.set_device(rank)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**NANO)).cuda()
+    ddp = DistributedDataParallel(model, device_ids=[rank])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 257, (4, 256), device="cuda", generator=torch.Generator("cuda").manual_seed(rank))
+    start = time.perf_counter()
+    next_token_loss(ddp(x), x).backward()
+    optimizer.step()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    digest = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+    gathered = [torch.zeros_like(digest) for _ in range(2)]
+    dist.all_gather(gathered, digest)
+    if rank == 0:
+        result.put((seconds, [float(g) for g in gathered]))
+    dist.destroy_process_group()
+
+
+def ddp(report: Report) -> None:
+    if torch.cuda.device_count() < 2:
+        report.skip("2-rank NCCL DDP step", f"needs 2 GPUs, found {torch.cuda.device_count()}")
+        return
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    result = ctx.SimpleQueue()
+    mp.start_processes(_ddp_worker, args=(port, result), nprocs=2, start_method="spawn")
+    seconds, digests = result.get()
+    report.add("DDP NCCL 2 ranks", f"{seconds * 1e3:.0f} ms", f"first step; weights equal on both ranks: "
+               f"{digests[0] == digests[1]}", digests[0] == digests[1])
+
+
+def run(device: Optional[str] = None, attention_T: Optional[int] = None, repeats: int = 3) -> Report:
+    report = Report()
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    environment(report)
+    attention(report, dev, attention_T or (8192 if dev.type == "cuda" else 2048), repeats=repeats)
+    train_steps(report, dev, repeats=repeats)
+    if dev.type == "cuda":
+        ddp(report)
+    else:
+        report.skip("2-rank NCCL DDP step", "no CUDA device")
+    return report

@@ -1,0 +1,37 @@
+"""The on-device NaN/inf flag: no host sync per step, yet the run still stops naming the first bad step, also
+when no checkpoint or validation comes between the fault and the periodic check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import scalars, train_in_process
+
+from gptlab.errors import ConfigError, NonFiniteLossError
+from gptlab.model import GPT, GPTConfig
+from gptlab.train.module import GPTLitModule
+
+
+def test_periodic_check_names_the_first_nonfinite_step(tmp_path: Path) -> None:
+    overrides = [
+        "trainer.max_steps=30",
+        "trainer.val_check_interval=100",
+        "callbacks.periodic_checkpoint=null",
+        "callbacks.model_checkpoint=null",
+        "nonfinite_check_every=5",
+        "+callbacks.nan._target_=helpers.InjectNaN",
+        "+callbacks.nan.step=7",
+    ]
+    with pytest.raises(NonFiniteLossError, match="train/loss is nan at step 7 ") as caught:
+        train_in_process(tmp_path, *overrides)
+    assert "Lower optimizer.lr" in str(caught.value)
+    # Stopped by the check after step 10, not at the end of training (step 30).
+    assert 7 <= max(scalars(tmp_path)["train/loss"]) <= 10
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.5])
+def test_bad_check_interval_names_the_field(value: object) -> None:
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    with pytest.raises(ConfigError, match="nonfinite_check_every"):
+        GPTLitModule(model, nonfinite_check_every=value)  # type: ignore[arg-type]
