@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
-from gptlab.model.sparse_attention import _band_mask, _key_index, allowed_pairs, resolve_impl
+from gptlab.model.sparse_attention import QUERY_BLOCK_DIVISOR, _band_mask, _key_index, allowed_pairs, resolve_impl
 
 
 def alibi_slopes(n_head: int) -> list[float]:
@@ -87,29 +87,31 @@ def attend_alibi_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_sta
 
 def _chunked_local(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float],
                    dropout_p: float) -> torch.Tensor:
-    """sparse_attention.chunked_local's blocks of w queries against 2w keys, with the bias added to its band
-    mask: inside a block, i - j = (query offset) - (key offset), the same for every block."""
+    """sparse_attention.chunked_local's blocks of c queries against their w + c keys, with the bias added to its
+    band mask: inside a block, i - j = (query offset) - (key offset from the block start), the same for every
+    block."""
     B, H, T, _ = q.shape
     w = min(window, T)
-    n = -(-T // w)
+    c = max(1, w // QUERY_BLOCK_DIVISOR)
+    n = -(-T // c)
     qt = q.transpose(1, 2)
-    if n * w > T:
-        qt = F.pad(qt, (0, 0, 0, 0, 0, n * w - T))
-    qb = qt.reshape(B * n, w, H, -1).transpose(1, 2)
-    index = _key_index(n, w, T, q.device)
-    kb = k.transpose(1, 2).index_select(1, index).view(B * n, 2 * w, H, -1).transpose(1, 2)
-    vb = v.transpose(1, 2).index_select(1, index).view(B * n, 2 * w, H, -1).transpose(1, 2)
-    mask = _band_mask(B, n, w, window, q.device, q.dtype) + _band_bias(w, H, q.device, q.dtype)
+    if n * c > T:
+        qt = F.pad(qt, (0, 0, 0, 0, 0, n * c - T))
+    qb = qt.reshape(B * n, c, H, -1).transpose(1, 2)
+    index = _key_index(n, c, w, T, q.device)
+    kb = k.transpose(1, 2).index_select(1, index).view(B * n, w + c, H, -1).transpose(1, 2)
+    vb = v.transpose(1, 2).index_select(1, index).view(B * n, w + c, H, -1).transpose(1, 2)
+    mask = _band_mask(B, n, c, w, window, q.device, q.dtype) + _band_bias(c, w, H, q.device, q.dtype)
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, dropout_p=dropout_p)
-    return out.transpose(1, 2).reshape(B, n * w, H, -1)[:, :T].transpose(1, 2)
+    return out.transpose(1, 2).reshape(B, n * c, H, -1)[:, :T].transpose(1, 2)
 
 
 @functools.lru_cache(maxsize=16)
-def _band_bias(w: int, n_head: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def _band_bias(c: int, w: int, n_head: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     with torch.inference_mode(False):
-        a = torch.arange(w, device=device)[:, None]  # query offset in its block
-        c = torch.arange(2 * w, device=device)[None, :] - w  # key offset from the block start
-        return (-_slopes(n_head, device, dtype)[:, None, None] * (a - c).to(dtype))[None]  # (1, H, w, 2w)
+        a = torch.arange(c, device=device)[:, None]  # query offset in its block
+        key = torch.arange(w + c, device=device)[None, :] - w  # key offset from the block start: -w .. c-1
+        return (-_slopes(n_head, device, dtype)[:, None, None] * (a - key).to(dtype))[None]  # (1, H, c, w + c)
 
 
 def _chunked_strided(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float],
