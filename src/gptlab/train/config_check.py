@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -95,6 +97,18 @@ def text(field: str, value: Any) -> None:
         raise _fail(field, value, "use a non-empty string")
 
 
+def writable_dir(field: str, value: Any) -> None:
+    """A directory that exists and is writable, or can be created (its nearest existing parent is writable)."""
+    text(field, value)
+    path = Path(value).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{field}={value!r} cannot be written: {existing} is {'not a directory' if not existing.is_dir() else 'not writable'}"
+            " for this user; choose a directory you can write to."
+        )
+
+
 def betas(field: str, value: Any) -> None:
     if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in value):
         raise _fail(field, value, "use two numbers in [0, 1), e.g. [0.9, 0.95]")
@@ -132,7 +146,7 @@ DATA: dict[str, Check] = {
     "num_workers": non_negative_int,
     "seed": integer(0, 2**32 - 1),
     "streaming": boolean,
-    "cache_dir": text,
+    "cache_dir": writable_dir,
     "shard_tokens": positive_int,
     "num_proc": optional(positive_int),
     "sampling": choice("random", "epoch"),
@@ -199,7 +213,7 @@ CALLBACKS: dict[str, Check] = {
     "enable_version_counter": boolean,
     "auto_insert_metric_name": boolean,
 }
-PATHS: dict[str, Check] = {"log_dir": text, "output_dir": text}
+PATHS: dict[str, Check] = {"log_dir": writable_dir, "output_dir": writable_dir}
 
 
 def check_table(prefix: str, node: Any, table: dict[str, Check]) -> None:

@@ -19,6 +19,7 @@ from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 from gptlab.train import quiet
 from gptlab.train.banner import banner_lines, vocab_warning
+from gptlab.train.callbacks import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.checkpoints import check_resumable
 from gptlab.train.config_check import check_config
@@ -157,13 +158,16 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
     if model_cfg.compile:
         model.compile()  # in place: the state_dict keys stay those of the plain model
     callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation()]
+    smoke_test = bool(cfg.trainer.get("fast_dev_run"))
+    if smoke_test:  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files (README)
+        callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
     loggers = list(instantiate_dict(cfg.get("logger")).values())
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
     tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
     module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
 
-    if trainer.is_global_zero:
+    if trainer.is_global_zero and not smoke_test:
         checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
         check_output_dirs([output_dir, *checkpoint_dirs], RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters()))
         save_resolved_config(cfg, output_dir)
@@ -202,6 +206,6 @@ def _train(cfg: DictConfig) -> Optional[float]:
             "tokens_per_sec": None if throughput is None else float(throughput),
         }
         atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
-    if best is not None:
+    if best is not None and not trainer.fast_dev_run:
         log.info("Best val/loss %.4f; run dir %s", best, output_dir)
     return best

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from gptlab.errors import ConfigError
+from gptlab.cli import find_config_error
 
 HYDRA_FILES = {".hydra", "train.log", "config_resolved.yaml"}  # what a run writes before training starts
 
@@ -23,12 +23,12 @@ def holds_only_hydra_files(run_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def discard_on_config_error(run_dir: Path, stop_at: Path) -> Iterator[None]:
-    """Remove `run_dir` (and parents it leaves empty, up to `stop_at`) if the body raises a ConfigError."""
+    """Remove `run_dir` (and parents it leaves empty, up to `stop_at`) if the body fails on a ConfigError."""
     fresh = not run_dir.exists() or holds_only_hydra_files(run_dir)
     try:
         yield
-    except ConfigError:
-        if fresh and holds_only_hydra_files(run_dir):
+    except Exception as err:  # also a ConfigError that Hydra's instantiate wrapped in its own exception
+        if find_config_error(err) is not None and fresh and holds_only_hydra_files(run_dir):
             shutil.rmtree(run_dir, ignore_errors=True)
             parent, stop_at = run_dir.resolve().parent, stop_at.resolve()
             with contextlib.suppress(OSError):  # rmdir refuses a dir that is not empty: exactly the stop we want
