@@ -190,10 +190,9 @@ def test_tables_cover_every_shipped_field() -> None:
             assert not missing, f"{path.name}: no check for {sorted(missing)} in gptlab/train/config_check.py"
 
 
-@pytest.mark.parametrize("override,field", [("model.tie_weights=maybe", "model.tie_weights"),
-                                            ("optimizer.lr=-0.1", "optimizer.lr")])
-def test_entry_point_refuses_and_leaves_no_run_dir(tmp_path, override: str, field: str) -> None:
-    proc = run_train([override, f"paths.log_dir={tmp_path / 'outputs'}"], cwd=tmp_path, timeout=120)
+def test_entry_point_refuses_and_leaves_no_run_dir(tmp_path) -> None:
+    """The real `python src/train.py`, Hydra creating the run dir: one subprocess (imports cost ~8 s)."""
+    proc = run_train(["model.tie_weights=maybe", f"paths.log_dir={tmp_path / 'outputs'}"], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert f"gptlab: error: {field}=" in proc.stderr and "Traceback" not in proc.stderr
+    assert "gptlab: error: model.tie_weights='maybe'" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "outputs" / "runs").exists()
