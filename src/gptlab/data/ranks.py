@@ -1,4 +1,4 @@
-"""Fetch GPT-2's BPE ranks where only PyPI is reachable (docs/data.md, "Tokenizer ranks").
+"""Fetch GPT-2's BPE ranks where only PyPI is reachable (docs/layout.md, "Tokenizer ranks").
 
 tiktoken downloads its ranks from openaipublic.blob.core.windows.net. The same file (byte for byte the
 r50k_base ranks, which GPT-2 uses) ships inside the openai-whisper source distribution on PyPI, so it

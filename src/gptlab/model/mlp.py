@@ -1,4 +1,4 @@
-"""The position-wise MLP of DESIGN §1: f_L ∘ σ ∘ … ∘ σ ∘ f_1, f_i(X) = X W_i + b_i."""
+"""The position-wise MLP of docs/model.md: f_L ∘ σ ∘ … ∘ σ ∘ f_1, f_i(X) = X W_i + b_i."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gptlab.model.config import GPTConfig
 ACTIVATION_MODULES = {
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # eq. 8, what GPT-2/3 use
     "gelu": lambda: nn.GELU(),  # exact erf form
-    "relu": lambda: nn.ReLU(),  # the original Transformer (seed 002)
+    "relu": lambda: nn.ReLU(),  # the original Transformer ([S2])
 }
 
 

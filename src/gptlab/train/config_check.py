@@ -103,10 +103,8 @@ def writable_dir(field: str, value: Any) -> None:
     path = Path(value).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{field}={value!r} cannot be written: {existing} is {'not a directory' if not existing.is_dir() else 'not writable'}"
-            " for this user; choose a directory you can write to."
-        )
+        problem = "not writable for this user" if existing.is_dir() else "not a directory"
+        raise ConfigError(f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can write to.")
 
 
 def betas(field: str, value: Any) -> None:

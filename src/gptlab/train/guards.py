@@ -120,7 +120,9 @@ def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, ac
     )
 
 
-def check_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None) -> MemoryEstimate:
+def check_memory(
+    model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None
+) -> MemoryEstimate:
     """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory."""
     accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))
     est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator)
@@ -137,7 +139,7 @@ def check_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free:
             f"this run needs about {est.total / GB:,.1f} GB but {where} is {free / GB:,.1f} GB: "
             f"{est.processes} process(es) x {est.per_process / GB:,.1f} GB (weights+grads+Adam states "
             f"{est.states / GB:,.1f} GB for {est.parameters:,} parameters, activations {est.activations / GB:,.1f} GB "
-            f"for micro-batch {micro_batch} x block_size {model_cfg.block_size}, runtime {PROCESS_OVERHEAD_BYTES / GB:.1f} "
-            f"GB). To make it fit: {'; '.join(knobs)}. check_memory=false skips this check."
+            f"for micro-batch {micro_batch} x block_size {model_cfg.block_size}, "
+            f"runtime {PROCESS_OVERHEAD_BYTES / GB:.1f} GB). To make it fit: {'; '.join(knobs)}. check_memory=false skips this check."
         )
     return est

@@ -169,7 +169,8 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
 
     if trainer.is_global_zero and not smoke_test:
         checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
-        check_output_dirs([output_dir, *checkpoint_dirs], RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters()))
+        needed = RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters())
+        check_output_dirs([output_dir, *checkpoint_dirs], needed)
         save_resolved_config(cfg, output_dir)
         for line in banner_lines(cfg, model_cfg, model.num_parameters(), tokenizer, datamodule, trainer,
                                  tokens_per_step, output_dir):
