@@ -84,7 +84,6 @@ BAD_VALUES = [
     # scheduler
     ("scheduler.warmup_steps=-5", "scheduler.warmup_steps"),
     ("scheduler.warmup_steps=2.5", "scheduler.warmup_steps"),
-    ("scheduler.warmup_steps=500", "scheduler.warmup_steps"),  # >= trainer.max_steps=240
     ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
     ("scheduler=wsd scheduler.decay_fraction=1.5", "scheduler.decay_fraction"),
     # trainer

@@ -285,17 +285,6 @@ def check_config(cfg: DictConfig) -> None:
             if not isinstance(node, dict) or "_target_" not in node:
                 raise _fail(f"callbacks.{name}", node, "use a callback node with a _target_, or null to drop it")
             check_table(f"callbacks.{name}.", node, CALLBACKS)
-    _check_cross_fields(cfg)
-
-
-def _check_cross_fields(cfg: DictConfig) -> None:
-    trainer, scheduler = cfg.get("trainer") or {}, cfg.get("scheduler") or {}
-    max_steps, warmup = trainer.get("max_steps"), scheduler.get("warmup_steps") if scheduler else None
-    if _is_int(warmup) and _is_int(max_steps) and warmup >= max_steps > 1:
-        raise ConfigError(
-            f"scheduler.warmup_steps={warmup} is not below trainer.max_steps={max_steps}: the lr would never leave "
-            "warmup; lower scheduler.warmup_steps or raise trainer.max_steps."
-        )
 
 
 def names_in(tables: Iterable[dict[str, Check]]) -> set[str]:
