@@ -139,3 +139,26 @@ def test_download_error_is_printed_whole(monkeypatch, tmp_path) -> None:
     with pytest.raises(ConfigError) as err:
         TiktokenTokenizer("gpt2")
     assert str(err.value).endswith("END-OF-MESSAGE") and "fetch_gpt2_ranks.py" in str(err.value)
+
+
+def test_progress_bar_counts_optimizer_steps_of_the_whole_run(tmp_path, capsys) -> None:
+    overrides = [o for o in SHORT if not o.startswith("callbacks.progress_bar")]
+    train(compose_config([*overrides, "callbacks.progress_bar.refresh_rate=2", "trainer.accumulate_grad_batches=2"],
+                         tmp_path / "run"))
+    err = capsys.readouterr().err
+    assert "6/6" in err and "step" in err  # 6 optimizer steps (12 micro-batches), one bar for the run
+    assert "12/12" not in err and "Epoch" not in err
+    assert "loss=" in err and "tok/s=" in err and "<00:00" in err  # tqdm's remaining-time field is the ETA
+
+
+def test_a_sweep_announces_its_dir(capsys) -> None:
+    from omegaconf import OmegaConf
+
+    from gptlab.train.hydra_callbacks import AnnounceSweepDir
+
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": "outputs/multiruns/x/2026-01-01/00-00-00"}}})
+    AnnounceSweepDir().on_multirun_start(cfg)
+    AnnounceSweepDir().on_multirun_end(cfg)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "gptlab: sweep dir outputs/multiruns/x/2026-01-01/00-00-00"
+    assert "sweep finished" in out[1] and "ablation_report.py outputs/multiruns/x/2026-01-01/00-00-00" in out[1]

@@ -38,7 +38,7 @@ NOT_RUNNABLE = {
     "tensorboard --logdir": "starts a server that runs until stopped",
     "hydra/launcher=submitit_slurm": "needs a SLURM cluster",
     "data=openwebtext": "streams a dataset from the Hugging Face hub (network)",
-    "scripts/bench_": "benchmarks run for minutes; tests/test_bench*.py cover their code",
+    "scripts/bench_": "benchmarks run for minutes on a CPU; each prints ratios measured in one run",
     "GPT.from_pretrained(\"path/to/gpt2\")": "needs a real GPT-2 checkpoint from the Hugging Face hub (network)",
     "python -m pytest": "the test suite itself",
 }

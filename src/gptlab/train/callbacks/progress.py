@@ -51,8 +51,8 @@ class StepProgressBar(ProgressBar):
         tokens_per_step = getattr(pl_module, "tokens_per_step", None)
         postfix = {}
         loss = outputs.get("loss") if isinstance(outputs, dict) else None
-        if loss is not None:
-            postfix["loss"] = f"{float(loss):.3f}"
+        if loss is not None:  # Lightning divides it by the accumulated micro-batches; show the batch's own loss
+            postfix["loss"] = f"{float(loss) * trainer.accumulate_grad_batches:.3f}"
         if tokens_per_step and seconds > 0:
             postfix["tok/s"] = f"{steps * tokens_per_step / seconds:,.0f}"
         val = trainer.callback_metrics.get("val/loss")
