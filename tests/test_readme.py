@@ -3,7 +3,7 @@
 Convention (also described at the end of the README): commands are the lines of indented code blocks that start
 with `python`, `pip`, `tensorboard` or `$ ` (a `$ ` line is followed by the output it must print, and exits 2);
 fenced ```python blocks are Python snippets. A comment line `<!-- readme-test: append k=v ... -->` appends its
-overrides to every `src/*.py` command after it, up to the next such comment. `<run dir>` is replaced by the dir
+overrides to every `src/train.py` command after it, up to the next such comment. `<run dir>` is replaced by the dir
 of the last completed training run, `<dir>` by a fresh dir. Commands that cannot run here are listed in
 NOT_RUNNABLE with the reason; the 8-GPU commands run in their dry form on a machine with fewer GPUs (they must
 exit 2 naming trainer.devices). Nothing is skipped silently: a command that matches no rule runs.
@@ -30,7 +30,7 @@ from gptlab.train import guards
 from gptlab.train.config_check import check_config
 
 README = ROOT / "README.md"
-MARKER = re.compile(r"<!--\s*readme-test:\s*append\s+(.*?)\s*-->")
+MARKER = re.compile(r"<!--\s*readme-test:\s*append\s+(.*?)\s*-->")  # a line of its own (fullmatch)
 COMMAND_STARTS = ("python ", "pip ", "tensorboard ", "$ ")
 
 NOT_RUNNABLE = {
@@ -68,7 +68,7 @@ class Command:
         if run_dir is not None:
             text = text.replace("<run dir>", run_dir)
         text = text.replace("<dir>", out_dir)
-        if self.append and re.search(r"\bsrc/\w+\.py\b", text):
+        if self.append and "src/train.py" in text:
             text = f"{text} {' '.join(self.append)}"
         return text
 
@@ -93,7 +93,7 @@ def parse_readme(text: str | None = None) -> list[Command]:
     i = 0
     while i < len(lines):
         line = lines[i]
-        marker = MARKER.search(line)
+        marker = MARKER.fullmatch(line.strip())
         if marker:
             append = marker.group(1).split()
         elif line.startswith("```python"):
