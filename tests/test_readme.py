@@ -207,6 +207,7 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
     for cmd in parse_readme():
         if cmd.not_runnable:
             report.append(f"not run  {cmd.text[:70]}: {cmd.not_runnable}")
+            print(report[-1], flush=True)
             continue
         before = {p for p in repo.rglob("*")}
         if cmd.python:
@@ -214,7 +215,13 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
                                   timeout=600)
         else:
             shell = cmd.shell(newest_run(repo), out_dir).replace("python ", f"{sys.executable} ", 1)
-            proc = subprocess.run(["bash", "-c", shell], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+            try:
+                proc = subprocess.run(["bash", "-c", shell], cwd=repo, env=env, capture_output=True, text=True,
+                                      timeout=900)
+            except subprocess.TimeoutExpired:
+                report.append(f"TIMEOUT  {cmd.text[:70]}")
+                failures.append(f"README line {cmd.line}: {cmd.text}\ntook over 900 s")
+                continue
         output = proc.stdout + proc.stderr
         expected_rc = 2 if (cmd.expect_output or cmd.dry_form) else 0
         ok = proc.returncode == expected_rc and "Traceback" not in output
@@ -227,7 +234,7 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
         if "debug=fast_dev_run" in cmd.text:
             ok = ok and {p for p in repo.rglob("*") if "__pycache__" not in p.parts} <= before
         report.append(f"{'ok' if ok else 'FAILED':<8} {cmd.text[:70]} (exit {proc.returncode})")
+        print(report[-1], flush=True)
         if not ok:
             failures.append(f"README line {cmd.line}: {cmd.text}\nexit {proc.returncode}\n{output[-3000:]}")
-    print("\n".join(report))
     assert not failures, "\n\n".join(failures)
