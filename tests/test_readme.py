@@ -75,8 +75,6 @@ class Command:
 
 def strip_comment(line: str) -> str:
     """Drop a trailing `# comment` that is outside quotes."""
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=False)
-    lexer.whitespace_split, lexer.commenters = True, ""
     in_quote = None
     for i, ch in enumerate(line):
         if ch in "'\"" and in_quote in (None, ch):
@@ -110,7 +108,7 @@ def parse_readme(text: str | None = None) -> list[Command]:
                 stripped = stripped[:-1].rstrip() + " " + lines[i].strip()
             if stripped.startswith("$ "):
                 shown = []
-                while i + 1 < len(lines) and lines[i + 1].startswith("    ") and not lines[i + 1].strip().startswith("$"):
+                while i + 1 < len(lines) and lines[i + 1].startswith("    ") and lines[i + 1].strip()[:1] != "$":
                     i += 1
                     shown.append(lines[i].strip())
                 commands.append(Command(stripped[2:], i + 1, list(append), expect_output="\n".join(shown)))
