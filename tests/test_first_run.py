@@ -162,3 +162,16 @@ def test_a_sweep_announces_its_dir(capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "gptlab: sweep dir outputs/multiruns/x/2026-01-01/00-00-00"
     assert "sweep finished" in out[1] and "ablation_report.py outputs/multiruns/x/2026-01-01/00-00-00" in out[1]
+
+
+def test_truncated_manifest_is_named_not_a_traceback(corpus, tmp_path) -> None:
+    from gptlab.data.prepare import load_prepared, prepare, prepared_dir
+    from gptlab.data.sources import TextFiles
+
+    tokenizer = ByteTokenizer()
+    prepare(TextFiles([str(p) for p in corpus]), tokenizer, tmp_path / "c", val_fraction=0.1, shard_tokens=4000,
+            progress=False)
+    manifest = prepared_dir(tmp_path / "c", tokenizer) / "manifest.json"
+    manifest.write_text(manifest.read_text()[:40])  # a copy cut short
+    with pytest.raises(ConfigError, match=r"manifest.json is not valid JSON .*prepare_data.py"):
+        load_prepared(tmp_path / "c", tokenizer)
