@@ -175,3 +175,19 @@ def test_truncated_manifest_is_named_not_a_traceback(corpus, tmp_path) -> None:
     manifest.write_text(manifest.read_text()[:40])  # a copy cut short
     with pytest.raises(ConfigError, match=r"manifest.json is not valid JSON .*prepare_data.py"):
         load_prepared(tmp_path / "c", tokenizer)
+
+
+def test_unwritable_run_dir_is_one_line_before_hydra_creates_it(capsys, tmp_path) -> None:
+    from omegaconf import OmegaConf
+
+    from gptlab.train.hydra_callbacks import CheckOutputDir
+
+    bad = OmegaConf.create({"hydra": {"run": {"dir": "/dev/null/run"}, "sweep": {"dir": "/dev/null/sweep"}}})
+    for hook in (CheckOutputDir().on_run_start, CheckOutputDir().on_multirun_start):
+        with pytest.raises(SystemExit) as exit_info:
+            hook(bad)
+        assert exit_info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("gptlab: error: hydra.run.dir='/dev/null/run' cannot be written")
+    assert err[1].startswith("gptlab: error: hydra.sweep.dir='/dev/null/sweep' cannot be written")
+    CheckOutputDir().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "new" / "run")}}}))
