@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import warnings
 from pathlib import Path
@@ -133,13 +134,15 @@ def train(cfg: DictConfig) -> Optional[float]:
 def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
     """Every check, then the objects; a ConfigError from here leaves no run dir behind."""
     check_config(cfg)  # types and ranges of every group: a second, before anything heavy
-    check_devices(cfg.trainer)  # before Lightning spawns a process per device
+    launcher = int(os.environ.get("LOCAL_RANK", "0")) == 0  # ranks Lightning started itself were checked by rank 0
+    if launcher:
+        check_devices(cfg.trainer)  # before Lightning spawns a process per device
     ckpt_path = resume_checkpoint(cfg, output_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
-    if cfg.get("check_memory", True):
+    if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
         check_memory(model_cfg, cfg.data.batch_size, cfg.trainer)  # before the model's tensors are allocated
     warning = vocab_warning(model_cfg, cfg.model.get("vocab_size"), tokenizer)
     if warning:
