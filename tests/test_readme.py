@@ -3,8 +3,8 @@
 Convention (also described at the end of the README): commands are the lines of indented code blocks that start
 with `python`, `pip`, `tensorboard` or `$ ` (a `$ ` line is followed by the output it must print, and exits 2);
 fenced ```python blocks are Python snippets. A comment line `<!-- readme-test: append k=v ... -->` appends its
-overrides to every `src/train.py` command after it, up to the next such comment. `<run dir>` is replaced by the dir
-of the last completed training run, `<dir>` by a fresh dir. Commands that cannot run here are listed in
+overrides to every `src/train.py` command after it, up to the next such comment. `<run dir>` is replaced by
+the dir of the README's plain `python src/train.py` run (the quick start's), `<dir>` by a fresh dir. Commands that cannot run here are listed in
 NOT_RUNNABLE with the reason; the 8-GPU commands run in their dry form on a machine with fewer GPUs (they must
 exit 2 naming trainer.devices). Nothing is skipped silently: a command that matches no rule runs.
 
@@ -192,7 +192,7 @@ def fresh_checkout(tmp: Path, gpt2_ranks: Path) -> Path:
 
 
 def newest_run(repo: Path) -> str | None:
-    runs = [p.parent.parent for p in (repo / "outputs").rglob("checkpoints/last.ckpt")]
+    runs = [p.parent.parent for p in (repo / "outputs" / "runs").rglob("checkpoints/last.ckpt")]
     return str(max(runs, key=lambda p: p.stat().st_mtime_ns)) if runs else None
 
 
@@ -202,6 +202,7 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
     env = {**CHECKOUT_ENV, "PYTHONPATH": str(repo / "src")}
     out_dir = str(tmp_path / "hf")
     report, failures = [], []
+    plain_run: str | None = None  # <run dir>: the dir of the plain `python src/train.py` run
     for cmd in parse_readme():
         if cmd.not_runnable:
             report.append(f"not run  {cmd.text[:70]}: {cmd.not_runnable}")
@@ -212,7 +213,7 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
             proc = subprocess.run([sys.executable, "-c", cmd.text], cwd=repo, env=env, capture_output=True, text=True,
                                   timeout=600)
         else:
-            shell = cmd.shell(newest_run(repo), out_dir).replace("python ", f"{sys.executable} ", 1)
+            shell = cmd.shell(plain_run, out_dir).replace("python ", f"{sys.executable} ", 1)
             try:
                 proc = subprocess.run(["bash", "-c", shell], cwd=repo, env=env, capture_output=True, text=True,
                                       timeout=900)
@@ -221,6 +222,8 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
                 failures.append(f"README line {cmd.line}: {cmd.text}\ntook over 900 s")
                 continue
         output = proc.stdout + proc.stderr
+        if cmd.text == "python src/train.py" and plain_run is None:
+            plain_run = newest_run(repo)
         expected_rc = 2 if (cmd.expect_output or cmd.dry_form) else 0
         ok = proc.returncode == expected_rc and "Traceback" not in output
         if cmd.expect_output:
