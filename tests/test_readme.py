@@ -6,7 +6,8 @@ fenced ```python blocks are Python snippets. A comment line `<!-- readme-test: a
 overrides to every `src/train.py` command after it, up to the next such comment. `<run dir>` is replaced by
 the dir of the README's plain `python src/train.py` run (the quick start's), `<dir>` by a fresh dir. Commands
 that cannot run here are listed in NOT_RUNNABLE with the reason; the 8-GPU commands run in their dry form on a
-machine with fewer GPUs (they must exit 2 naming trainer.devices). Nothing is skipped silently: a command that matches no rule runs.
+machine with fewer GPUs (they must exit 2 naming trainer.devices).
+Nothing is skipped silently: a command that matches no rule runs.
 
 The fast test classifies every command and checks the config of every `src/train.py` command in-process; the
 slow one (`pytest -m slow tests/test_readme.py`) runs them all in a fresh copy of the repository.
