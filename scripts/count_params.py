@@ -1,4 +1,5 @@
-"""Print a model's parameters per component, their shares and training FLOPs per token (seed 003's table).
+"""Print a model's parameters per component, their shares and training FLOPs per token
+([S3]'s table, docs/presets.md).
 
     python scripts/count_params.py model=gpt3_175b model.attn_bias=false
 """

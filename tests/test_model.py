@@ -1,4 +1,4 @@
-"""The model against DESIGN §1: causality, the formulas written out by hand, shapes and counts."""
+"""The model against docs/model.md: causality, the formulas written out by hand, shapes and counts."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_future_tokens_do_not_change_past_logits(norm: str, pos_emb: str, tie: b
 
 
 def _reference_forward(model: GPT, idx: torch.Tensor) -> torch.Tensor:
-    """DESIGN §1 written out for one layer, reading the weights but none of the model's code."""
+    """docs/model.md written out for one layer, reading the weights but none of the model's code."""
     cfg = model.config
     H, dk, dv, T = cfg.n_head, cfg.head_dim, cfg.v_head_dim, idx.shape[1]
     x = model.tok_emb.weight[idx] + model.pos_emb.weight[:T]  # Enc+(X) = X E_1 + P E_2 (eq. 2)

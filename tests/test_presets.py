@@ -1,4 +1,4 @@
-"""Every preset in conf/model/ is exactly a GPTConfig, and the parameter accounting is exact (seed 003)."""
+"""Every preset in conf/model/ is exactly a GPTConfig, and the parameter accounting is exact ([S3])."""
 
 from __future__ import annotations
 

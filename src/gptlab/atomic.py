@@ -11,16 +11,23 @@ from pathlib import Path
 from typing import Callable, Optional
 
 
+def current_umask() -> int:
+    """The process umask. POSIX offers no read-only call: set and restore it (instantaneous, same value)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] = None) -> None:
     """`write(tmp)` fills a temporary file beside `path`; it then replaces `path` in one rename.
-    `mode` sets its permissions (mkstemp makes files private to their owner)."""
+    `mode` sets its permissions; without it the file gets what `open()` would give it, 0o666 minus the process
+    umask (mkstemp alone would make it 0600, unreadable to a group sharing a cluster or a data cache)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -67,6 +67,22 @@ class _Writer:
         atomic_write_text(self.out / "progress.json", json.dumps({"key": self.key, **self.state}, indent=1))
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """A manifest's contents; a truncated or hand-edited file is a ConfigError naming it, not a JSON traceback."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(
+            f"{path} is not valid JSON ({err}): it is truncated or was edited by hand. Delete {path.parent} and "
+            "run `python scripts/prepare_data.py` with the same data and tokenizer to rebuild it."
+        ) from err
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path} holds {type(data).__name__}, not a manifest; delete {path.parent} and prepare again."
+        )
+    return data
+
+
 def prepared_dir(cache_dir: str | Path, tokenizer: Tokenizer) -> Path:
     return Path(cache_dir) / tokenizer.name
 
@@ -98,7 +114,7 @@ def prepare(
            "val_fraction": val_fraction, "shard_tokens": shard_tokens}
     manifest_path = out / "manifest.json"
     if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_json(manifest_path)
         if {k: manifest.get(k) for k in key} != key:
             raise _mismatch(manifest_path, manifest, key)
         return manifest
@@ -157,7 +173,7 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
         raise ConfigError(
             f"{manifest_path} is missing; run `python scripts/prepare_data.py` with the same data and tokenizer."
         )
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_json(manifest_path)
     wanted = tokenizer_identity(tokenizer)
     if manifest["tokenizer"] != wanted:
         raise ConfigError(

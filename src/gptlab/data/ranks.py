@@ -1,4 +1,4 @@
-"""Fetch GPT-2's BPE ranks where only PyPI is reachable (DESIGN §5).
+"""Fetch GPT-2's BPE ranks where only PyPI is reachable (docs/layout.md, "Tokenizer ranks").
 
 tiktoken downloads its ranks from openaipublic.blob.core.windows.net. The same file (byte for byte the
 r50k_base ranks, which GPT-2 uses) ships inside the openai-whisper source distribution on PyPI, so it
@@ -8,6 +8,7 @@ can be had through pip and checked against the hash tiktoken itself expects.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import tarfile
@@ -15,12 +16,13 @@ import tempfile
 from pathlib import Path
 
 from gptlab.atomic import atomic_write_bytes
+from gptlab.data.tokenizers import DEFAULT_RANKS_DIR
 from gptlab.errors import ConfigError
 
 WHISPER_SDIST = "openai-whisper==20250625"
 MEMBER_SUFFIX = "whisper/assets/gpt2.tiktoken"
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-DEFAULT_CACHE = Path("data/cache/tiktoken")
+DEFAULT_CACHE = Path(os.environ.get("GPTLAB_RANKS_DIR", DEFAULT_RANKS_DIR))  # where the tokenizer looks first
 
 
 def sha256_file(path: Path) -> str:

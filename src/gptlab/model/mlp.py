@@ -1,4 +1,4 @@
-"""The position-wise MLP of DESIGN §1: f_L ∘ σ ∘ … ∘ σ ∘ f_1, f_i(X) = X W_i + b_i.
+"""The position-wise MLP of docs/model.md: f_L ∘ σ ∘ … ∘ σ ∘ f_1, f_i(X) = X W_i + b_i.
 
 Gated activations (Shazeer 2020, "GLU Variants Improve Transformer"): σ takes a 2 d_ff-wide input [A ‖ B] and
 returns act(A) ⊙ B, so every layer before an activation is twice as wide: SwiGLU = Swish(X W) ⊙ X V (LLaMA),
@@ -29,7 +29,7 @@ class Gated(nn.Module):
 ACTIVATION_MODULES = {
     "gelu_tanh": TanhGELU,  # eq. 8, what GPT-2/3 use (activations.py: faster on CPU than nn.GELU("tanh"))
     "gelu": lambda: nn.GELU(),  # exact erf form
-    "relu": lambda: nn.ReLU(),  # the original Transformer (seed 002)
+    "relu": lambda: nn.ReLU(),  # the original Transformer ([S2])
     "swiglu": lambda: Gated(nn.SiLU()),  # Swish_1 = SiLU, as in LLaMA
     "geglu": lambda: Gated(nn.GELU()),  # exact GELU, as in the GLU-variants paper
 }

@@ -1,4 +1,4 @@
-"""Sinusoidal positions of the original Transformer (seed 002): a fixed table, no parameters."""
+"""Sinusoidal positions of the original Transformer ([S2]): a fixed table, no parameters."""
 
 from __future__ import annotations
 

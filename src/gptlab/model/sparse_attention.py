@@ -1,4 +1,4 @@
-"""Attention kernels for the per-layer patterns of GPT-3 (seed 003) and the Sparse Transformer.
+"""Attention kernels for the per-layer patterns of GPT-3 ([S3]) and the Sparse Transformer.
 
 A layer's kind says which keys j a query i may see (always j <= i; w = model.attn_window):
   dense    every j <= i                                   (eq. 5's causal mask M)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import warnings
 from pathlib import Path
@@ -17,13 +18,20 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
-from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
+from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
+from gptlab.train import quiet
+from gptlab.train.banner import banner_lines, vocab_warning
+from gptlab.train.callbacks import PreemptionCheckpoint
+from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.checkpoints import check_resumable
+from gptlab.train.config_check import check_config
+from gptlab.train.guards import check_devices, check_memory
 from gptlab.train.hydra_ddp import ddp_job_scope
 from gptlab.train.module import GPTLitModule
 from gptlab.train.preflight import check_output_dirs, checkpoint_bytes
 
 log = logging.getLogger(__name__)
+quiet.install()
 # Lightning warns on every mid-epoch resume that the dataloader is not resumable; GPTDataModule restores
 # the data position through its own state_dict, so the warning would be wrong here.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
@@ -46,9 +54,25 @@ def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
 
 
 def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:
+    """To its file always; to the console only with print_config=true (it is ~130 lines)."""
     text = OmegaConf.to_yaml(cfg, resolve=True)
-    log.info("Resolved config:\n%s", text)
+    if cfg.get("print_config"):
+        log.info("Resolved config:\n%s", text)
     atomic_write_text(output_dir / RESOLVED_CONFIG, text)
+
+
+def previous_best(ckpt_path: Optional[str]) -> Optional[float]:
+    """The best val/loss a checkpoint's ModelCheckpoint had recorded, so a continued run (in a new run dir, where
+    Lightning does not restore it) still reports the best of the whole run."""
+    if ckpt_path is None:
+        return None
+    import torch
+
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    scores = [state.get("best_model_score") for key, state in ckpt.get("callbacks", {}).items()
+              if "'monitor': 'val/loss'" in str(key) and isinstance(state, dict)]
+    scores = [float(s) for s in scores if s is not None]
+    return min(scores) if scores else None
 
 
 def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
@@ -107,13 +131,22 @@ def train(cfg: DictConfig) -> Optional[float]:
         return _train(cfg)
 
 
-def _train(cfg: DictConfig) -> Optional[float]:
-    output_dir = Path(cfg.paths.output_dir)
-    ckpt_path = resume_checkpoint(cfg, output_dir)  # first: a bad ckpt_path or resume fails in a second
-    L.seed_everything(cfg.seed, workers=True)
+def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
+    """Every check, then the objects; a ConfigError from here leaves no run dir behind."""
+    check_config(cfg)  # types and ranges of every group: a second, before anything heavy
+    launcher = int(os.environ.get("LOCAL_RANK", "0")) == 0  # ranks Lightning started itself were checked by rank 0
+    if launcher:
+        check_devices(cfg.trainer)  # before Lightning spawns a process per device
+    ckpt_path = resume_checkpoint(cfg, output_dir)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
+    if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
+        check_memory(model_cfg, cfg.data.batch_size, cfg.trainer)  # before the model's tensors are allocated
+    warning = vocab_warning(model_cfg, cfg.model.get("vocab_size"), tokenizer)
+    if warning:
+        log.warning(warning)
     if ckpt_path is not None:
         check_resumable(ckpt_path, model_cfg)
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
@@ -126,25 +159,31 @@ def _train(cfg: DictConfig) -> Optional[float]:
         run_config=OmegaConf.to_container(cfg, resolve=True),
         nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
     )  # model.compile=true: the module compiles the forward that training and validation call
-    callbacks = list(instantiate_dict(cfg.get("callbacks")).values())
+    callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation()]
+    smoke_test = bool(cfg.trainer.get("fast_dev_run"))
+    if smoke_test:  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files (README)
+        callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
     loggers = list(instantiate_dict(cfg.get("logger")).values())
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
 
     tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
+    module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
 
-    if trainer.is_global_zero:
+    if trainer.is_global_zero and not smoke_test:
         checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
         needed = RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters())
         check_output_dirs([output_dir, *checkpoint_dirs], needed)
         save_resolved_config(cfg, output_dir)
-        log.info("Model: %s parameters; tokenizer %s (%d ids)", f"{model.num_parameters():,}", tokenizer.name,
-                 tokenizer.vocab_size)
-        log.info(
-            "Batch: %d tokens per optimizer step = micro-batch %d x block_size %d x %d devices x %d nodes "
-            "x %d accumulated",
-            tokens_per_step, datamodule.batch_size, model_cfg.block_size, trainer.num_devices, trainer.num_nodes,
-            trainer.accumulate_grad_batches,
-        )
+        for line in banner_lines(cfg, model_cfg, model.num_parameters(), tokenizer, datamodule, trainer,
+                                 tokens_per_step, output_dir):
+            log.info(line)
+    return ckpt_path, model, module, trainer, datamodule, callbacks, tokens_per_step
+
+
+def _train(cfg: DictConfig) -> Optional[float]:
+    output_dir = Path(cfg.paths.output_dir)
+    with discard_on_config_error(output_dir, stop_at=Path(cfg.paths.log_dir)):
+        ckpt_path, model, module, trainer, datamodule, callbacks, tokens_per_step = _prepare(cfg, output_dir)
 
     started = time.perf_counter()
     # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
@@ -152,10 +191,11 @@ def _train(cfg: DictConfig) -> Optional[float]:
     fit_seconds = time.perf_counter() - started
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
-    best = checkpoint.best_model_score if checkpoint is not None else trainer.callback_metrics.get("val/loss")
-    best = None if best is None else float(best)
+    final = trainer.callback_metrics.get("val/loss")
+    candidates = [checkpoint.best_model_score if checkpoint is not None else None, final, previous_best(ckpt_path)]
+    candidates = [float(c) for c in candidates if c is not None]
+    best = min(candidates) if candidates else None
     if trainer.is_global_zero and not trainer.fast_dev_run:
-        final = trainer.callback_metrics.get("val/loss")
         throughput = trainer.callback_metrics.get("throughput/tokens_per_sec")  # the callback's windowed rate
         summary = {
             "name": cfg.name,
@@ -169,6 +209,6 @@ def _train(cfg: DictConfig) -> Optional[float]:
             "tokens_per_sec": None if throughput is None else float(throughput),
         }
         atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
-    if best is not None:
+    if best is not None and not trainer.fast_dev_run:
         log.info("Best val/loss %.4f; run dir %s", best, output_dir)
     return best

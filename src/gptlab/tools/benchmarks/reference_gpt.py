@@ -1,6 +1,6 @@
 """A hand-written GPT-2 in the style researchers write from scratch: the benchmarks' reference.
 
-Written here from the formulas of DESIGN §1 (pre-LN blocks, eq. 9-10; fused QKV projection; causal SDPA; tanh
+Written here from the formulas of docs/model.md (pre-LN blocks, eq. 9-10; fused QKV projection; causal SDPA; tanh
 GELU, eq. 8; tied head), not imported from gptlab.model, so the benchmark compares gptlab against code
 that owes nothing to it. It computes the same function as `GPT(cfg)` for a pre-LN, learned-position, dense
 config, so `load_from` can copy gptlab's weights into it and the two losses must agree.

@@ -1,0 +1,49 @@
+"""The few lines a run prints when it starts: what trains on what, where, and where it writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from gptlab.model import GPTConfig
+
+# Presets with GPT-2/3's vocabulary trained on the 257 byte ids leave ~50k embedding rows untrained.
+BYTE_TOKENIZER_HINT = "tokenizer=gpt2 (or experiment=gpt2_owt for the whole GPT-2 recipe)"
+
+
+def vocab_warning(model_cfg: GPTConfig, preset_vocab: Any, tokenizer: Any) -> str | None:
+    """One line when a preset sized for a BPE vocabulary runs on the byte tokenizer."""
+    if tokenizer.name == "bytes" and isinstance(preset_vocab, int) and preset_vocab > 4 * tokenizer.vocab_size:
+        return (f"model.vocab_size={preset_vocab} (a BPE-sized preset) with tokenizer=bytes ({tokenizer.vocab_size} "
+                f"ids): {preset_vocab - tokenizer.vocab_size:,} embedding rows will never be trained; use "
+                f"{BYTE_TOKENIZER_HINT}.")
+    return None
+
+
+def preset_name() -> str:
+    """The model preset chosen on the command line (model=gpt2_small), when Hydra composed the config."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return str(HydraConfig.get().runtime.choices.get("model", "custom")) if HydraConfig.initialized() else "custom"
+
+
+def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, datamodule: Any,
+                 trainer: L.Trainer, tokens_per_step: int, output_dir: Path) -> list[str]:
+    data = cfg.data
+    source = data.get("source")
+    source_name = source.get("_target_", "").rsplit(".", 1)[-1] if hasattr(source, "get") else source
+    strategy = type(trainer.strategy).__name__.replace("Strategy", "") or "single device"
+    return [
+        f"model    {preset_name()}: {n_params:,} parameters, {model_cfg.n_layer} layers x "
+        f"{model_cfg.n_embd} wide, context {model_cfg.block_size}",
+        f"tokens   tokenizer {tokenizer.name} ({tokenizer.vocab_size:,} ids); data {source_name} "
+        f"({type(datamodule).__name__})",
+        f"step     {tokens_per_step:,} tokens = micro-batch {datamodule.batch_size} x {model_cfg.block_size} x "
+        f"{trainer.num_devices} devices x {trainer.num_nodes} nodes x {trainer.accumulate_grad_batches} accumulated; "
+        f"{trainer.max_steps:,} steps",
+        f"devices  {trainer.num_devices} x {type(trainer.accelerator).__name__.replace('Accelerator', '').lower()} "
+        f"per node, {trainer.num_nodes} node(s), strategy {strategy}, precision {trainer.precision}",
+        f"run dir  {output_dir}  (full config: config_resolved.yaml; print_config=true prints it)",
+    ]

@@ -1,0 +1,19 @@
+"""Validate at the last optimizer step, whatever val_check_interval is.
+
+Lightning validates only every `val_check_interval` steps, so a 30-step run with an interval of 80 (or a sweep
+job stopped early) ends without any val/loss: no best checkpoint, an empty ablation table. Asking the loop to
+stop at max_steps makes Lightning run its validation right after that step (the path early stopping takes),
+so checkpoints, the best score and the summary all see it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+
+class FinalValidation(L.Callback):
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if not trainer.fast_dev_run and 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True

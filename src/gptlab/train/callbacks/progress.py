@@ -1,0 +1,68 @@
+"""A progress bar counted in optimizer steps for the whole run, with loss, tokens/s and ETA.
+
+Lightning's bar counts micro-batches of a pseudo-epoch and restarts every epoch, which says nothing about when
+a run of max_steps ends. This bar spans `trainer.max_steps` (continuing from the resumed step), so tqdm's ETA is
+the run's ETA. The loss is read (a device sync) only when the bar is redrawn.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Optional
+
+import lightning as L
+from lightning.pytorch.callbacks import ProgressBar
+from tqdm import tqdm
+
+
+class StepProgressBar(ProgressBar):
+    """Subclasses ProgressBar so that Lightning does not add its own bar beside it."""
+
+    def __init__(self, refresh_rate: int = 10) -> None:
+        super().__init__()
+        self.refresh_rate = refresh_rate
+        self._bar: Optional[tqdm] = None
+        self._enabled = True
+        self._last = (0, 0.0)  # (step, time) of the last redraw, for tokens/s
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not (self._enabled and trainer.is_global_zero) or self.refresh_rate == 0:
+            return
+        self._bar = tqdm(total=trainer.max_steps, initial=trainer.global_step, unit="step", dynamic_ncols=True,
+                         file=sys.stderr, desc="train", smoothing=0.1)
+        self._last = (trainer.global_step, time.perf_counter())
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
+        bar = self._bar
+        if bar is None or trainer.global_step == bar.n:
+            return
+        step = trainer.global_step
+        if step % self.refresh_rate and step < trainer.max_steps:
+            return
+        now = time.perf_counter()
+        steps, seconds = step - self._last[0], now - self._last[1]
+        tokens_per_step = getattr(pl_module, "tokens_per_step", None)
+        postfix = {}
+        loss = outputs.get("loss") if isinstance(outputs, dict) else None
+        if loss is not None:  # Lightning divides it by the accumulated micro-batches; show the batch's own loss
+            postfix["loss"] = f"{float(loss) * trainer.accumulate_grad_batches:.3f}"
+        if tokens_per_step and seconds > 0:
+            postfix["tok/s"] = f"{steps * tokens_per_step / seconds:,.0f}"
+        val = trainer.callback_metrics.get("val/loss")
+        if val is not None:
+            postfix["val"] = f"{float(val):.3f}"
+        bar.set_postfix(postfix, refresh=False)
+        bar.update(step - bar.n)
+        self._last = (step, now)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

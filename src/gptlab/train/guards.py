@@ -1,0 +1,146 @@
+"""Device and memory guards: compare what a run asks for with the machine before any process is spawned.
+
+Without them, `trainer.devices=8` on a machine without GPUs lets Lightning start 8 CPU ranks of a 124M model
+that the kernel's OOM killer ends minutes later, and `model.block_size=100000000` dies in the allocator. Both
+now fail in a second with the numbers and what to type instead. The probes (`gpu_count`, `free_bytes`) are
+module-level functions so tests can replace them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from gptlab.errors import ConfigError
+from gptlab.model import GPTConfig
+from gptlab.model.accounting import count_parameters
+from gptlab.tools.planning import activation_bytes
+
+GB = 1e9
+PROCESS_OVERHEAD_BYTES = 0.6 * GB  # the Python + torch + Lightning runtime of one process, measured ~0.5-0.6 GB
+# fp32 weights, fp32 grads and Adam's two fp32 moments: 16 bytes a parameter, also under mixed precision
+# (Lightning keeps fp32 master weights and autocasts the matmuls).
+STATE_BYTES_PER_PARAM = 16
+
+
+def gpu_count() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def free_bytes(accelerator: str) -> float:
+    """Free memory of one device: the first GPU's free memory, or the RAM the kernel reports available."""
+    if accelerator == "gpu":
+        free, _total = torch.cuda.mem_get_info(0)
+        return float(free)
+    with open("/proc/meminfo") as f:  # MemAvailable: what can be allocated without swapping (Linux)
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def resolve_accelerator(accelerator: str) -> str:
+    """'gpu' or 'cpu', as Lightning's `auto` would pick (mps counts as gpu: its own memory)."""
+    if accelerator in ("gpu", "cuda", "mps"):
+        return "gpu"
+    if accelerator == "auto":
+        return "gpu" if gpu_count() > 0 else "cpu"
+    return "cpu"
+
+
+def check_devices(trainer_cfg: Any) -> None:
+    """More GPUs than present (or more CPU processes than cores) fails, naming trainer.devices."""
+    devices, accelerator = trainer_cfg.get("devices", 1), trainer_cfg.get("accelerator", "auto")
+    if devices == "auto" or accelerator == "mps":
+        return
+    found = gpu_count()
+    wants_gpus = accelerator in ("gpu", "cuda") or (accelerator == "auto" and devices > 1)
+    if wants_gpus and devices > found:
+        if found == 0:
+            raise ConfigError(
+                f"trainer.devices={devices} asks for {devices} GPUs but this machine has none "
+                f"(torch.cuda.device_count() = 0, trainer.accelerator={accelerator}). For a CPU test of the same "
+                "code path type `trainer=ddp trainer.accelerator=cpu trainer.devices=2`; for the real run use a "
+                f"machine with {devices} GPUs (`python scripts/plan.py` shows what fits)."
+            )
+        raise ConfigError(
+            f"trainer.devices={devices} asks for {devices} GPUs but this machine has {found} "
+            f"(torch.cuda.device_count(), trainer.accelerator={accelerator}); use trainer.devices={found}, "
+            "or trainer.num_nodes>1 on a cluster."
+        )
+    cores = os.cpu_count() or 1
+    if accelerator == "cpu" and devices > cores:
+        raise ConfigError(
+            f"trainer.devices={devices} starts {devices} CPU processes but this machine has {cores} cores; "
+            f"use trainer.devices={min(cores, 2)} (a CPU DDP test needs 2), or run on GPUs."
+        )
+
+
+@dataclass
+class MemoryEstimate:
+    parameters: int
+    states: float  # weights, gradients and optimizer states held by one process
+    activations: float  # kept for backward, for one micro-batch
+    processes: int  # processes sharing the memory compared against (CPU: all ranks of the node; GPU: 1)
+    sharded_over: int
+
+    @property
+    def per_process(self) -> float:
+        return self.states + self.activations + PROCESS_OVERHEAD_BYTES
+
+    @property
+    def total(self) -> float:
+        return self.per_process * self.processes
+
+
+def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str) -> MemoryEstimate:
+    """scripts/plan.py's accounting for this run: per process, and how many processes share one memory."""
+    devices = trainer_cfg.get("devices", 1)
+    devices = 1 if devices == "auto" else int(devices)
+    world = devices * int(trainer_cfg.get("num_nodes", 1))
+    strategy = trainer_cfg.get("strategy")
+    target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
+    fsdp = "fsdp" in target
+    shards = world if fsdp else 1
+    checkpointing = model_cfg.activation_checkpointing or bool(fsdp and strategy.get("activation_checkpointing"))
+    acts = activation_bytes(model_cfg, micro_batch)
+    activations = acts["activations_checkpointed" if checkpointing else "activations"]
+    if str(trainer_cfg.get("precision", "32-true")).startswith(("32", "64")):
+        activations *= 2  # the planner counts bf16 activations; fp32 runs keep 4 bytes each
+    n_params = count_parameters(model_cfg)["total"]
+    return MemoryEstimate(
+        parameters=n_params,
+        states=STATE_BYTES_PER_PARAM * n_params / shards,
+        activations=activations,
+        processes=devices if accelerator == "cpu" else 1,
+        sharded_over=shards,
+    )
+
+
+def check_memory(
+    model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None
+) -> MemoryEstimate:
+    """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory."""
+    accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))
+    est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator)
+    free = free_bytes(accelerator) if free is None else free
+    if est.total > free:
+        where = "free RAM" if accelerator == "cpu" else "free memory on GPU 0"
+        knobs = [f"data.batch_size={max(1, micro_batch // 2)} (micro-batch; global_batch_tokens keeps the step)"]
+        if not model_cfg.activation_checkpointing:
+            knobs.append("model.activation_checkpointing=true")
+        if est.sharded_over == 1:
+            knobs.append("trainer=fsdp (shards weights, gradients and Adam states over the GPUs)")
+        knobs.append("a smaller model.block_size or model")
+        raise ConfigError(
+            f"this run needs about {est.total / GB:,.1f} GB but {where} is {free / GB:,.1f} GB: "
+            f"{est.processes} process(es) x {est.per_process / GB:,.1f} GB (weights+grads+Adam states "
+            f"{est.states / GB:,.1f} GB for {est.parameters:,} parameters, activations {est.activations / GB:,.1f} GB "
+            f"for micro-batch {micro_batch} x block_size {model_cfg.block_size}, "
+            f"runtime {PROCESS_OVERHEAD_BYTES / GB:.1f} GB). To make it fit: {'; '.join(knobs)}. "
+            "check_memory=false skips this check."
+        )
+    return est

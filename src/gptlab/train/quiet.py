@@ -1,0 +1,37 @@
+"""Known third-party console noise, filtered where it is emitted (not by redirecting output).
+
+Each entry is a message gptlab's users cannot act on: Lightning's advert for its cloud logger, a torch
+deprecation inside Lightning's own pytree code (printed once per rank), the note that the configured
+limit_val_batches=1.0 means all batches, the device availability lines (the start banner says which devices
+run), "Seed set to" (the seed is in config_resolved.yaml).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+NOISE_PREFIXES = (
+    "💡 Tip:",
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    "`Trainer(limit_val_batches=1.0)` was configured",
+    "Seed set to",
+)
+NOISY_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
+                 "lightning.fabric.utilities.seed", "lightning.pytorch.utilities.seed")
+
+
+class DropKnownNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).lstrip().startswith(NOISE_PREFIXES)
+
+
+def install() -> None:
+    """Idempotent: called when gptlab.train.run is imported, in every rank."""
+    for name in NOISY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropKnownNoise) for f in logger.filters):
+            logger.addFilter(DropKnownNoise())
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")

@@ -1,0 +1,103 @@
+"""Device and memory guards (GPU count and free memory mocked), and the mission's own command on this machine."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import compose_config, run_train
+
+from gptlab.errors import ConfigError
+from gptlab.model import GPTConfig
+from gptlab.tools.planning import activation_bytes
+from gptlab.train import guards
+from gptlab.train.guards import check_devices, check_memory, estimate_memory
+
+GB = 1e9
+
+
+def trainer_cfg(*overrides: str):
+    return compose_config(list(overrides), "/tmp/unused").trainer
+
+
+def test_more_gpus_than_present_names_devices_and_what_to_type(monkeypatch) -> None:
+    monkeypatch.setattr(guards, "gpu_count", lambda: 0)
+    with pytest.raises(ConfigError) as err:
+        check_devices(trainer_cfg("trainer.devices=8"))  # accelerator=auto: Lightning would start 8 CPU ranks
+    message = str(err.value)
+    assert "trainer.devices=8" in message and "none" in message
+    assert "trainer=ddp trainer.accelerator=cpu trainer.devices=2" in message
+    with pytest.raises(ConfigError, match="trainer.devices=1 asks for 1 GPUs but this machine has none"):
+        check_devices(trainer_cfg("trainer=gpu"))
+    monkeypatch.setattr(guards, "gpu_count", lambda: 2)
+    with pytest.raises(ConfigError, match=r"trainer.devices=8 asks for 8 GPUs but this machine has 2.*devices=2"):
+        check_devices(trainer_cfg("trainer=ddp", "trainer.devices=8", "trainer.accelerator=gpu"))
+
+
+def test_what_the_machine_has_passes(monkeypatch) -> None:
+    monkeypatch.setattr(guards, "gpu_count", lambda: 8)
+    check_devices(trainer_cfg("trainer=ddp", "trainer.devices=8", "trainer.accelerator=gpu"))
+    monkeypatch.setattr(guards, "gpu_count", lambda: 0)
+    check_devices(trainer_cfg())  # one device, auto: the CPU
+    check_devices(trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"))
+    monkeypatch.setattr(guards.os, "cpu_count", lambda: 2)
+    with pytest.raises(ConfigError, match="trainer.devices=16 starts 16 CPU processes but this machine has 2 cores"):
+        check_devices(trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=16"))
+
+
+def test_memory_estimate_is_the_planners_accounting() -> None:
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+    est = estimate_memory(cfg, 4, trainer_cfg("trainer.precision=bf16-mixed"), "gpu")
+    assert est.parameters == 124_439_808
+    assert est.states == 16 * est.parameters
+    assert est.activations == activation_bytes(cfg, 4)["activations"]
+    fp32 = estimate_memory(cfg, 4, trainer_cfg("trainer.accelerator=cpu", "trainer=ddp", "trainer.devices=2"), "cpu")
+    assert fp32.activations == 2 * est.activations and fp32.processes == 2 and fp32.total == 2 * fp32.per_process
+    fsdp = estimate_memory(cfg, 4, trainer_cfg("trainer=fsdp"), "gpu")  # 8 shards, checkpointed blocks
+    assert fsdp.states == est.states / 8
+    assert fsdp.activations == activation_bytes(cfg, 4)["activations_checkpointed"]
+
+
+def test_memory_guard_refuses_with_numbers_and_knobs(monkeypatch) -> None:
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+    two_cpu_ranks = trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=8")
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, 32, two_cpu_ranks, free=24 * GB)
+    message = str(err.value)
+    est = estimate_memory(cfg, 32, two_cpu_ranks, "cpu")
+    assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "8 process(es)" in message
+    for knob in ("data.batch_size=16", "model.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
+        assert knob in message
+
+
+def test_memory_guard_lets_a_fitting_run_through() -> None:
+    cfg = GPTConfig(vocab_size=257)  # nano
+    est = check_memory(cfg, 32, trainer_cfg("trainer.accelerator=cpu"), free=4 * GB)
+    assert est.total < 4 * GB
+    check_memory(cfg, 32, trainer_cfg("trainer.accelerator=cpu"))  # the machine's real free RAM
+
+
+def test_memory_guard_override(tmp_path, monkeypatch) -> None:
+    """check_memory=false skips the guard: the same run that is refused goes on to training."""
+    from gptlab.train.run import train
+
+    monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 1.0)  # a machine with no free memory
+    tiny = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32", "data.batch_size=2",
+            "trainer.accelerator=cpu", "trainer.max_steps=1", "scheduler.warmup_steps=0", "callbacks.progress_bar=null",
+            "trainer.limit_val_batches=1", "callbacks.text_samples=null", "~logger"]
+    with pytest.raises(ConfigError, match="needs about .* GB but free RAM is 0.0 GB"):
+        train(compose_config(tiny, tmp_path / "refused"))
+    assert train(compose_config([*tiny, "check_memory=false"], tmp_path / "run")) is not None
+
+
+def test_the_mission_command_without_gpus_fails_in_seconds(tmp_path) -> None:
+    """`python src/train.py model=gpt2_small trainer.devices=8` here (no GPU): one message, exit 2, no run dir,
+    no process spawned (it used to start 8 CPU ranks until the OOM killer came)."""
+    import torch
+
+    if torch.cuda.device_count() >= 8:
+        pytest.skip("this machine has 8 GPUs: the command is valid here")
+    proc = run_train(["model=gpt2_small", "trainer.devices=8", f"paths.log_dir={tmp_path / 'outputs'}"], cwd=tmp_path,
+                     timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "gptlab: error: trainer.devices=8" in proc.stderr and "Traceback" not in proc.stderr
+    assert "trainer=ddp trainer.accelerator=cpu trainer.devices=2" in proc.stderr
+    assert not (tmp_path / "outputs" / "runs").exists()

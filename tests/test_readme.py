@@ -1,0 +1,242 @@
+"""Every command of README.md, so the README cannot rot.
+
+Convention (also described at the end of the README): commands are the lines of indented code blocks that start
+with `python`, `pip`, `tensorboard` or `$ ` (a `$ ` line is followed by the output it must print, and exits 2);
+fenced ```python blocks are Python snippets. A comment line `<!-- readme-test: append k=v ... -->` appends its
+overrides to every `src/train.py` command after it, up to the next such comment. `<run dir>` is replaced by
+the dir of the README's plain `python src/train.py` run (the quick start's), `<dir>` by a fresh dir. Commands
+that cannot run here are listed in NOT_RUNNABLE with the reason; the 8-GPU commands run in their dry form on a
+machine with fewer GPUs (they must exit 2 naming trainer.devices).
+Nothing is skipped silently: a command that matches no rule runs.
+
+The fast test classifies every command and checks the config of every `src/train.py` command in-process; the
+slow one (`pytest -m slow tests/test_readme.py`) runs them all in a fresh copy of the repository.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from helpers import CHECKOUT_ENV, ROOT, compose_config, write_corpus
+
+from gptlab.errors import ConfigError
+from gptlab.train import guards
+from gptlab.train.config_check import check_config
+
+README = ROOT / "README.md"
+MARKER = re.compile(r"<!--\s*readme-test:\s*append\s+(.*?)\s*-->")  # a line of its own (fullmatch)
+COMMAND_STARTS = ("python ", "pip ", "tensorboard ", "$ ")
+
+NOT_RUNNABLE = {
+    "pip install": "installs packages into the environment (network); CI's own setup runs exactly this",
+    "tensorboard --logdir": "starts a server that runs until stopped",
+    "hydra/launcher=submitit_slurm": "needs a SLURM cluster",
+    "data=openwebtext": "streams a dataset from the Hugging Face hub (network)",
+    "scripts/bench_": "benchmarks run for minutes on a CPU; each prints ratios measured in one run",
+    "GPT.from_pretrained(\"path/to/gpt2\")": "needs a real GPT-2 checkpoint from the Hugging Face hub (network)",
+    "python -m pytest": "the test suite itself",
+}
+DRY_FORM = {"trainer.devices=8": "trainer.devices=8"}  # without 8 GPUs: exit 2 with this in the message
+
+
+@dataclass
+class Command:
+    text: str  # as written in the README, comment stripped
+    line: int
+    append: list[str] = field(default_factory=list)
+    expect_output: str = ""  # for `$ ` examples: the lines shown after the command
+    python: bool = False
+
+    @property
+    def not_runnable(self) -> str | None:
+        return next((reason for key, reason in NOT_RUNNABLE.items() if key in self.text), None)
+
+    @property
+    def dry_form(self) -> str | None:
+        if guards.gpu_count() >= 8:
+            return None
+        return next((needle for key, needle in DRY_FORM.items() if key in self.text), None)
+
+    def shell(self, run_dir: str | None, out_dir: str) -> str:
+        text = self.text
+        if run_dir is not None:
+            text = text.replace("<run dir>", run_dir)
+        text = text.replace("<dir>", out_dir)
+        if self.append and "src/train.py" in text:
+            text = f"{text} {' '.join(self.append)}"
+        return text
+
+
+def strip_comment(line: str) -> str:
+    """Drop a trailing `# comment` that is outside quotes."""
+    in_quote = None
+    for i, ch in enumerate(line):
+        if ch in "'\"" and in_quote in (None, ch):
+            in_quote = None if in_quote else ch
+        elif ch == "#" and in_quote is None and (i == 0 or line[i - 1] in " \t"):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def parse_readme(text: str | None = None) -> list[Command]:
+    lines = (text if text is not None else README.read_text(encoding="utf-8")).splitlines()
+    commands: list[Command] = []
+    append: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        marker = MARKER.fullmatch(line.strip())
+        if marker:
+            append = marker.group(1).split()
+        elif line.startswith("```python"):
+            start, body = i + 1, []
+            i += 1
+            while not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            commands.append(Command("\n".join(body), start + 1, python=True))
+        elif line.startswith("    ") and line.strip().startswith(COMMAND_STARTS):
+            stripped = line.strip()
+            while stripped.endswith("\\"):  # a continued command
+                i += 1
+                stripped = stripped[:-1].rstrip() + " " + lines[i].strip()
+            if stripped.startswith("$ "):
+                shown = []
+                while i + 1 < len(lines) and lines[i + 1].startswith("    ") and lines[i + 1].strip()[:1] != "$":
+                    i += 1
+                    shown.append(lines[i].strip())
+                commands.append(Command(stripped[2:], i + 1, list(append), expect_output="\n".join(shown)))
+            else:
+                commands.append(Command(strip_comment(stripped), i + 1, list(append)))
+        i += 1
+    return commands
+
+
+def test_parser_convention() -> None:
+    sample = """intro
+<!-- readme-test: append trainer.max_steps=2 -->
+
+    python src/train.py model=nano   # a comment
+    python src/train.py prompt="a # not a comment" \\
+        trainer.devices=2
+    $ python src/train.py model.norm=x
+    gptlab: error: model.norm
+
+```python
+print(1)
+```
+"""
+    cmds = parse_readme(sample)
+    assert [c.text for c in cmds[:2]] == ["python src/train.py model=nano",
+                                          'python src/train.py prompt="a # not a comment" trainer.devices=2']
+    assert cmds[0].shell(None, "/o").endswith("model=nano trainer.max_steps=2")
+    assert cmds[2].expect_output == "gptlab: error: model.norm" and cmds[3].python and cmds[3].text == "print(1)"
+
+
+def train_overrides(cmd: Command) -> list[str]:
+    """The overrides of a `src/train.py` command, sweeps reduced to their first value, placeholders filled."""
+    args = shlex.split(cmd.shell("/tmp/readme-run", "/tmp/readme-out"))[2:]
+    out = []
+    for arg in args:
+        if arg == "-m" or arg.startswith("hydra"):
+            continue
+        key, _, value = arg.partition("=")
+        if "," in value and not value.startswith("["):
+            value = value.split(",")[0]
+        out.append(f"{key}={value}")
+    return out
+
+
+def test_every_readme_command_is_classified_and_its_config_valid(monkeypatch) -> None:
+    commands = parse_readme()
+    assert len(commands) >= 25, "the parser found too few README commands"
+    checked = 0
+    for cmd in commands:
+        if cmd.not_runnable or cmd.python or not cmd.text.startswith("python src/train.py"):
+            continue
+        cfg = compose_config(train_overrides(cmd), "/tmp/readme-run")
+        if cmd.expect_output:
+            with pytest.raises(ConfigError) as err:
+                check_config(cfg)
+            assert cmd.expect_output.removeprefix("gptlab: error: ") == str(err.value), cmd.text
+            continue
+        check_config(cfg)
+        if cmd.dry_form:
+            with pytest.raises(ConfigError, match=re.escape(cmd.dry_form)):
+                guards.check_devices(cfg.trainer)
+        checked += 1
+    assert checked >= 15
+
+
+def fresh_checkout(tmp: Path, gpt2_ranks: Path) -> Path:
+    """The tracked files of this checkout, as a new clone would have them, plus the files the README's commands
+    read: GPT-2's ranks where fetch_gpt2_ranks.py would have put them, my/*.jsonl and prompt.txt."""
+    repo = tmp / "gptlab"
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    for name in listed:
+        if (ROOT / name).is_file() and not name.startswith(("tests/", "outputs/")):
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    (repo / "data" / "cache" / "tiktoken").mkdir(parents=True, exist_ok=True)
+    shutil.copy(gpt2_ranks, repo / "data" / "cache" / "tiktoken" / "gpt2.tiktoken")
+    write_corpus(repo / "my")
+    (repo / "prompt.txt").write_text("The ", encoding="utf-8")
+    return repo
+
+
+def newest_run(repo: Path) -> str | None:
+    runs = [p.parent.parent for p in (repo / "outputs" / "runs").rglob("checkpoints/last.ckpt")]
+    return str(max(runs, key=lambda p: p.stat().st_mtime_ns)) if runs else None
+
+
+@pytest.mark.slow
+def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
+    repo = fresh_checkout(tmp_path, gpt2_ranks)
+    env = {**CHECKOUT_ENV, "PYTHONPATH": str(repo / "src")}
+    out_dir = str(tmp_path / "hf")
+    report, failures = [], []
+    plain_run: str | None = None  # <run dir>: the dir of the plain `python src/train.py` run
+    for cmd in parse_readme():
+        if cmd.not_runnable:
+            report.append(f"not run  {cmd.text[:70]}: {cmd.not_runnable}")
+            print(report[-1], flush=True)
+            continue
+        before = {p for p in repo.rglob("*")}
+        if cmd.python:
+            proc = subprocess.run([sys.executable, "-c", cmd.text], cwd=repo, env=env, capture_output=True, text=True,
+                                  timeout=600)
+        else:
+            shell = cmd.shell(plain_run, out_dir).replace("python ", f"{sys.executable} ", 1)
+            try:
+                proc = subprocess.run(["bash", "-c", shell], cwd=repo, env=env, capture_output=True, text=True,
+                                      timeout=900)
+            except subprocess.TimeoutExpired:
+                report.append(f"TIMEOUT  {cmd.text[:70]}")
+                failures.append(f"README line {cmd.line}: {cmd.text}\ntook over 900 s")
+                continue
+        output = proc.stdout + proc.stderr
+        if cmd.text == "python src/train.py" and plain_run is None:
+            plain_run = newest_run(repo)
+        expected_rc = 2 if (cmd.expect_output or cmd.dry_form) else 0
+        ok = proc.returncode == expected_rc and "Traceback" not in output
+        if cmd.expect_output:
+            ok = ok and cmd.expect_output in output
+        if cmd.dry_form:
+            ok = ok and cmd.dry_form in output
+        if " -m " in cmd.text and not cmd.dry_form:
+            ok = ok and output.count("gptlab: sweep dir") == 1 and "sweep finished" in output
+        if "debug=fast_dev_run" in cmd.text:
+            ok = ok and {p for p in repo.rglob("*") if "__pycache__" not in p.parts} <= before
+        report.append(f"{'ok' if ok else 'FAILED':<8} {cmd.text[:70]} (exit {proc.returncode})")
+        print(report[-1], flush=True)
+        if not ok:
+            failures.append(f"README line {cmd.line}: {cmd.text}\nexit {proc.returncode}\n{output[-3000:]}")
+    assert not failures, "\n\n".join(failures)
