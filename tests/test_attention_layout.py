@@ -106,10 +106,12 @@ def test_flex_on_cpu_training_exits_with_the_field_named(tmp_path: Path) -> None
 
 
 def test_ablation_sweep_runs_one_job_per_layout(tmp_path: Path) -> None:
-    """The real multirun: three jobs, each training a batch with its own layout (chunked kernels included)."""
+    """The real multirun: three jobs, each training a step with its own layout (chunked kernels included).
+    (Not debug=fast_dev_run: that writes no run dir, so nothing would show which layout each job had.)"""
     cmd = [
-        sys.executable, "src/train.py", "-m", "experiment=ablate_attention", "debug=fast_dev_run",
-        "data.batch_size=4", f"hydra.sweep.dir={tmp_path}",
+        sys.executable, "src/train.py", "-m", "experiment=ablate_attention", "trainer.max_steps=1",
+        "trainer.limit_val_batches=1", "callbacks.text_samples.max_new_tokens=2", "data.batch_size=4",
+        f"hydra.sweep.dir={tmp_path}",
     ]  # fmt: skip
     env = CHECKOUT_ENV
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
