@@ -60,7 +60,7 @@ class Command:
 
     @property
     def dry_form(self) -> str | None:
-        if guards.gpu_count() >= 8:
+        if guards.gpu_count() >= 8 or "src/train.py" not in self.text:  # plan.py takes devices=8 on any machine
             return None
         return next((needle for key, needle in DRY_FORM.items() if key in self.text), None)
 
@@ -69,6 +69,7 @@ class Command:
         if run_dir is not None:
             text = text.replace("<run dir>", run_dir)
         text = text.replace("<dir>", out_dir)
+        text = re.sub(r"(outputs/multiruns/[\w.-]+)/<date>/<time>", lambda m: newest_sweep(m.group(1)), text)
         if self.append and "src/train.py" in text:
             text = f"{text} {' '.join(self.append)}"
         return text
@@ -192,14 +193,21 @@ def fresh_checkout(tmp: Path, gpt2_ranks: Path) -> Path:
     return repo
 
 
+def newest_sweep(pattern: str) -> str:
+    """`outputs/multiruns/<name>`'s newest sweep dir (relative to the launch dir, which is the repo copy)."""
+    sweeps = sorted(Path(".").glob(f"{pattern}/*/*"), key=lambda p: p.stat().st_mtime_ns)
+    return str(sweeps[-1]) if sweeps else f"{pattern}/<date>/<time>"
+
+
 def newest_run(repo: Path) -> str | None:
     runs = [p.parent.parent for p in (repo / "outputs" / "runs").rglob("checkpoints/last.ckpt")]
     return str(max(runs, key=lambda p: p.stat().st_mtime_ns)) if runs else None
 
 
 @pytest.mark.slow
-def test_every_readme_command_runs(tmp_path, gpt2_ranks) -> None:
+def test_every_readme_command_runs(tmp_path, gpt2_ranks, monkeypatch) -> None:
     repo = fresh_checkout(tmp_path, gpt2_ranks)
+    monkeypatch.chdir(repo)  # placeholders such as <date>/<time> are looked up relative to the launch dir
     env = {**CHECKOUT_ENV, "PYTHONPATH": str(repo / "src")}
     out_dir = str(tmp_path / "hf")
     report, failures = [], []
