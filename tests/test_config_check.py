@@ -65,7 +65,7 @@ BAD_VALUES = [
     ("data.num_workers=-1", "data.num_workers"),
     ("data.samples_per_epoch=0", "data.samples_per_epoch"),
     ("data.seed=-3", "data.seed"),
-    ("data=text_files data.streaming=maybe", "data.streaming"),
+    ("data=text_files data.store=disk", "data.store"),
     ("data=text_files data.sampling=shuffled", "data.sampling"),
     ("data=text_files data.shard_tokens=0", "data.shard_tokens"),
     ("data=text_files data.verify_sha256=no", "data.verify_sha256"),

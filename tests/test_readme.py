@@ -71,7 +71,10 @@ class Command:
         text = text.replace("<dir>", out_dir)
         text = re.sub(r"(outputs/multiruns/[\w.-]+)/<date>/<time>", lambda m: newest_sweep(m.group(1)), text)
         if self.append and "src/train.py" in text:
-            text = f"{text} {' '.join(self.append)}"
+            # An appended override under a node the command itself switches off (callbacks.x=null) is dropped.
+            nulled = [arg.split("=", 1)[0] + "." for arg in text.split() if arg.endswith("=null")]
+            extra = [a for a in self.append if not a.startswith(tuple(nulled))]
+            text = f"{text} {' '.join(extra)}"
         return text
 
 

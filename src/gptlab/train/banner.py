@@ -31,15 +31,13 @@ def preset_name() -> str:
 
 def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, datamodule: Any,
                  trainer: L.Trainer, tokens_per_step: int, output_dir: Path) -> list[str]:
-    data = cfg.data
-    source = data.get("source")
-    source_name = source.get("_target_", "").rsplit(".", 1)[-1] if hasattr(source, "get") else source
+    source_name = getattr(getattr(datamodule, "source", None), "name", None) or "?"
     strategy = type(trainer.strategy).__name__.replace("Strategy", "") or "single device"
     return [
         f"model    {preset_name()}: {n_params:,} parameters, {model_cfg.n_layer} layers x "
         f"{model_cfg.n_embd} wide, context {model_cfg.block_size}",
         f"tokens   tokenizer {tokenizer.name} ({tokenizer.vocab_size:,} ids); data {source_name} "
-        f"({type(datamodule).__name__})",
+        f"({cfg.data.get('store')} store)",
         f"step     {tokens_per_step:,} tokens = micro-batch {datamodule.batch_size} x {model_cfg.block_size} x "
         f"{trainer.num_devices} devices x {trainer.num_nodes} nodes x {trainer.accumulate_grad_batches} accumulated; "
         f"{trainer.max_steps:,} steps",

@@ -145,7 +145,7 @@ DATA: dict[str, Check] = {
     "samples_per_epoch": optional(positive_int),
     "num_workers": non_negative_int,
     "seed": integer(0, 2**32 - 1),
-    "streaming": boolean,
+    "store": choice("memory", "prepared", "streaming"),
     "cache_dir": writable_dir,
     "shard_tokens": positive_int,
     "num_proc": optional(positive_int),
