@@ -127,6 +127,7 @@ BAD_VALUES = [
     ("ckpt_path=/nonexistent/last.ckpt", "ckpt_path"),
     ("print_config=yes", "print_config"),
     ("check_memory=off", "check_memory"),
+    ("float32_matmul_precision=low", "float32_matmul_precision"),
     ("name=''", "name"),
     ("paths.log_dir=''", "paths.log_dir"),
     ("paths.log_dir=/dev/null/outputs", "paths.log_dir"),  # cannot be created

@@ -191,3 +191,30 @@ def test_unwritable_run_dir_is_one_line_before_hydra_creates_it(capsys, tmp_path
     assert err[0].startswith("gptlab: error: hydra.run.dir='/dev/null/run' cannot be written")
     assert err[1].startswith("gptlab: error: hydra.sweep.dir='/dev/null/sweep' cannot be written")
     CheckOutputDir().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "new" / "run")}}}))
+
+
+def test_console_drops_known_noise_and_keeps_other_stop_reasons() -> None:
+    import warnings
+
+    from gptlab.train import quiet
+
+    quiet.install()
+    lightning_log = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # Lightning's rank_zero_info
+    shown: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
+    lightning_log.addHandler(handler)
+    old_level = lightning_log.level
+    lightning_log.setLevel(logging.INFO)
+    try:
+        lightning_log.info("`Trainer.fit` stopped: `max_steps=6` reached.")
+        lightning_log.info("`Trainer.fit` stopped: `max_time=00:00:01:00` reached.")
+    finally:
+        lightning_log.removeHandler(handler)
+        lightning_log.setLevel(old_level)
+    assert shown == ["`Trainer.fit` stopped: `max_time=00:00:01:00` reached."]
+    with warnings.catch_warnings(record=True) as caught:
+        quiet.install()  # catch_warnings reset the filters
+        warnings.warn("The 'train_dataloader' does not have many workers which may be a bottleneck.", stacklevel=1)
+        warnings.warn("some other warning", stacklevel=1)
+    assert [str(w.message) for w in caught] == ["some other warning"]

@@ -234,7 +234,16 @@ def flex_available() -> bool:
 def flex(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str, window: int, scale: Optional[float]
 ) -> torch.Tensor:
-    """FlexAttention: the same pattern as a mask_mod; compiled, it skips the blocks the mask empties."""
+    """FlexAttention: the same pattern as a mask_mod; compiled, it skips the blocks the mask empties.
+
+    Inside a model that torch.compile traces (model.compile=true) the caches below are bypassed: dynamo does not
+    honour functools caches (it warns and traces the wrapped function), and the outer compile already fuses
+    flex_attention and builds the block mask into the graph."""
+    if torch.compiler.is_compiling():
+        from torch.nn.attention.flex_attention import flex_attention
+
+        block_mask = _block_mask.__wrapped__(kind, q.shape[-2], window, str(q.device))
+        return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
     block_mask = _block_mask(kind, q.shape[-2], window, str(q.device))
     return _compiled_flex()(q, k, v, block_mask=block_mask, scale=scale)
 

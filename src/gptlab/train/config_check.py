@@ -132,12 +132,13 @@ TOP_LEVEL: dict[str, Check] = {
     "resume": optional(choice("auto")),
     "print_config": boolean,
     "check_memory": boolean,
+    "float32_matmul_precision": choice("highest", "high", "medium"),
 }
 TOKENIZER: dict[str, Check] = {
     "encoding": choice("gpt2", "r50k_base", "cl100k_base"),
     "ranks_file": optional(text),
 }
-# Both DataModules' fields (issue 10 merges them into one; keep this the one place that knows data fields).
+# The DataModule's fields (this is the one place that knows them).
 DATA: dict[str, Check] = {
     "block_size": positive_int,
     "batch_size": positive_int,

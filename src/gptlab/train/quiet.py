@@ -3,7 +3,10 @@
 Each entry is a message gptlab's users cannot act on: Lightning's advert for its cloud logger, a torch
 deprecation inside Lightning's own pytree code (printed once per rank), the note that the configured
 limit_val_batches=1.0 means all batches, the device availability lines (the start banner says which devices
-run), "Seed set to" (the seed is in config_resolved.yaml).
+run), "Seed set to" (the seed is in config_resolved.yaml), "`Trainer.fit` stopped: `max_steps=N` reached" (the
+planned end; the progress bar and the closing line show it; other stop reasons are still printed), and the
+DataLoader worker-count advice (data.num_workers is a documented choice: the memory and prepared stores slice
+tensors in the training process).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ NOISE_PREFIXES = (
     "HPU available:",
     "`Trainer(limit_val_batches=1.0)` was configured",
     "Seed set to",
+    "`Trainer.fit` stopped: `max_steps=",
 )
 NOISY_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
                  "lightning.fabric.utilities.seed", "lightning.pytorch.utilities.seed")
@@ -35,3 +39,4 @@ def install() -> None:
         if not any(isinstance(f, DropKnownNoise) for f in logger.filters):
             logger.addFilter(DropKnownNoise())
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings("ignore", message=r"The '(train|val)_dataloader' does not have many workers")

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import hydra
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
@@ -139,6 +140,7 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
         check_devices(cfg.trainer)  # before Lightning spawns a process per device
     ckpt_path = resume_checkpoint(cfg, output_dir)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
