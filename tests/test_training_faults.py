@@ -4,6 +4,7 @@ small output dir fails before training starts."""
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,16 @@ def test_unwritable_output_dir_fails_before_training(tmp_path: Path) -> None:
     assert not (tmp_path / "tensorboard").exists()  # nothing was trained or logged
 
 
-def test_too_little_disk_space_is_reported_with_the_numbers(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=rf"output dir {tmp_path} has .* GiB free but the checkpoints need about"):
-        check_output_dirs([tmp_path], required_bytes=2**62)
-    check_output_dirs([tmp_path / "new"], required_bytes=1)  # creates it; enough space
+def test_too_little_disk_space_is_reported_with_the_numbers(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(ConfigError, match=rf"checkpoint dir {tmp_path}/c has .* GiB free but the checkpoints .* need "
+                                          r"about 4,294,967,296.00 GiB"):
+        check_output_dirs(tmp_path, [tmp_path / "c"], checkpoint_budget=2**62)
+    # Below 1 GB the numbers come in MB, where a user freeing space needs the precision.
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=300 * 2**20))
+    with pytest.raises(ConfigError, match=r"has 300.0 MB free but .* need about 512.0 MB"):
+        check_output_dirs(tmp_path, [tmp_path], checkpoint_budget=512 * 2**20)
+    monkeypatch.undo()
+    check_output_dirs(tmp_path / "new", [tmp_path / "new" / "c"], checkpoint_budget=1)  # creates them; enough space
+    assert (tmp_path / "new" / "c").is_dir()
     assert (tmp_path / "new").is_dir()

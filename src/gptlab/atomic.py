@@ -1,14 +1,26 @@
-"""Write files by temp file + rename, so a reader (or a run killed midway) never sees half a file.
+"""Write files by temp file + fsync + rename, so a reader (or a run killed midway) never sees half a file.
 
-Kept free of Hydra and Lightning so the model package (Hugging Face export) can use it too.
+The temp file is made beside its target, never in $TMPDIR: a rename within one directory is atomic on every
+POSIX filesystem (ext4, XFS, NFS, Lustre, tmpfs), while a move from another filesystem is a copy that first
+truncates the old file. A kill leaves at most a `.<name>.<random>.tmp` beside the target, which
+`remove_stale_temp_files` clears at the next start. Kept free of Hydra and Lightning so the model package (Hugging
+Face export) can use it too.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
+
+from gptlab.errors import DiskFullError, format_size
+
+TEMP_SUFFIX = ".tmp"
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+SLACK_BYTES = 1 << 20  # below this much free space after a failed write, the disk was full
 
 
 def current_umask() -> int:
@@ -18,31 +30,80 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] = None) -> None:
-    """`write(tmp)` fills a temporary file beside `path`; it then replaces `path` in one rename.
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (a crash of the node right after could otherwise undo it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # some filesystems do not open directories; the rename itself is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # e.g. EINVAL on filesystems without directory fsync
+    finally:
+        os.close(fd)
+
+
+def _disk_was_full(err: BaseException, directory: Path, size_hint: Optional[int]) -> bool:
+    """torch's zip writer hides ENOSPC behind a RuntimeError, so also ask the disk how much is left."""
+    seen: Optional[BaseException] = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in NO_SPACE:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return False
+    return free < max(SLACK_BYTES, size_hint or 0)
+
+
+def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] = None,
+                 size_hint: Optional[int] = None) -> None:
+    """`write(tmp)` fills a temporary file beside `path`; it is fsynced, then replaces `path` in one rename.
     `mode` sets its permissions; without it the file gets what `open()` would give it, 0o666 minus the process
-    umask (mkstemp alone would make it 0600, unreadable to a group sharing a cluster or a data cache)."""
+    umask (mkstemp alone would make it 0600, unreadable to a group sharing a cluster or a data cache).
+    A full disk raises DiskFullError; on any failure the temp file is removed and `path` is left as it was."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     os.close(fd)
     try:
         write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())  # on disk before the rename makes it visible
         os.chmod(tmp, mode if mode is not None else 0o666 & ~current_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, Exception) and _disk_was_full(err, path.parent, size_hint):
+            free = shutil.disk_usage(path.parent).free
+            needed = f", about {format_size(size_hint)} needed" if size_hint else ""
+            raise DiskFullError(
+                f"disk full: could not write {path} ({format_size(free)} free{needed}); nothing was replaced, "
+                "the previous version of the file (if any) is intact. Free some space and run again."
+            ) from err
         raise
+    fsync_dir(path.parent)
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: Optional[int] = None) -> None:
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename makes it visible
-
-    atomic_write(path, write, mode)
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data), mode, size_hint=len(data))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def remove_stale_temp_files(directories: Iterable[Path]) -> list[Path]:
+    """Delete the temp files that killed writers left in `directories` (not recursive); returns them.
+    Only this module's own names (`.<name>.<random>.tmp`) are touched."""
+    removed = []
+    for directory in directories:
+        if not directory.is_dir():
+            continue
+        for p in directory.iterdir():
+            if p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX) and p.is_file():
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed

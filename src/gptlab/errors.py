@@ -18,6 +18,16 @@ def invalid_choice(field: str, value: Any, allowed: Iterable[Any]) -> ConfigErro
     return ConfigError(f"{field}={value!r} is not a valid choice; use one of: {choices}.")
 
 
+class DiskFullError(ConfigError):
+    """A file could not be written for lack of space. Not a bug, so it is reported like a config error: one
+    paragraph with the numbers, no traceback; the message says that nothing was half-written."""
+
+
+def format_size(n_bytes: int) -> str:
+    """MB below 1 GiB (where the precision matters to a user freeing space), else GiB."""
+    return f"{n_bytes / 2**20:,.1f} MB" if n_bytes < 2**30 else f"{n_bytes / 2**30:,.2f} GiB"
+
+
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or inf loss; the message names the step. Checkpoints already written stay."""
 

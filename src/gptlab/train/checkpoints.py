@@ -9,40 +9,80 @@ The layout is Lightning's, so it lives here, next to the LightningModule, and no
 
 from __future__ import annotations
 
+import logging
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import torch
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 
+log = logging.getLogger(__name__)
 MODEL_PREFIX = "model."  # GPTLitModule keeps the GPT as self.model
 PathLike = Union[str, Path]
 
 
-def read_checkpoint(path: PathLike, what: str = "ckpt_path") -> dict[str, Any]:
-    """The checkpoint's contents; a missing, truncated, foreign or empty file is a ConfigError naming it."""
-    path = Path(path)
+class UnreadableCheckpoint(Exception):
+    """Why a file is not a usable checkpoint; `read_checkpoint` turns it into a ConfigError with the advice."""
+
+
+def _load(path: Path, mmap: bool) -> dict[str, Any]:
     if not path.is_file():
-        raise ConfigError(f"{what}={str(path)!r} is not a file; give a .ckpt written by src/train.py.")
-    if path.stat().st_size == 0:
-        raise ConfigError(f"{what}={str(path)!r} is empty (0 bytes): it was never completely written "
-                          "(a full disk or a killed run); use another checkpoint of the run.")
+        raise UnreadableCheckpoint("it is not a file")
+    size = path.stat().st_size
+    if size == 0:
+        raise UnreadableCheckpoint("it is empty (0 bytes): it was never completely written (a full disk or a "
+                                   "killed run)")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError, ValueError) as err:
         reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise ConfigError(
-            f"{what}={str(path)!r} cannot be read as a checkpoint ({path.stat().st_size:,} bytes; {reason}): it is "
-            "truncated, corrupt or not a PyTorch checkpoint; use another checkpoint of the run."
-        ) from err
+        raise UnreadableCheckpoint(f"it cannot be read as a checkpoint ({size:,} bytes; {reason}): it is "
+                                   "truncated, corrupt or not a PyTorch checkpoint") from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise ConfigError(f"{what}={str(path)!r} is not a Lightning checkpoint (no state_dict); "
-                          "give a .ckpt written by src/train.py.")
+        raise UnreadableCheckpoint("it is not a Lightning checkpoint of src/train.py (no state_dict)")
     return ckpt
+
+
+def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint's contents; a missing, truncated, foreign or empty file is a ConfigError naming it.
+    `mmap`: tensors stay on disk until touched (a cheap check that a file loads)."""
+    try:
+        return _load(Path(path), mmap)
+    except UnreadableCheckpoint as err:
+        raise ConfigError(f"{what}={str(path)!r}: {err}; give another checkpoint of the run (a .ckpt written by "
+                          "src/train.py), or its run dir to take the newest one that loads.") from err.__cause__
+
+
+def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
+    """The newest `*.ckpt` under `directory` (by the time it was completed: every checkpoint is renamed into place
+    whole) that loads; each newer one that does not is skipped with a warning that names it and why."""
+    found = sorted((p for p in directory.rglob("*.ckpt") if p.is_file()), key=lambda p: p.stat().st_mtime_ns,
+                   reverse=True)
+    for path in found:
+        try:
+            _load(path, mmap=True)
+        except UnreadableCheckpoint as err:
+            log.warning("skipping checkpoint %s: %s", path, err)
+            continue
+        return path
+    return None
+
+
+def resolve_checkpoint(path: PathLike, what: str = "ckpt_path") -> Path:
+    """`path` itself when it is a file; for a run dir (or its checkpoints/ dir), its newest checkpoint that loads."""
+    path = Path(path)
+    if path.is_dir():
+        found = newest_loadable_checkpoint(path)
+        if found is None:
+            raise ConfigError(f"{what}={str(path)!r} is a directory without a readable checkpoint (*.ckpt); give a "
+                              "run dir of src/train.py that has saved one, or a .ckpt file.")
+        log.info("%s=%s: using its newest readable checkpoint, %s", what, path, found)
+        return found
+    return path
 
 
 def checkpoint_model_config(ckpt: dict[str, Any], path: PathLike) -> GPTConfig:
@@ -59,7 +99,9 @@ def checkpoint_model_state(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, Any]]:
-    """Rebuild the GPT of a training run from its checkpoint alone, and return the checkpoint's hyperparameters."""
+    """Rebuild the GPT of a training run from its checkpoint alone (or its run dir's newest readable one), and return
+    the checkpoint's hyperparameters."""
+    path = resolve_checkpoint(path, what)
     ckpt = read_checkpoint(path, what)
     model = GPT(checkpoint_model_config(ckpt, path))
     model.load_state_checked(checkpoint_model_state(ckpt), path)
@@ -77,7 +119,7 @@ def config_differences(trained: GPTConfig, wanted: GPTConfig) -> list[str]:
 
 def check_resumable(path: PathLike, wanted: GPTConfig) -> None:
     """Fail before training starts if `path` is unreadable or holds a model of another shape than `wanted`."""
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, mmap=True)
     differences = config_differences(checkpoint_model_config(ckpt, path), wanted)
     if differences:
         raise ConfigError(

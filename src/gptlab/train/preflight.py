@@ -8,9 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from gptlab.errors import ConfigError
-
-GiB = 1024**3
+from gptlab.errors import ConfigError, format_size
 
 
 def checkpoint_bytes(num_parameters: int, optimizer_states_per_param: int = 2) -> int:
@@ -18,21 +16,26 @@ def checkpoint_bytes(num_parameters: int, optimizer_states_per_param: int = 2) -
     return 4 * num_parameters * (1 + optimizer_states_per_param)
 
 
-def check_output_dirs(dirs: Iterable[Path], required_bytes: int) -> None:
-    """Each dir can be created and written, and the disk holding it has `required_bytes` free."""
-    for directory in dirs:
+def check_output_dirs(run_dir: Path, checkpoint_dirs: Iterable[Path], checkpoint_budget: int) -> None:
+    """Every dir can be created and written, and each filesystem holding checkpoint dirs has `checkpoint_budget`
+    bytes free (checkpoints are staged beside their final name, so their dirs are all the space they use)."""
+    checkpoint_dirs = list(checkpoint_dirs)
+    for directory in [run_dir, *checkpoint_dirs]:
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-", suffix=".tmp"):
                 pass
         except OSError as err:
             raise ConfigError(
                 f"cannot write to output dir {directory} ({err.strerror or err}); "
                 "fix its permissions or point paths.log_dir / hydra.run.dir somewhere writable."
             ) from err
+    by_filesystem = {directory.stat().st_dev: directory for directory in checkpoint_dirs}
+    for directory in by_filesystem.values():
         free = shutil.disk_usage(directory).free
-        if free < required_bytes:
+        if free < checkpoint_budget:
             raise ConfigError(
-                f"output dir {directory} has {free / GiB:.2f} GiB free but the checkpoints need about "
-                f"{required_bytes / GiB:.2f} GiB; free some space or point paths.log_dir at a larger disk."
+                f"checkpoint dir {directory} has {format_size(free)} free but the checkpoints (best, last, preempted "
+                f"and one being written) need about {format_size(checkpoint_budget)}; free some space or point "
+                "paths.log_dir at a larger disk."
             )

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.atomic import atomic_write_text
+from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
@@ -24,7 +24,8 @@ from gptlab.train import quiet
 from gptlab.train.banner import banner_lines, vocab_warning
 from gptlab.train.callbacks import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
-from gptlab.train.checkpoints import check_resumable
+from gptlab.train.checkpoint_io import AtomicCheckpointIO
+from gptlab.train.checkpoints import check_resumable, newest_loadable_checkpoint, read_checkpoint, resolve_checkpoint
 from gptlab.train.config_check import check_config
 from gptlab.train.guards import check_devices, check_memory
 from gptlab.train.hydra_ddp import ddp_job_scope
@@ -36,7 +37,7 @@ quiet.install()
 # Lightning warns on every mid-epoch resume that the dataloader is not resumable; GPTDataModule restores
 # the data position through its own state_dict, so the warning would be wrong here.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
-RETAINED_CHECKPOINTS = 3  # best, last and one in flight: what the disk check budgets for
+RETAINED_CHECKPOINTS = 4  # best, last, preempted and one in flight: what the disk check budgets for
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
@@ -67,9 +68,7 @@ def previous_best(ckpt_path: Optional[str]) -> Optional[float]:
     Lightning does not restore it) still reports the best of the whole run."""
     if ckpt_path is None:
         return None
-    import torch
-
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    ckpt = read_checkpoint(ckpt_path, mmap=True)
     scores = [state.get("best_model_score") for key, state in ckpt.get("callbacks", {}).items()
               if "'monitor': 'val/loss'" in str(key) and isinstance(state, dict)]
     scores = [float(s) for s in scores if s is not None]
@@ -114,16 +113,16 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
     if ckpt_path is not None and resume is not None:
         raise ConfigError("set either ckpt_path=<file> or resume=auto, not both.")
     if ckpt_path is not None:
-        if not Path(ckpt_path).is_file():
+        path = resolve_checkpoint(ckpt_path)
+        if not path.is_file():
             raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
-        return str(ckpt_path)
+        return str(path)
     if resume == "auto":
-        found = [p for p in output_dir.rglob("*.ckpt") if p.is_file()]
-        if found:
-            newest = max(found, key=lambda p: p.stat().st_mtime_ns)
+        newest = newest_loadable_checkpoint(output_dir)
+        if newest is not None:
             log.info("resume=auto: continuing from %s", newest)
             return str(newest)
-        log.info("resume=auto: no checkpoint in %s yet; starting fresh", output_dir)
+        log.info("resume=auto: no readable checkpoint in %s yet; starting fresh", output_dir)
     return None
 
 
@@ -166,15 +165,20 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
     if smoke_test:  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files (README)
         callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
     loggers = list(instantiate_dict(cfg.get("logger")).values())
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers,
+                                                 plugins=[AtomicCheckpointIO()])
 
     tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
     module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
 
     if trainer.is_global_zero and not smoke_test:
-        checkpoint_dirs = [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
-        needed = RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters())
-        check_output_dirs([output_dir, *checkpoint_dirs], needed)
+        checkpoint_dirs = sorted({Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath}
+                                 | {c.path.parent for c in callbacks if isinstance(c, PreemptionCheckpoint)})
+        for leftover in remove_stale_temp_files([output_dir, *checkpoint_dirs]):
+            log.info("removed %s, a temp file left by a run killed while writing it", leftover)
+        # Checkpoints are written beside their final name (AtomicCheckpointIO), never in $TMPDIR: their dirs are
+        # every place they pass through.
+        check_output_dirs(output_dir, checkpoint_dirs, RETAINED_CHECKPOINTS * checkpoint_bytes(model.num_parameters()))
         save_resolved_config(cfg, output_dir)
         for line in banner_lines(cfg, model_cfg, model.num_parameters(), tokenizer, datamodule, trainer,
                                  tokens_per_step, output_dir):
