@@ -47,3 +47,20 @@ def gpt2(gpt2_ranks):
 @pytest.fixture
 def corpus(tmp_path) -> list[Path]:
     return write_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """(dir, real): a 16 MB tmpfs mounted for the test where this process may mount one (root with CAP_SYS_ADMIN,
+    as in CI's container), so "disk full" and "another filesystem than $TMPDIR" are real; else a plain dir and
+    real=False, and the tests inject the failures instead."""
+    import subprocess
+
+    mount_point = tmp_path / "small_disk"
+    mount_point.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)]
+    # GPTLAB_TEST_NO_MOUNT=1 tries the fallback (injected failures) where mounting works.
+    mounted = not os.environ.get("GPTLAB_TEST_NO_MOUNT") and subprocess.run(mount, capture_output=True).returncode == 0
+    yield mount_point, mounted
+    if mounted:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)

@@ -152,3 +152,31 @@ def write_corpus(directory: Path, n_files: int = 2, docs_per_file: int = 150, se
                 out.write(json.dumps({"id": f"{f}-{d}", "text": f"doc {f}-{d}: {text}"}) + "\n")
         paths.append(path)
     return paths
+
+
+class FillDisk(L.Callback):
+    """As optimizer step `step` begins, leaves the run dir's filesystem nearly full, as another job on a shared disk
+    would: a real small filesystem (`simulate=False`, e.g. a tmpfs) gets a filler file; otherwise every later write
+    of a checkpoint's bytes fails with ENOSPC. Removing `<run dir>/filler` (or simulate) frees the space again."""
+
+    def __init__(self, step: int, filler: str, simulate: bool = False) -> None:
+        self.step, self.filler, self.simulate = step, Path(filler), simulate
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step != self.step:
+            return
+        if self.simulate:
+            import errno
+
+            def no_space(obj: Any, f: Any) -> None:  # this process only: the next run has its space back
+                f.write(b"PK\x03\x04 half a checkpoint")
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            torch.save = no_space
+            return
+        with open(self.filler, "wb", buffering=0) as f:  # unbuffered: nothing left to fail at close
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 12))
+            except OSError:
+                pass

@@ -59,7 +59,7 @@ def _disk_was_full(err: BaseException, directory: Path, size_hint: Optional[int]
 
 
 def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] = None,
-                 size_hint: Optional[int] = None) -> None:
+                 size_hint: Optional[int] = None, disk_full_advice: str = "Free some space and run again.") -> None:
     """`write(tmp)` fills a temporary file beside `path`; it is fsynced, then replaces `path` in one rename.
     `mode` sets its permissions; without it the file gets what `open()` would give it, 0o666 minus the process
     umask (mkstemp alone would make it 0600, unreadable to a group sharing a cluster or a data cache).
@@ -81,7 +81,7 @@ def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] =
             needed = f", about {format_size(size_hint)} needed" if size_hint else ""
             raise DiskFullError(
                 f"disk full: could not write {path} ({format_size(free)} free{needed}); nothing was replaced, "
-                "the previous version of the file (if any) is intact. Free some space and run again."
+                f"the previous version of the file (if any) is intact. {disk_full_advice}"
             ) from err
         raise
     fsync_dir(path.parent)

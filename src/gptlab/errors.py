@@ -24,7 +24,9 @@ class DiskFullError(ConfigError):
 
 
 def format_size(n_bytes: int) -> str:
-    """MB below 1 GiB (where the precision matters to a user freeing space), else GiB."""
+    """MB below 1 GiB (where the precision matters to a user freeing space; KB below 1 MB), else GiB."""
+    if n_bytes < 2**20:
+        return f"{n_bytes / 2**10:,.1f} KB"
     return f"{n_bytes / 2**20:,.1f} MB" if n_bytes < 2**30 else f"{n_bytes / 2**30:,.2f} GiB"
 
 

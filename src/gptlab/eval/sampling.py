@@ -13,14 +13,19 @@ from gptlab.errors import ConfigError
 from gptlab.model import GPT
 from gptlab.run_dir import RESOLVED_CONFIG
 from gptlab.train.checkpoints import load_model as load_checkpoint_model
+from gptlab.train.checkpoints import resolve_checkpoint
+
+
+def is_hf_directory(path: str) -> bool:
+    return (Path(path) / "config.json").is_file()
 
 
 def load_model(path: str) -> GPT:
-    """A directory is a Hugging Face model; a file is a Lightning checkpoint written by src/train.py."""
-    p = Path(path)
-    if p.is_dir():
-        return GPT.from_pretrained(p)
-    return load_checkpoint_model(p)[0]
+    """A directory with config.json is a Hugging Face model; a file is a Lightning checkpoint written by src/train.py,
+    and another directory a run dir (its newest checkpoint that loads)."""
+    if is_hf_directory(path):
+        return GPT.from_pretrained(Path(path))
+    return load_checkpoint_model(path)[0]
 
 
 def _run_config(ckpt_path: str) -> Path | None:
@@ -59,6 +64,8 @@ def sample(cfg: DictConfig) -> list[str]:
     """num_samples continuations of the prompt (prompt included), decoded to text."""
     if cfg.ckpt_path is None:
         raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
+    if not is_hf_directory(cfg.ckpt_path):
+        cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run dir: its newest checkpoint that loads
     model = load_model(cfg.ckpt_path).to(cfg.device)
     tokenizer = load_tokenizer(cfg)
     ids = tokenizer.encode(read_prompt(cfg))

@@ -19,7 +19,6 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch.utils._pytree import tree_leaves
 
 from gptlab.atomic import atomic_write
-from gptlab.errors import DiskFullError
 
 
 def tensor_bytes(obj: Any) -> int:
@@ -39,11 +38,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             with open(tmp, "wb") as f:
                 torch.save(checkpoint, f)
 
-        try:
-            atomic_write(path, write, size_hint=tensor_bytes(checkpoint))
-        except DiskFullError as err:
-            run_dir = path.parent.parent if path.parent.name == "checkpoints" else "<its run dir>"
-            raise DiskFullError(
-                f"{err} Checkpoints saved before are whole; after freeing space, continue the run with "
-                f"resume=auto hydra.run.dir={run_dir}"
-            ) from err.__cause__
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else "<its run dir>"
+        atomic_write(path, write, size_hint=tensor_bytes(checkpoint),
+                     disk_full_advice="The checkpoints saved before are whole: after freeing space, continue the run "
+                                      f"with resume=auto hydra.run.dir={run_dir}")
