@@ -81,7 +81,8 @@ def test_any_file_written_on_a_full_disk_is_a_disk_full_error_and_the_old_file_s
             raise OSError(28, "No space left on device")
 
         monkeypatch.setattr(Path, "write_bytes", no_space)
-    with pytest.raises(DiskFullError, match=rf"disk full: could not write {target} \([\d.,]+ (KB|GiB) free, about 3.9 KB "
+    with pytest.raises(DiskFullError, match=rf"disk full: could not write {target} \([\d.,]+ (KB|GiB) free, about "
+                                            r"3.9 KB "
                                             r"needed\); nothing was replaced"):
         atomic_write_text(target, "new " * 1000)
     assert target.read_text() == "old"

@@ -1,0 +1,281 @@
+"""The fault drill behind scripts/fault_drill.py: kill a training run again and again, resume it each time with
+`resume=auto`, and check that nothing was lost: every kill resumed from a checkpoint that loads, no temp file
+left anywhere, and train/loss at every step bit-identical to a run that was never interrupted.
+
+A share of the kills is aimed at checkpoint writes: the drill watches the checkpoint dir and sends SIGKILL while
+a checkpoint's temp file exists, i.e. while its bytes are being written. The children's $TMPDIR is put on another
+filesystem than the run dir (a tmpfs mounted for the drill as root, else /dev/shm, else `tmpdir=`), the layout of
+a cluster node where a rename between the two would be a copy.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from gptlab.train.checkpoints import newest_loadable_checkpoint, read_checkpoint
+
+REPO = Path(__file__).resolve().parents[3]
+TRAIN = REPO / "src" / "train.py"
+# Small enough for seconds per attempt on a 2-core CPU; wide enough (a 5 MB checkpoint) that a write lasts
+# milliseconds, long enough to be hit; dropout so the restored RNG state matters.
+RUN_OVERRIDES = [
+    "model.n_layer=2", "model.n_head=4", "model.n_embd=128", "model.block_size=64", "model.dropout=0.1",
+    "data.batch_size=8", "trainer.accelerator=cpu", "trainer.log_every_n_steps=1", "trainer.limit_val_batches=2",
+    "trainer.enable_model_summary=false", "callbacks.progress_bar=null", "callbacks.text_samples.max_new_tokens=16",
+]
+
+
+@dataclass
+class DrillResult:
+    steps: int
+    kills: int = 0
+    aimed_kills: int = 0  # kills while a checkpoint's temp file was being written
+    resumes: int = 0  # restarts that continued from a checkpoint and went on training
+    lost_steps: int = 0  # steps computed before a kill and computed again after it
+    cut_writes: int = 0  # half-written temp checkpoints that kills left beside their target (removed at restart)
+    leaked: list[str] = field(default_factory=list)  # temp files left in $TMPDIR or the run dir
+    mismatched_steps: list[int] = field(default_factory=list)  # steps whose train/loss differs from the reference
+    missing_steps: list[int] = field(default_factory=list)  # steps with no train/loss at all
+    failures: list[str] = field(default_factory=list)  # attempts that ended on their own with an error
+    layout: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return (self.resumes == self.kills and not self.leaked and not self.mismatched_steps
+                and not self.missing_steps and not self.failures)
+
+    def table(self, seconds: float) -> str:
+        checked = self.steps - len(self.missing_steps)
+        rows = [
+            ("layout", self.layout),
+            ("kills", f"{self.kills} ({self.aimed_kills} during a checkpoint write)"),
+            ("resumed", f"{self.resumes}/{self.kills} from a checkpoint that loaded"),
+            ("lost steps", f"{self.lost_steps} (computed again after resuming)"),
+            ("cut writes", f"{self.cut_writes} half-written temp checkpoints left by kills, each removed at the next "
+                           "start; the checkpoint it replaced stayed whole"),
+            ("leaked temp files", f"{len(self.leaked)}" + (f": {', '.join(self.leaked[:5])}" if self.leaked else "")),
+            ("train/loss", f"{checked - len(self.mismatched_steps)}/{self.steps} steps bit-identical to the "
+                           "uninterrupted run" + (f"; missing {self.missing_steps[:10]}" if self.missing_steps else "")
+                           + (f"; differ at {self.mismatched_steps[:10]}" if self.mismatched_steps else "")),
+            ("errors", "; ".join(self.failures) or "none"),
+            ("wall time", f"{seconds:.0f} s"),
+            ("verdict", "PASS" if self.passed else "FAIL"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def filesystem_of(path: Path) -> tuple[str, str]:
+    """(mount point, type) of the filesystem holding `path`, from /proc/mounts (the longest matching mount)."""
+    path = path.resolve()
+    best = ("/", "?")
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3 and (path == Path(parts[1]) or Path(parts[1]) in path.parents):
+            if len(parts[1]) >= len(best[0]):
+                best = (parts[1], parts[2])
+    return best
+
+
+class SeparateTmpdir:
+    """A $TMPDIR for the children on another filesystem than `run_root`: the given dir, else a tmpfs mounted here
+    (root only), else a dir in /dev/shm when that is another filesystem, else a plain dir on the same one."""
+
+    def __init__(self, run_root: Path, given: Optional[Path]) -> None:
+        self.run_root, self.given, self.mounted = run_root, given, None
+        self.path: Path = run_root / "tmpdir"
+
+    def __enter__(self) -> Path:
+        device = self.run_root.stat().st_dev
+        if self.given is not None:
+            self.path = self.given
+            self.path.mkdir(parents=True, exist_ok=True)
+            return self.path
+        self.path.mkdir()
+        mount = ["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(self.path)]
+        if os.geteuid() == 0 and subprocess.run(mount, capture_output=True).returncode == 0:
+            self.mounted = self.path
+        elif Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) and os.stat("/dev/shm").st_dev != device:
+            self.path = Path(tempfile.mkdtemp(prefix="gptlab-drill-", dir="/dev/shm"))
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        if self.mounted is not None:
+            subprocess.run(["umount", "-l", str(self.mounted)], capture_output=True)
+        elif self.given is None and self.path.parent == Path("/dev/shm"):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def step_losses(run_dir: Path) -> dict[int, list[float]]:
+    """step -> every train/loss logged for it, over all event files of the run (a resumed step logs again)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    losses: dict[int, list[float]] = {}
+    for path in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        if "train/loss" in acc.Tags()["scalars"]:
+            for event in acc.Scalars("train/loss"):
+                losses.setdefault(event.step, []).append(event.value)
+    return losses
+
+
+def temp_files(directory: Path) -> list[Path]:
+    """gptlab.atomic's temp files (`.<name>.<random>.tmp`) in the run dir's top level and checkpoints/."""
+    return [p for d in (directory, directory / "checkpoints") if d.is_dir() for p in d.iterdir()
+            if p.name.startswith(".") and p.name.endswith(".tmp")]
+
+
+def all_files(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*") if p.is_file()] if directory.is_dir() else []
+
+
+class Drill:
+    def __init__(self, root: Path, tmpdir: Path, steps: int, checkpoint_every: int, seed: int) -> None:
+        self.root, self.tmpdir, self.steps, self.rng = root, tmpdir, steps, random.Random(seed)
+        self.overrides = [*RUN_OVERRIDES, f"trainer.max_steps={steps}", f"seed={seed}",
+                          f"trainer.val_check_interval={4 * checkpoint_every}",
+                          f"callbacks.periodic_checkpoint.every_n_train_steps={checkpoint_every}"]
+        self.env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+        self.attempt = 0
+
+    def start(self, run_dir: Path, *extra: str) -> subprocess.Popen:
+        self.attempt += 1
+        log = open(self.root / f"attempt{self.attempt:03d}.log", "w")
+        cmd = [sys.executable, str(TRAIN), f"hydra.run.dir={run_dir}", *self.overrides, *extra]
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
+
+    def log_of(self, attempt: int) -> str:
+        return (self.root / f"attempt{attempt:03d}.log").read_text(errors="replace")
+
+    def reference(self) -> tuple[dict[int, float], float]:
+        """The uninterrupted run's loss per step, and the seconds it trained (from its event file on)."""
+        events = self.root / "reference" / "tensorboard"
+        proc = self.start(self.root / "reference")
+        while proc.poll() is None and not (events.is_dir() and os.listdir(events)):
+            time.sleep(0.01)
+        training_started = time.perf_counter()
+        if proc.wait() != 0:
+            raise RuntimeError(f"the uninterrupted reference run failed:\n{self.log_of(self.attempt)[-3000:]}")
+        losses = {step: values[-1] for step, values in step_losses(self.root / "reference").items()}
+        return losses, time.perf_counter() - training_started
+
+    def kill_during_a_checkpoint_write(self, proc: subprocess.Popen, checkpoints: Path, skip: int) -> bool:
+        """SIGKILL while a checkpoint is being written, after `skip` writes were let through. A write shows as a
+        temp file beside the checkpoint (gptlab's way) or as a new file in $TMPDIR (how Lightning's own IO
+        stages it), so the drill also catches the failure it guards against."""
+        seen_writing, completed = False, 0
+        staged_before = set(os.listdir(self.tmpdir))
+        while proc.poll() is None:
+            writing = (checkpoints.is_dir() and any(e.name.endswith(".tmp") and e.name.startswith(".")
+                                                    for e in os.scandir(checkpoints))) \
+                or bool(set(os.listdir(self.tmpdir)) - staged_before)
+            if writing and completed >= skip:
+                proc.send_signal(signal.SIGKILL)
+                return True
+            if seen_writing and not writing:
+                completed += 1
+            seen_writing = writing
+            time.sleep(0.0002)
+        return False
+
+    def kill_at_random(self, proc: subprocess.Popen, events: Path, before: set[str], mean_seconds: float) -> bool:
+        """SIGKILL at a random moment once this attempt has begun training (its event file exists)."""
+        while proc.poll() is None and not (events.is_dir() and set(os.listdir(events)) - before):
+            time.sleep(0.01)
+        deadline = time.monotonic() + self.rng.uniform(0.2, 1.8) * mean_seconds
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            return True
+        return False
+
+    def run(self, kills: int, aimed_share: float) -> DrillResult:
+        result = DrillResult(self.steps)
+        reference, train_seconds = self.reference()
+        run_dir = self.root / "run"
+        checkpoints, events = run_dir / "checkpoints", run_dir / "tensorboard"
+        tmp_before = {str(p) for p in all_files(self.tmpdir)}
+        for i in range(kills + 1):
+            last_kill = i == kills
+            before = set(os.listdir(events)) if events.is_dir() else set()
+            proc = self.start(run_dir, "resume=auto")
+            if last_kill:
+                proc.wait()
+                killed = aimed = False
+            elif self.rng.random() < aimed_share:
+                aimed = True
+                killed = self.kill_during_a_checkpoint_write(proc, checkpoints, skip=self.rng.randint(1, 2))
+            else:
+                aimed = False
+                killed = self.kill_at_random(proc, events, before, train_seconds / (kills + 1))
+            proc.wait()
+            text = self.log_of(self.attempt)
+            if i > 0:
+                if "resume=auto: continuing from" in text and "Traceback" not in text:
+                    result.resumes += 1
+                else:
+                    result.failures.append(f"attempt {self.attempt} did not resume (see {self.root}/"
+                                           f"attempt{self.attempt:03d}.log)")
+            if not killed:
+                if proc.returncode != 0:
+                    result.failures.append(f"attempt {self.attempt} exited {proc.returncode}: {text[-500:]}")
+                if not last_kill:  # the run finished before this kill's moment came: the drill ends early
+                    break
+                continue
+            result.kills += 1
+            result.aimed_kills += aimed
+            result.cut_writes += len(temp_files(run_dir))
+            done = max(step_losses(run_dir), default=-1) + 1
+            newest = newest_loadable_checkpoint(run_dir)
+            resumed_from_step = int(read_checkpoint(newest, mmap=True)["global_step"]) if newest else 0
+            result.lost_steps += max(0, done - resumed_from_step)
+        if result.kills < kills:
+            result.failures.append(f"the run finished after {result.kills} of {kills} kills; give more steps")
+        result.leaked = [str(p) for p in all_files(self.tmpdir) if str(p) not in tmp_before]
+        result.leaked += [str(p) for p in temp_files(run_dir)]
+        logged = step_losses(run_dir)
+        for step in range(self.steps):
+            if step not in logged:
+                result.missing_steps.append(step)
+            elif any(value != reference[step] for value in logged[step]):
+                result.mismatched_steps.append(step)
+        return result
+
+
+def run_drill(kills: int = 20, seed: int = 0, steps: Optional[int] = None, checkpoint_every: int = 4,
+              aimed_share: float = 0.4, workdir: Optional[Path] = None, tmpdir: Optional[Path] = None,
+              keep: bool = False) -> tuple[DrillResult, float]:
+    """Run the drill; returns its result and wall seconds. `steps` defaults to enough for every kill to land."""
+    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="fault-drill-", dir=workdir))
+    steps = steps or max(40, 6 * checkpoint_every * (kills + 1))
+    try:
+        with SeparateTmpdir(root, tmpdir) as children_tmp:
+            run_fs, tmp_fs = filesystem_of(root), filesystem_of(children_tmp)
+            same = root.stat().st_dev == children_tmp.stat().st_dev
+            drill = Drill(root, children_tmp, steps, checkpoint_every, seed)
+            result = drill.run(kills, aimed_share)
+            result.layout = (f"run dir on {run_fs[1]} ({run_fs[0]}), $TMPDIR on {tmp_fs[1]} ({children_tmp})"
+                             + ("; the SAME filesystem: pass tmpdir=<dir on another one>" if same else
+                                ", another filesystem"))
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return result, time.perf_counter() - started
