@@ -89,6 +89,23 @@ def test_any_file_written_on_a_full_disk_is_a_disk_full_error_and_the_old_file_s
     assert sorted(p.name for p in disk.iterdir()) == sorted(["run_summary.json"] + (["filler"] if real else []))
 
 
+def test_a_kill_right_after_a_checkpoint_loses_no_logged_step(tmp_path: Path) -> None:
+    """Lightning logs a step's metrics after that step's checkpoint is written; killed in between, the resumed run
+    logs them from the checkpoint, so train/loss has every step, equal to the uninterrupted run's."""
+    train_in_process(tmp_path / "ref", *RUN)
+    reference = scalars(tmp_path / "ref")
+    run = tmp_path / "run"
+    killed = run_tiny(run, *RUN, "+callbacks.killer._target_=helpers.KillAfterCheckpoint", "+callbacks.killer.step=4",
+                      check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert load_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 4
+    assert 3 not in scalars(run)["train/loss"]  # step 3 (the 4th) was saved but never logged
+    train_in_process(run, *RUN, "resume=auto")
+    resumed = scalars(run)
+    for tag in ("train/loss", "lr", "train/grad_norm"):
+        assert resumed[tag] == reference[tag], tag  # every step, bit for bit
+
+
 def test_resume_auto_skips_checkpoints_that_do_not_load_and_names_them(tmp_path: Path, caplog) -> None:
     run = tmp_path / "run"
     train_in_process(run, *RUN[1:], "trainer.max_steps=4")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import lightning as L
@@ -52,6 +53,11 @@ class GPTLitModule(L.LightningModule):
             raise ConfigError(f"nonfinite_check_every={nonfinite_check_every!r} must be a positive integer (steps).")
         self.nonfinite_check_every = nonfinite_check_every
         self._nonfinite: Optional[torch.Tensor] = None  # on device: (first bad step, its loss), step -1 = none
+        # The newest logging step's own scalars (tensors, read only when a checkpoint is written). Lightning writes
+        # a step's metrics after the checkpoint callbacks of that step ran: a kill in between would leave the step
+        # saved but its train/loss never logged. The checkpoint carries them and a resumed run logs them again.
+        self._step_scalars: dict[str, Any] = {}
+        self._scalars_to_relog: Optional[dict[str, Any]] = None
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.label_smoothing = label_smoothing
         # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra; the
@@ -73,7 +79,9 @@ class GPTLitModule(L.LightningModule):
         if logging_step(self.trainer):
             # Logged here rather than by LearningRateMonitor, which splits it per parameter group
             # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
-            self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            self.log("lr", lr, on_step=True, on_epoch=False)
+            self._step_scalars = {"step": self.global_step, "train/loss": loss.detach(), "lr": lr}
         return self._add_z_loss(loss, logits)
 
     def _add_z_loss(self, loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -85,6 +93,7 @@ class GPTLitModule(L.LightningModule):
         z = z_loss_term(logits)
         if logging_step(self.trainer):
             self.log("train/z_loss", z, on_step=True, on_epoch=False)
+            self._step_scalars["train/z_loss"] = z.detach()
         return loss + coefficient * z
 
     def _record_nonfinite(self, loss: torch.Tensor) -> None:
@@ -128,7 +137,9 @@ class GPTLitModule(L.LightningModule):
         if not logging_step(self.trainer):
             return
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
+        norm = torch.nn.utils.get_total_norm(grads)
+        self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
+        self._step_scalars["train/grad_norm"] = norm.detach()
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
@@ -168,8 +179,24 @@ class GPTLitModule(L.LightningModule):
         # Lightning does not save the RNGs; dropout draws from them, so exact resume needs them.
         checkpoint["rng_states"] = rng_states()
         checkpoint["best_val_loss"] = self.best_val_loss
+        if self._step_scalars:
+            checkpoint["last_step_scalars"] = {k: float(v) for k, v in self._step_scalars.items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
+        self._scalars_to_relog = checkpoint.get("last_step_scalars")
+
+    def on_train_start(self) -> None:
+        """A run resumed in its own run dir first logs the checkpoint's last step again (see __init__): the same
+        values at the same step, so where they were logged before nothing changes, and where a kill lost them they
+        are back. A run continued into a new dir starts its log after the checkpoint, as before."""
+        scalars, self._scalars_to_relog = dict(self._scalars_to_relog or {}), None
+        if not scalars or self.trainer.ckpt_path is None:
+            return
+        step = int(scalars.pop("step"))
+        checkpoint = Path(self.trainer.ckpt_path).resolve()
+        for logger in self.loggers:
+            if logger.save_dir is not None and Path(logger.save_dir).resolve() in checkpoint.parents:
+                logger.log_metrics(scalars, step=step)
