@@ -4,10 +4,12 @@ traceback."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from gptlab.errors import ConfigError, NonFiniteLossError
+from gptlab.errors import ConfigError, NonFiniteLossError, PreemptedError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,13 +24,34 @@ def find_config_error(err: BaseException) -> ConfigError | None:
     return None
 
 
+def is_rank_zero() -> bool:
+    """Whether this process is global rank 0 (Lightning sets the rank when its strategy starts; env vars before)."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    rank = getattr(rank_zero_only, "rank", None)
+    return int(rank if rank is not None else os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0
+
+
+def resume_command(err: PreemptedError) -> str:
+    """The command line that continues a preempted run in its own dir."""
+    run_dir = Path(err.checkpoint).resolve().parent.parent
+    dropped = ("hydra.run.dir=", "resume=", "ckpt_path=", "-m", "--multirun")
+    kept = [a for a in sys.argv[1:] if not a.startswith(dropped)]
+    return " ".join(["python", sys.argv[0], *kept, "resume=auto", f"hydra.run.dir={run_dir}"])
+
+
 def user_errors_exit(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except PreemptedError as err:  # every rank saw it at the same step; rank 0 speaks for them
+            if is_rank_zero():
+                print(f"gptlab: preempted ({err}). Continue with: {resume_command(err)}", file=sys.stderr)
+            sys.exit(128 + err.signum)  # as if the signal had killed it: schedulers and sweepers see "not finished"
         except NonFiniteLossError as err:  # a diverged run is not a bug in gptlab: no traceback either
-            print(f"gptlab: training stopped: {err}", file=sys.stderr)
+            if is_rank_zero():
+                print(f"gptlab: training stopped: {err}", file=sys.stderr)
             sys.exit(1)
         except Exception as err:
             user_error = find_config_error(err)

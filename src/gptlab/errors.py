@@ -36,3 +36,14 @@ class NonFiniteLossError(RuntimeError):
 
 class LossSpikeError(NonFiniteLossError):
     """callbacks.loss_spike skipped too many optimizer steps in a row; the message names the step and the knobs."""
+
+
+class PreemptedError(Exception):
+    """The job was asked to stop (SIGTERM, SIGUSR1) and saved a checkpoint to resume from; not a failure of the
+    run, yet not a finished one: entry scripts exit 128 + the signal number, as if killed by it."""
+
+    def __init__(self, signum: int, step: int, checkpoint: object) -> None:
+        import signal
+
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        super().__init__(f"{signal.Signals(signum).name} at step {step}; saved {checkpoint}")

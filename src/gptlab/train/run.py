@@ -24,6 +24,7 @@ from gptlab.train import quiet
 from gptlab.train.banner import banner_lines, vocab_warning
 from gptlab.train.callbacks import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
+from gptlab.train.callbacks.preemption import FLAG
 from gptlab.train.checkpoint_io import AtomicCheckpointIO
 from gptlab.train.checkpoints import check_resumable, newest_loadable_checkpoint, read_checkpoint, resolve_checkpoint
 from gptlab.train.config_check import check_config
@@ -127,8 +128,12 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
 
 
 def train(cfg: DictConfig) -> Optional[float]:
-    with ddp_job_scope():
-        return _train(cfg)
+    FLAG.install()  # from here a preemption signal is a flag that training acts on (callbacks/preemption.py)
+    try:
+        with ddp_job_scope():
+            return _train(cfg)
+    finally:
+        FLAG.restore()
 
 
 def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
@@ -192,6 +197,9 @@ def _train(cfg: DictConfig) -> Optional[float]:
         ckpt_path, model, module, trainer, datamodule, callbacks, tokens_per_step = _prepare(cfg, output_dir)
 
     started = time.perf_counter()
+    # Lightning's SIGTERM handling would replace gptlab's flag with its own, which hangs DDP jobs (see
+    # callbacks/preemption.py); the flag installed by train() stays in force for the whole fit.
+    trainer._signal_connector.register_signal_handlers = lambda: None
     # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - started

@@ -1,34 +1,96 @@
-"""Save a checkpoint when the cluster preempts the job (SIGTERM), so the requeued job resumes from there."""
+"""Preemption (SIGTERM, or SIGUSR1 for SLURM requeue) that ends every rank promptly with a whole checkpoint.
+
+Lightning's own handling hangs DDP jobs: its SIGTERM handler broadcasts from inside the signal handler (a
+collective only the signalled rank enters) and each rank then raises at its own next boundary while the others
+wait in a gradient all-reduce or ModelCheckpoint's barrier. Here a handler only records the signal; at each
+optimizer-step boundary every rank contributes its flag to one small all-reduce (started asynchronously and read
+one step later, so a GPU's queue is never drained for it), so all ranks learn of a signal to any one of them at
+the same step, save `preempted.ckpt` together and stop with PreemptedError: exit code 128 + the signal number.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import lightning as L
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+import torch
+import torch.distributed as dist
+
+from gptlab.errors import PreemptedError
+
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class SignalFlag:
+    """The last preemption signal this process received (0: none). The handler does nothing else: a handler that
+    logs, saves or communicates can deadlock the code it interrupts."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+
+    def install(self) -> None:
+        for signum in PREEMPTION_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+
+FLAG = SignalFlag()  # one per process: installed by train() before Lightning starts, for the whole fit
 
 
 class PreemptionCheckpoint(L.Callback):
-    """Lightning's SIGTERM handler only sets `trainer.received_sigterm`, and the loop raises SIGTERMException
-    at the next boundary. This saves at the end of the training batch that saw the flag, the point Lightning
-    restores exactly (a save made later, after an epoch's end, resumes with a truncated next epoch); if the
-    signal came during validation, it saves when the exception passes instead.
-
-    Any other exception (a bug, a non-finite loss) saves nothing: the state may be broken, and the checkpoints
-    already written stay the last good ones. Not Lightning's OnExceptionCheckpoint: its presence makes
-    `fit(ckpt_path=None)` silently resume, and gptlab resumes only when asked (`ckpt_path=`, `resume=auto`)."""
+    """Saves `<dirpath>/<filename>.ckpt` at the first optimizer-step boundary at which any rank has seen a
+    preemption signal, then raises PreemptedError on every rank. Any other exception saves nothing: the state may
+    be broken, and the checkpoints already written stay the last good ones."""
 
     def __init__(self, dirpath: str, filename: str = "preempted") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
-        self._saved = False
+        self._pending: Optional[tuple[torch.Tensor, Any]] = None  # an all-reduce in flight
 
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        if trainer.received_sigterm and not self._saved:
-            trainer.save_checkpoint(self.path)
-            self._saved = True
+    def _agreed_signal(self, trainer: L.Trainer) -> int:
+        """The signal any rank had seen one step ago (0: none), the same on every rank."""
+        if trainer.world_size == 1 or not dist.is_initialized():
+            return FLAG.signum
+        agreed = 0
+        if self._pending is not None:
+            flags, work = self._pending
+            work.wait()
+            agreed = int(flags.item())  # the step before's: complete by now, no wait on this step's work
+        flags = torch.tensor([FLAG.signum], dtype=torch.int32, device=trainer.strategy.root_device)
+        self._pending = (flags, dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True))
+        return agreed
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return  # mid-accumulation: not a point a checkpoint can resume from exactly
+        signum = self._agreed_signal(trainer)
+        if not signum:
+            return
+        trainer.save_checkpoint(self.path)  # collective: rank 0 writes, every rank waits for it
+        if signum == signal.SIGUSR1 and trainer.is_global_zero:
+            requeue_slurm_job()
+        raise PreemptedError(signum, trainer.global_step, self.path)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException) and not self._saved:
-            trainer.save_checkpoint(self.path)
-            self._saved = True
+        self._pending = None
+
+
+def requeue_slurm_job() -> None:
+    """Under SLURM, put the job back in the queue (what `sbatch --requeue --signal=SIGUSR1@90` expects)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        array = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else job
+        subprocess.run(["scontrol", "requeue", job], check=False)
