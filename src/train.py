@@ -1,13 +1,17 @@
 """Train a GPT: `python src/train.py [overrides]`; `-m` runs a sweep. See conf/train.yaml."""
 
-import warnings
-from typing import Optional
+from gptlab.signals import FLAG
 
-import hydra
-from omegaconf import DictConfig
+FLAG.install()  # first, before the slow imports: a preemption signal from here on is recorded, not fatal
 
-from gptlab.cli import user_errors_exit
-from gptlab.train.run import train
+import warnings  # noqa: E402
+from typing import Optional  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from gptlab.cli import user_errors_exit  # noqa: E402
+from gptlab.train.run import train  # noqa: E402
 
 # conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
 # `hydra/launcher=submitit_slurm` maps devices and nodes to SLURM tasks; Hydra warns about the name match.

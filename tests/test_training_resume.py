@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from helpers import load_checkpoint, run_tiny, scalars, train_in_process
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from gptlab.data.windows import EpochSampler
+from gptlab.errors import PreemptedError
 
 # 6 batches per epoch, checkpoints every 4 steps and at validation every 5: the SIGTERM checkpoint (after
 # step 5, i.e. 6 steps done) ends an epoch and the SIGKILL one (8 done, killed in step 9) is mid-epoch;
@@ -32,8 +32,8 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     run = tmp_path / "run"
 
     # SIGTERM (preemption) during step 5: the step finishes, a checkpoint is saved after it, the run stops.
-    # In this process: Lightning's handler turns the signal into a SIGTERMException (a SystemExit).
-    with pytest.raises(SIGTERMException):
+    # In this process: gptlab's handler flags the signal; the step boundary saves and raises PreemptedError.
+    with pytest.raises(PreemptedError, match="SIGTERM at step 6"):
         train_in_process(run, *RUN, KILLER, "+callbacks.killer.step=5", "+callbacks.killer.signal_name=SIGTERM")
     preempted = run / "checkpoints" / "preempted.ckpt"
     state = load_checkpoint(preempted)  # weights_only=True

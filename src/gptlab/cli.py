@@ -56,7 +56,14 @@ def user_errors_exit(fn: F) -> F:
         except Exception as err:
             user_error = find_config_error(err)
             if user_error is None:
-                raise
+                from gptlab.train.rank_watch import collective_failure_message
+
+                lost = collective_failure_message(err)  # another DDP rank is gone: one line, no traceback
+                if lost is None:
+                    raise
+                print(f"gptlab: rank {os.environ.get('RANK', os.environ.get('LOCAL_RANK', '0'))}: {lost}",
+                      file=sys.stderr)
+                sys.exit(1)
             print(f"gptlab: error: {user_error}", file=sys.stderr)
             sys.exit(2)
 

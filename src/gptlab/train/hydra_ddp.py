@@ -20,6 +20,8 @@ from typing import Iterator, Sequence
 import lightning.pytorch.strategies.launchers.subprocess_script as pl_launcher
 import torch.distributed as dist
 
+from gptlab.train.rank_watch import watch_ranks
+
 # Set in the launching process by Lightning's DDP launcher; left behind, they make the next job of a
 # sweep believe it is a child rank of an already running group.
 LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -71,3 +73,4 @@ def _route_ddp_ranks_into_job_dir() -> None:
             "gptlab.train.hydra_ddp must be updated before DDP runs under Hydra."
         )
     pl_launcher._hydra_subprocess_cmd = job_subprocess_cmd
+    pl_launcher._launch_process_observer = watch_ranks  # a lost rank: one message, not a silent SIGKILL of all

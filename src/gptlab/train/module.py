@@ -109,13 +109,27 @@ class GPTLitModule(L.LightningModule):
         self._nonfinite = torch.stack([step, torch.where(first, loss.float(), self._nonfinite[1])])
 
     def check_finite(self) -> None:
-        """Raises NonFiniteLossError naming the first step whose loss was NaN or inf (one host sync)."""
+        """Raises NonFiniteLossError naming the first step whose loss was NaN or inf (one host sync). Under DDP every
+        rank calls it at the same points and they agree on the earliest (step, rank), so all ranks stop together,
+        naming the rank, instead of one rank stopping and the others failing in their next collective."""
         if self._nonfinite is None:
             return
         step, loss = self._nonfinite.tolist()
+        rank, world = self.trainer.global_rank, self.trainer.world_size
+        if world > 1 and torch.distributed.is_initialized():
+            never = float(2**52)  # "no bad step" sorts after every real (step, rank)
+            key = torch.tensor([step * world + rank if step >= 0 else never, loss if step >= 0 else 0.0],
+                               dtype=torch.float64, device=self._nonfinite.device)
+            keys = [torch.zeros_like(key) for _ in range(world)]
+            torch.distributed.all_gather(keys, key)
+            first = min(keys, key=lambda k: float(k[0]))
+            if float(first[0]) >= never:
+                return
+            step, rank, loss = float(first[0]) // world, int(float(first[0]) % world), float(first[1])
         if step >= 0:
+            where = f" on rank {rank} of {world}" if world > 1 else ""
             raise NonFiniteLossError(
-                f"train/loss is {loss} at step {int(step)} (optimizer steps done); "
+                f"train/loss is {loss} at step {int(step)} (optimizer steps done){where}; "
                 "the checkpoints written before it are kept. Lower optimizer.lr, raise scheduler.warmup_steps, "
                 "or use trainer.precision=bf16-mixed instead of 16-mixed."
             )

@@ -21,32 +21,7 @@ import torch
 import torch.distributed as dist
 
 from gptlab.errors import PreemptedError
-
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-
-class SignalFlag:
-    """The last preemption signal this process received (0: none). The handler does nothing else: a handler that
-    logs, saves or communicates can deadlock the code it interrupts."""
-
-    def __init__(self) -> None:
-        self.signum = 0
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-
-    def install(self) -> None:
-        for signum in PREEMPTION_SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        self._previous = {}
-
-
-FLAG = SignalFlag()  # one per process: installed by train() before Lightning starts, for the whole fit
+from gptlab.signals import FLAG
 
 
 class PreemptionCheckpoint(L.Callback):
@@ -79,6 +54,7 @@ class PreemptionCheckpoint(L.Callback):
         if not signum:
             return
         trainer.save_checkpoint(self.path)  # collective: rank 0 writes, every rank waits for it
+        FLAG.consume()
         if signum == signal.SIGUSR1 and trainer.is_global_zero:
             requeue_slurm_job()
         raise PreemptedError(signum, trainer.global_step, self.path)

@@ -1,0 +1,55 @@
+"""The preemption signal flag, importable before torch: src/train.py installs it first thing, so a DDP rank
+signalled while it is still importing records the signal instead of dying with half a job (stdlib only)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Any, Iterator
+
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: SLURM's `--signal=SIGUSR1@90` before requeue
+
+
+class SignalFlag:
+    """The last preemption signal this process received (0: none). The handler does nothing else: a handler that
+    logs, saves or communicates can deadlock the code it interrupts (Lightning's broadcasts from one)."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+
+    def consume(self) -> int:
+        """The recorded signal, cleared: the next run in this process (a sweep's next job, a test) starts clean."""
+        signum, self.signum = self.signum, 0
+        return signum
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._previous)
+
+    def install(self) -> None:
+        if not self.installed:
+            self.signum = 0  # a signal from before (a finished job of this process) is not for this one
+            self._previous = {s: signal.signal(s, self._handle) for s in PREEMPTION_SIGNALS}
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Installed for the body; restored after only if this call installed it."""
+        ours = not self.installed
+        self.install()
+        try:
+            yield
+        finally:
+            if ours:
+                self.restore()
+
+
+FLAG = SignalFlag()  # one per process
