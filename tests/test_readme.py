@@ -43,6 +43,7 @@ NOT_RUNNABLE = {
     "GPT.from_pretrained(\"path/to/gpt2\")": "needs a real GPT-2 checkpoint from the Hugging Face hub (network)",
     "python -m pytest": "the test suite itself",
     "scripts/fault_drill.py": "kills runs for minutes; tests/test_fault_drill.py runs it (20 kills: -m slow)",
+    "scripts/preemption_drill.py": "27 DDP jobs, minutes; tests/test_preemption.py runs five of them (all: -m slow)",
 }
 DRY_FORM = {"trainer.devices=8": "trainer.devices=8"}  # without 8 GPUs: exit 2 with this in the message
 

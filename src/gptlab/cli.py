@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -37,7 +38,7 @@ def resume_command(err: PreemptedError) -> str:
     run_dir = Path(err.checkpoint).resolve().parent.parent
     dropped = ("hydra.run.dir=", "resume=", "ckpt_path=", "-m", "--multirun")
     kept = [a for a in sys.argv[1:] if not a.startswith(dropped)]
-    return " ".join(["python", sys.argv[0], *kept, "resume=auto", f"hydra.run.dir={run_dir}"])
+    return shlex.join(["python", sys.argv[0], *kept, "resume=auto", f"hydra.run.dir={run_dir}"])
 
 
 def user_errors_exit(fn: F) -> F:

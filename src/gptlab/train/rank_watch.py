@@ -21,17 +21,53 @@ from typing import Any, Optional
 ORDERLY_EXIT_CODES = {1, 2, 128 + signal.SIGTERM, 128 + signal.SIGUSR1}  # gptlab's own agreed stops
 GRACE_SECONDS = 20.0  # an orderly rank stop: rank 0 stops at the same step and exits well within this
 POLL_SECONDS = 0.5
+COLLECTIVE_ERROR_WORDS = ("gloo", "Gloo", "NCCL", "Connection", "DistBackendError", "DistNetworkError", "Socket",
+                          "timed out", "peer")
 
 
 class RankWatch:
-    """What the watcher and the entry script's error handler share: the trainer (for its step) and the verdict."""
+    """What the watcher thread and the entry script's error handler share: the trainer (for its step and world
+    size), the ranks rank 0 started, and whether a lost rank was already reported (exactly one message)."""
 
     def __init__(self) -> None:
         self.trainer: Optional[Any] = None
-        self.lost: Optional[str] = None  # the message, once a rank is found lost
+        self.children: list[subprocess.Popen] = []  # ranks > 0 on this node, in rank 0 (Lightning's launcher)
+        self._first_seen: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def start(self, trainer: Any) -> None:
+        """A new fit: its trainer; the ranks are registered when Lightning launches them (watch_ranks)."""
+        self.trainer, self.children, self._first_seen = trainer, [], {}
 
     def step(self) -> str:
         return "?" if self.trainer is None else str(self.trainer.global_step)
+
+    def world_size(self) -> int:
+        return int(os.environ.get("WORLD_SIZE", "1")) if self.trainer is None else self.trainer.world_size
+
+    def lost_rank(self) -> Optional[str]:
+        """The message for a rank that is lost now: killed by a signal, exited with a code gptlab's orderly stops
+        never use, or gone for longer than the grace period (rank 0 stops at the same step, well within it)."""
+        for rank, child in enumerate(self.children, start=1):
+            code = child.poll()
+            if not code:
+                continue
+            self._first_seen.setdefault(rank, time.monotonic())
+            if code not in ORDERLY_EXIT_CODES or time.monotonic() - self._first_seen[rank] > GRACE_SECONDS:
+                return (f"rank {rank} (pid {child.pid}) {describe_exit(code)} at step {self.step()}; the other ranks "
+                        "were stopped. The checkpoints written before it are whole: continue with resume=auto "
+                        "hydra.run.dir=<this run dir>.")
+        return None
+
+    def stop_all(self, message: str) -> None:
+        """Prints `message` once, SIGKILLs the other ranks and ends this process with exit code 1 (its main thread
+        may be blocked in a collective that will never complete, so no unwinding)."""
+        with self._lock:  # the watcher thread and the main thread may both get here; the second waits for exit
+            print(f"gptlab: {message}", file=sys.stderr, flush=True)
+            for child in self.children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGKILL)
+            os._exit(1)
 
 
 WATCH = RankWatch()
@@ -43,49 +79,35 @@ def describe_exit(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-def _stop_all(children: list[subprocess.Popen], message: str) -> None:
-    WATCH.lost = message
-    print(f"gptlab: {message}", file=sys.stderr, flush=True)
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGKILL)
-    os._exit(1)  # the main thread may be blocked in a collective that will never complete
-
-
-def _watch(children: list[subprocess.Popen]) -> None:
-    first_seen: dict[int, float] = {}
+def _watch() -> None:
     while True:
         time.sleep(POLL_SECONDS)
-        codes = [child.poll() for child in children]
-        if all(code == 0 for code in codes):
+        if all(child.poll() == 0 for child in WATCH.children):
             return
-        for rank, (child, code) in enumerate(zip(children, codes), start=1):
-            if not code:
-                continue
-            first_seen.setdefault(rank, time.monotonic())
-            orderly = code in ORDERLY_EXIT_CODES
-            if not orderly or time.monotonic() - first_seen[rank] > GRACE_SECONDS:
-                _stop_all(children, f"rank {rank} (pid {child.pid}) {describe_exit(code)} at step {WATCH.step()}; "
-                                    "the other ranks were stopped. The checkpoints written before it are whole: "
-                                    "continue with resume=auto hydra.run.dir=<this run dir>.")
+        message = WATCH.lost_rank()
+        if message:
+            WATCH.stop_all(message)
 
 
 def watch_ranks(child_processes: list[subprocess.Popen]) -> None:
     """Replaces lightning's `_launch_process_observer` (same argument): start the watcher thread."""
-    threading.Thread(target=_watch, args=(child_processes,), daemon=True, name="gptlab-rank-watch").start()
+    WATCH.children = child_processes
+    threading.Thread(target=_watch, daemon=True, name="gptlab-rank-watch").start()
 
 
 def collective_failure_message(err: BaseException) -> Optional[str]:
     """For an exception out of a multi-rank run: the one line to print when a collective failed because another
-    rank is gone (waiting briefly for the watcher, which names the rank); None when it is another error."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank is gone; None when it is another error. In rank 0, a lost rank it started is named (and the process ends
+    here); another rank only knows that contact was lost."""
     text = f"{type(err).__name__}: {err}"
-    if world < 2 or not any(k in text for k in ("gloo", "Gloo", "NCCL", "Connection", "DistBackendError",
-                                                "DistNetworkError", "Socket", "timed out", "peer")):
+    if WATCH.world_size() < 2 or not any(k in text for k in COLLECTIVE_ERROR_WORDS):
         return None
-    deadline = time.monotonic() + 3 * POLL_SECONDS
-    while WATCH.lost is None and time.monotonic() < deadline:
-        time.sleep(0.1)  # rank 0's watcher names the lost rank and exits the process itself
+    deadline = time.monotonic() + 4 * POLL_SECONDS
+    while WATCH.children and time.monotonic() < deadline:
+        message = WATCH.lost_rank()
+        if message:
+            WATCH.stop_all(message)
+        time.sleep(0.1)
     first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
     return (f"lost contact with another rank at step {WATCH.step()} ({first}); this rank stops too. The "
             "checkpoints written before are whole: continue with resume=auto hydra.run.dir=<this run dir>.")

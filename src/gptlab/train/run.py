@@ -13,7 +13,7 @@ from typing import Any, Optional
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
@@ -168,8 +168,11 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
     if smoke_test:  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files (README)
         callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
     loggers = list(instantiate_dict(cfg.get("logger")).values())
+    # callbacks.progress_bar=null means no bar, not Lightning's own default bar in its place.
+    no_bar = {} if any(isinstance(c, ProgressBar) for c in callbacks) or "enable_progress_bar" in cfg.trainer \
+        else {"enable_progress_bar": False}
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers,
-                                                 plugins=[AtomicCheckpointIO()])
+                                                 plugins=[AtomicCheckpointIO()], **no_bar)
 
     tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size, model_cfg.block_size)
     module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
@@ -198,7 +201,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
     # Lightning's SIGTERM handling would replace gptlab's flag with its own, which hangs DDP jobs (see
     # callbacks/preemption.py); the flag installed by train() stays in force for the whole fit.
     trainer._signal_connector.register_signal_handlers = lambda: None
-    WATCH.trainer = trainer  # the step a lost rank's message names (gptlab.train.rank_watch)
+    WATCH.start(trainer)  # the step a lost rank's message names (gptlab.train.rank_watch)
     # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - started

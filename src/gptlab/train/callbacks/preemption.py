@@ -53,7 +53,7 @@ class PreemptionCheckpoint(L.Callback):
         signum = self._agreed_signal(trainer)
         if not signum:
             return
-        trainer.save_checkpoint(self.path)  # collective: rank 0 writes, every rank waits for it
+        trainer.save_checkpoint(self.path, weights_only=False)  # all of it; collective: rank 0 writes
         FLAG.consume()
         if signum == signal.SIGUSR1 and trainer.is_global_zero:
             requeue_slurm_job()
