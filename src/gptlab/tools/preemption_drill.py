@@ -38,6 +38,7 @@ TARGETS = ("rank0", "rank1", "all")
 RECORD = "drill_signal.json"  # what SignalAt sent, when, at which step: in the run dir
 CHECKPOINT_EVERY = 4
 VAL_EVERY = 6
+ANYTIME_WINDOW = 15.0  # seconds after launch an "anytime" signal is sent within
 MAX_STEPS = 200  # far more than any aimed step: a job that ignored its signal would run on, and be seen doing so
 RUN = [*RUN_OVERRIDES, "trainer=ddp", "trainer.devices=2", f"trainer.max_steps={MAX_STEPS}",
        f"trainer.val_check_interval={VAL_EVERY}", "trainer.limit_val_batches=4",
@@ -197,7 +198,8 @@ class PreemptionDrill:
         """Waits for the job (sending the signal itself for "anytime" cases); kills it if it outlives the deadline.
         Returns when the signal was sent (None: not known here) and every rank pid seen."""
         started, ranks, sent_at = time.time(), {proc.pid}, None
-        fire_at = started + self.rng.uniform(0.0, 25.0) if case.moment == "anytime" else None
+        # Launch and imports take ~5-10 s here, training 200 steps ~20 s more: the window covers both.
+        fire_at = started + self.rng.uniform(0.0, ANYTIME_WINDOW) if case.moment == "anytime" else None
         hard_stop = started + 240.0  # launch, training up to the aimed step, and then the deadline
         while proc.poll() is None:
             pids = rank_pids(proc.pid)
@@ -315,4 +317,4 @@ def run_preemption_drill(cases: list[Case], seed: int = 0, deadline: float = 60.
 def outcome_row(out: Outcome) -> str:
     seconds = "-" if out.seconds is None else f"{out.seconds:5.1f} s"
     verdict = "ok" if out.passed else "FAIL: " + "; ".join(out.problems)
-    return f"{out.case.label():<38} exit {out.returncode!s:>4}  {seconds:>7}  {verdict}  | {out.detail}"
+    return f"{out.case.label():<46} exit {out.returncode!s:>4}  {seconds:>7}  {verdict}  | {out.detail}"
