@@ -194,6 +194,7 @@ def test_seconds_axis_counts_from_the_jobs_first_event(tmp_path: Path) -> None:
     job = load_sweep(sweep)[0]
     seconds = job.x_values("seconds")
     assert seconds[1] - seconds[0] == pytest.approx(20, abs=0.01) and 999 < seconds[0] < 1020
+    assert "against wall-clock seconds" in write_report(sweep, x="seconds")[0].read_text()
 
 
 def test_baseline_flag_picks_the_variant_and_a_wrong_one_is_refused(tmp_path: Path) -> None:
