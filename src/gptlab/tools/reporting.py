@@ -1,16 +1,44 @@
-"""Summarise a Hydra sweep: one row per job (what it changed, what it reached) and a val/loss plot."""
+"""Summarise a Hydra sweep: jobs grouped into variants (every differing override but `seed`), each variant's
+across-seed statistics against a baseline (gptlab.tools.report_stats), and a val/loss plot with bands
+(gptlab.tools.report_plot)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from gptlab.atomic import atomic_write, atomic_write_text
+from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.run_dir import SUMMARY_FILE
+from gptlab.model import GPTConfig
+from gptlab.model.accounting import count_parameters, training_flops_per_token
+from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
+from gptlab.tools.report_stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
+
+SEED_KEY = "seed"  # the axis averaged over, never a variant
+X_AXES = ("tokens", "flops", "seconds")
+BANDS = ("minmax", "std")
+X_LABELS = {"tokens": "tokens seen", "flops": "training FLOPs", "seconds": "wall-clock seconds"}
+
+
+@dataclass(frozen=True)
+class ValPoint:
+    tokens: int  # tokens seen when validation ran
+    seconds: float  # wall-clock since the job's first TensorBoard event
+    loss: float
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """From the job's config_resolved.yaml through gptlab.model.accounting, so runs from before any of these
+    numbers were logged get them too. Non-embedding = total − token embedding − learned positions."""
+
+    parameters: int
+    non_embedding: int
+    flops_per_token: int  # training (forward + backward = 3 × forward), PaLM app. B
 
 
 @dataclass
@@ -18,7 +46,37 @@ class JobResult:
     job_dir: Path
     overrides: dict[str, str]
     summary: dict
-    val_curve: list[tuple[int, float]]  # (tokens seen, val/loss)
+    val_curve: list[ValPoint]
+    cost: ModelCost | None = None
+    cost_error: str | None = None  # why `cost` is missing (an old config that no longer builds, say)
+
+    def x_values(self, axis: str) -> list[float]:
+        if axis == "seconds":
+            return [p.seconds for p in self.val_curve]
+        scale = 1 if axis == "tokens" else self.cost.flops_per_token
+        return [float(p.tokens * scale) for p in self.val_curve]
+
+
+@dataclass
+class Variant:
+    """The jobs of one setting of the differing overrides, one per seed."""
+
+    label: str
+    overrides: dict[str, str]
+    jobs: list[JobResult] = field(default_factory=list)
+
+    def values(self, key: str) -> list[float | None]:
+        return [job.summary.get(key) for job in self.jobs]
+
+    def summary(self, key: str) -> Summary | None:
+        return Summary.of(self.values(key))
+
+    @property
+    def cost(self) -> ModelCost | None:
+        return self.jobs[0].cost
+
+    def curve(self, axis: str, band: str = "minmax") -> Band | None:
+        return mean_curve([(job.x_values(axis), [p.loss for p in job.val_curve]) for job in self.jobs], band)
 
 
 def _read_overrides(job_dir: Path) -> dict[str, str]:
@@ -27,15 +85,45 @@ def _read_overrides(job_dir: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items or [] if "=" in item)
 
 
-def _read_val_curve(job_dir: Path, tokens_per_step: int) -> list[tuple[int, float]]:
+def _read_val_curve(job_dir: Path, tokens_per_step: int) -> list[ValPoint]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    if not (job_dir / "tensorboard").is_dir():
+        return []
     acc = EventAccumulator(str(job_dir / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     if "val/loss" not in acc.Tags()["scalars"]:
         return []
+    start = acc.FirstEventTimestamp()
     # Lightning logs the step index of the batch that triggered validation (0-based): +1 steps were done.
-    return [((e.step + 1) * tokens_per_step, e.value) for e in acc.Scalars("val/loss")]
+    return [ValPoint((e.step + 1) * tokens_per_step, e.wall_time - start, e.value) for e in acc.Scalars("val/loss")]
+
+
+_VOCAB_CACHE: dict[str, int] = {}
+
+
+def _tokenizer_vocab(tokenizer_cfg: dict) -> int:
+    """The tokenizer's id count, for presets whose vocab_size is null (taken from the tokenizer at training)."""
+    key = json.dumps(tokenizer_cfg, sort_keys=True)
+    if key not in _VOCAB_CACHE:
+        from hydra.utils import instantiate
+
+        _VOCAB_CACHE[key] = instantiate(tokenizer_cfg).vocab_size
+    return _VOCAB_CACHE[key]
+
+
+def model_cost(job_dir: Path) -> ModelCost:
+    """Parameters and training FLOPs per token of the model a job trained, from its resolved config."""
+    path = job_dir / RESOLVED_CONFIG
+    if not path.exists():
+        raise ConfigError(f"{path} is missing")
+    cfg = yaml.safe_load(path.read_text())
+    model = dict(cfg["model"])
+    vocab = model["vocab_size"] if model.get("vocab_size") is not None else _tokenizer_vocab(cfg["tokenizer"])
+    gpt = GPTConfig.for_tokenizer(model, vocab)
+    counts = count_parameters(gpt)
+    return ModelCost(counts["total"], counts["total"] - counts["embedding"] - counts["position"],
+                     training_flops_per_token(gpt)["total"])
 
 
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
@@ -48,7 +136,12 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             continue  # a job that failed or is still running: left out, and reported as missing
         summary = json.loads(summary_path.read_text())
         curve = _read_val_curve(job_dir, summary["tokens_per_step"])
-        jobs.append(JobResult(job_dir, _read_overrides(job_dir), summary, curve))
+        job = JobResult(job_dir, _read_overrides(job_dir), summary, curve)
+        try:
+            job.cost = model_cost(job_dir)
+        except Exception as exc:  # noqa: BLE001 - any unreadable old config: the report goes on without the cost
+            job.cost_error = f"{type(exc).__name__}: {exc}"
+        jobs.append(job)
     if not jobs:
         raise ConfigError(
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; is it a sweep dir of `train.py -m`?"
@@ -61,11 +154,113 @@ def differing_keys(jobs: list[JobResult]) -> list[str]:
     return [k for k in keys if len({job.overrides.get(k) for job in jobs}) > 1]
 
 
+def group_variants(jobs: list[JobResult]) -> list[Variant]:
+    """One variant per setting of the differing overrides other than `seed`, in the order of their first job."""
+    keys = [k for k in differing_keys(jobs) if k != SEED_KEY]
+    variants: dict[tuple, Variant] = {}
+    for job in jobs:
+        setting = tuple(job.overrides.get(k, "") for k in keys)
+        if setting not in variants:
+            label = ", ".join(f"{k}={v}" for k, v in zip(keys, setting)) or "all jobs"
+            variants[setting] = Variant(label, dict(zip(keys, setting)))
+        variants[setting].jobs.append(job)
+    return list(variants.values())
+
+
+def parse_baseline(spec: str) -> dict[str, str]:
+    """`k=v[,k2=v2]`; a value may hold commas (`model.attn_pattern=[dense,local]`): only a comma followed by
+    `key=` starts a new pair."""
+    pairs = re.split(r",(?=[^,=\[\]]+=)", spec)
+    if not spec or any("=" not in p for p in pairs):
+        raise ConfigError(f"--baseline {spec!r} is not k=v[,k2=v2]; e.g. --baseline model.norm=pre.")
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def pick_baseline(variants: list[Variant], spec: str | None) -> Variant:
+    """The first variant, or the one `--baseline` names (it must name exactly one)."""
+    if spec is None:
+        return variants[0]
+    wanted = parse_baseline(spec)
+    matches = [v for v in variants if all(v.jobs[0].overrides.get(k) == val for k, val in wanted.items())]
+    if len(matches) != 1:
+        which = "matches no variant" if not matches else f"matches {len(matches)} variants"
+        raise ConfigError(f"--baseline {spec} {which}; the variants are: "
+                          + "; ".join(v.label for v in variants) + ". Name one of them (k=v[,k2=v2]).")
+    return matches[0]
+
+
+def default_x(variants: list[Variant]) -> str:
+    """FLOPs when the variants' FLOPs per token differ (a bigger model must not look better for spending more),
+    else tokens."""
+    costs = [v.cost for v in variants]
+    if all(costs) and len({c.flops_per_token for c in costs}) > 1:
+        return "flops"
+    return "tokens"
+
+
+def matched_flops(variants: list[Variant]) -> tuple[float | None, list[float | None]]:
+    """The largest training FLOPs every variant reached, and each variant's mean val/loss curve read there."""
+    if not all(v.cost for v in variants):
+        return None, [None] * len(variants)
+    bands = [v.curve("flops") for v in variants]
+    if not all(bands):
+        return None, [None] * len(variants)
+    budget = min(float(b.x[-1]) for b in bands)
+    return budget, [value_at(b, budget) for b in bands]
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _fmt_summary(s: Summary | None, spec: str = ".4f") -> str:
+    if s is None:
+        return "—"
+    return format(s.mean, spec) if s.n == 1 else f"{format(s.mean, spec)} ± {format(s.std, spec)}"
+
+
+def _fmt_diff(c: Comparison | None) -> tuple[str, str]:
+    if c is None:
+        return "baseline", ""
+    if not c.testable:
+        return f"{c.diff:+.4f} (one seed: no test)", "—"
+    return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}" + ("" if c.significant else " (n.s.)")
+
+
+METRIC = "final_val_loss"  # the one compared against the baseline: every variant saw the same tokens by then
+
+
+def comparisons(variants: list[Variant], baseline: Variant, alpha: float) -> list[Comparison | None]:
+    """Each variant's final val/loss against the baseline's; None for the baseline itself."""
+    base = [x for x in baseline.values(METRIC) if x is not None]
+    out: list[Comparison | None] = []
+    for v in variants:
+        mine = [x for x in v.values(METRIC) if x is not None]
+        out.append(None if v is baseline or not base or not mine else compare(base, mine, alpha))
+    return out
+
+
+def variant_table(variants: list[Variant], comps: list[Comparison | None], at_budget: list[float | None],
+                  alpha: float) -> str:
+    level = f"{1 - alpha:.0%}"
+    header = ["variant", "n", "best val/loss", "final val/loss", "best val bpb", "final val bpb", "tokens/s",
+              "parameters", "non-embedding", "FLOPs/token", "val loss @ matched FLOPs",
+              f"Δ final val/loss ({level} CI)", "p (Welch)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for v, comp, at in zip(variants, comps, at_budget):
+        cost = v.cost
+        diff, p = _fmt_diff(comp)
+        row = [v.label, str(len(v.jobs)), _fmt_summary(v.summary("best_val_loss")),
+               _fmt_summary(v.summary("final_val_loss")), _fmt_summary(v.summary("best_val_bpb")),
+               _fmt_summary(v.summary("final_val_bpb")), _fmt_summary(v.summary("tokens_per_sec"), ",.0f"),
+               _fmt(cost and cost.parameters, ","), _fmt(cost and cost.non_embedding, ","),
+               _fmt(cost and cost.flops_per_token, ","), _fmt(at, ".4f"), diff, p]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(jobs: list[JobResult]) -> str:
+    """One row per job, seed included: the raw numbers behind each variant's mean."""
     keys = differing_keys(jobs)
     header = ["job", *keys, "parameters", "best val/loss", "final val/loss", "tokens/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -77,38 +272,62 @@ def markdown_table(jobs: list[JobResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_val_loss(jobs: list[JobResult], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; no display here or on cluster nodes
-    import matplotlib.pyplot as plt
-
-    keys = differing_keys(jobs)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for job in jobs:
-        if job.val_curve:
-            tokens, losses = zip(*job.val_curve)
-            label = ", ".join(f"{k}={job.overrides.get(k, '')}" for k in keys) or job.job_dir.name
-            ax.plot(tokens, losses, marker="o", label=label)
-    ax.set_xlabel("tokens seen")
-    ax.set_ylabel("val/loss (nats per token)")
-    ax.set_title(jobs[0].summary.get("name", "sweep"))
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
-    plt.close(fig)
+def _check_options(x: str | None, band: str, alpha: float) -> None:
+    if x is not None and x not in X_AXES:
+        raise ConfigError(f"--x {x!r} is not one of {', '.join(X_AXES)}.")
+    if band not in BANDS:
+        raise ConfigError(f"--band {band!r} is not one of {', '.join(BANDS)}.")
+    if not 0 < alpha < 1:
+        raise ConfigError(f"--alpha {alpha} must lie strictly between 0 and 1 (e.g. 0.05).")
 
 
-def write_report(sweep_dir: Path) -> tuple[Path, Path]:
+def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
+                 band: str = "minmax") -> tuple[Path, Path]:
+    """Writes ablation_report.md and val_loss.png into the sweep dir."""
+    from gptlab.tools.report_plot import plot_val_loss
+
+    _check_options(x, band, alpha)
     jobs = load_sweep(sweep_dir)
+    variants = group_variants(jobs)
+    base = pick_baseline(variants, baseline)
+    x_axis = x or default_x(variants)
+    if x_axis == "flops" and not all(v.cost for v in variants):
+        broken = [f"{j.job_dir.name} ({j.cost_error})" for j in jobs if j.cost is None]
+        raise ConfigError(f"--x flops needs every job's model from {RESOLVED_CONFIG}; unreadable: "
+                          + ", ".join(broken) + ". Use --x tokens or --x seconds.")
+    comps = comparisons(variants, base, alpha)
+    budget, at_budget = matched_flops(variants)
     table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "val_loss.png"
+    level = f"{1 - alpha:.0%}"
+    name = jobs[0].summary.get("name", "sweep")
+    text = f"# {name}: {sweep_dir}\n\n"
+    keys = [k for k in differing_keys(jobs) if k != SEED_KEY]
+    text += (f"{len(jobs)} jobs in {len(variants)} variants (grouped by {', '.join(keys) or 'nothing'}; "
+             f"seeds are repeats). Baseline: {base.label}"
+             f"{' (--baseline)' if baseline else ' (the first variant; --baseline k=v to choose)'}.\n\n")
+    text += (f"Test: Welch's t-test (two-sided, unequal variances) of final val/loss across seeds against the "
+             f"baseline, at alpha = {alpha}. Δ is the variant's mean minus the baseline's (negative: lower loss), "
+             f"with its {level} confidence interval from Student's t with Welch–Satterthwaite degrees of freedom. "
+             f"A variant with one seed, or compared with a one-seed baseline, gets no test.\n\n")
+    if budget is not None:
+        text += (f"val loss @ matched FLOPs: each variant's mean val/loss curve at {budget:.4g} training FLOPs, "
+                 f"the largest every variant reached (training FLOPs = tokens × FLOPs per token, 3 × forward).\n\n")
+    else:
+        text += "val loss @ matched FLOPs: unavailable (a variant has no val/loss curve or no readable model).\n\n"
+    text += "## Verdicts (final val/loss against the baseline)\n\n"
+    verdicts = [verdict(v.label, c) for v, c in zip(variants, comps) if c is not None]
+    text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
+    text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha)
+    text += "\n## Jobs\n\n" + markdown_table(jobs)
     missing = [p.name for p in sweep_dir.iterdir()
                if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
-    text = f"# {jobs[0].summary.get('name', 'sweep')}: {sweep_dir}\n\n" + markdown_table(jobs)
     if missing:
         text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
-    text += f"\n![val/loss against tokens]({plot_path.name})\n"
+    no_cost = [f"{j.job_dir.name} ({j.cost_error})" for j in jobs if j.cost is None]
+    if no_cost:
+        text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"
+    band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"
+    text += f"\n![val/loss against {X_LABELS[x_axis]}, bands: {band_text}]({plot_path.name})\n"
     atomic_write_text(table_path, text)
-    plot_val_loss(jobs, plot_path)
+    plot_val_loss(variants, x_axis, band, name, plot_path, budget if x_axis == "flops" else None)
     return table_path, plot_path

@@ -1,0 +1,128 @@
+"""The ablation report's statistics: across-seed summaries, Welch's comparison against a baseline, and mean curves.
+
+Kept apart from file reading and plotting so each number the report prints can be checked on plain lists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean and sample standard deviation (ddof=1; 0 for one value) of one metric over a variant's seeds."""
+
+    n: int
+    mean: float
+    std: float
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Summary | None:
+        """None when no seed has the value (e.g. an old run without bpb)."""
+        present = [float(v) for v in values if v is not None]
+        if not present:
+            return None
+        std = float(np.std(present, ddof=1)) if len(present) > 1 else 0.0
+        return cls(len(present), float(np.mean(present)), std)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """variant − baseline. `p` and the CI are None when either side has one seed: no variance, no test."""
+
+    diff: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    dof: float | None = None
+    p: float | None = None
+    alpha: float = 0.05
+
+    @property
+    def testable(self) -> bool:
+        return self.p is not None
+
+    @property
+    def significant(self) -> bool:
+        return self.p is not None and self.p < self.alpha
+
+    @property
+    def half_width(self) -> float | None:
+        return None if self.ci_high is None else (self.ci_high - self.ci_low) / 2
+
+
+def welch_dof(var_a: float, n_a: int, var_b: float, n_b: int) -> float:
+    """Welch–Satterthwaite degrees of freedom of the difference of two means with unequal variances."""
+    sa, sb = var_a / n_a, var_b / n_b
+    return (sa + sb) ** 2 / (sa**2 / (n_a - 1) + sb**2 / (n_b - 1))
+
+
+def compare(baseline: Sequence[float], variant: Sequence[float], alpha: float = 0.05) -> Comparison:
+    """Difference of means with its (1 − alpha) confidence interval (Welch–Satterthwaite dof, Student's t)
+    and Welch's two-sided t-test p-value, the test that does not assume the variants share a variance."""
+    a, b = np.asarray(baseline, dtype=float), np.asarray(variant, dtype=float)
+    diff = float(b.mean() - a.mean())
+    if len(a) < 2 or len(b) < 2:
+        return Comparison(diff, alpha=alpha)
+    var_a, var_b = float(a.var(ddof=1)), float(b.var(ddof=1))
+    se = math.sqrt(var_a / len(a) + var_b / len(b))
+    if se == 0.0:  # every seed gave the same value on both sides: scipy's t is undefined (0/0)
+        return Comparison(diff, diff, diff, None, 1.0 if diff == 0.0 else 0.0, alpha)
+    dof = welch_dof(var_a, len(a), var_b, len(b))
+    half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
+    p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
+    return Comparison(diff, diff - half, diff + half, dof, p, alpha)
+
+
+def verdict(label: str, comparison: Comparison, digits: int = 3) -> str:
+    """One line per variant, e.g. `post: +0.031 ± 0.012 (95% CI), p=0.004, significant`."""
+    diff = f"{comparison.diff:+.{digits}f}"
+    if not comparison.testable:
+        return f"{label}: {diff}, one seed: no test"
+    level = f"{1 - comparison.alpha:.0%}"
+    sig = "significant" if comparison.significant else "not significant"
+    return f"{label}: {diff} ± {comparison.half_width:.{digits}f} ({level} CI), p={comparison.p:.3g}, {sig}"
+
+
+@dataclass(frozen=True)
+class Band:
+    """A variant's curve across seeds on one grid: the mean and what the plot shades (min–max or ±1 std)."""
+
+    x: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n: int
+
+
+def mean_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]], band: str = "minmax") -> Band | None:
+    """Seeds may be evaluated at different x (wall-clock seconds always are): each (x, y) curve is interpolated
+    onto the union of their x points within the range every curve covers, so no seed is extrapolated.
+    None when there is no curve or the ranges do not overlap."""
+    curves = [(np.asarray(x, dtype=float), np.asarray(y, dtype=float)) for x, y in curves if len(x)]
+    if not curves:
+        return None
+    start, end = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
+    if start > end:
+        return None
+    grid = np.unique(np.concatenate([x for x, _ in curves]))
+    grid = grid[(grid >= start) & (grid <= end)]
+    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    mean = ys.mean(axis=0)
+    if band == "std":
+        spread = ys.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros_like(mean)
+        low, high = mean - spread, mean + spread
+    else:
+        low, high = ys.min(axis=0), ys.max(axis=0)
+    return Band(grid, mean, low, high, len(curves))
+
+
+def value_at(band: Band, x: float) -> float | None:
+    """The mean curve read at `x` by linear interpolation; None outside the points it has (no extrapolation)."""
+    if not len(band.x) or x < band.x[0] or x > band.x[-1]:
+        return None
+    return float(np.interp(x, band.x, band.mean))
