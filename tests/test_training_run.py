@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import TINY, compose_tiny, run_script, scalars, train_in_process
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -41,7 +42,7 @@ def _events(run_dir: Path) -> EventAccumulator:
 def test_scalars_are_logged(run_dir: Path) -> None:
     logged = scalars(run_dir)
     expected = {"train/loss", "val/loss", "val/ppl", "lr", "train/grad_norm", "train/tokens_seen",
-                "throughput/tokens_per_sec", "throughput/mfu", "hp/best_val_loss"}
+                "throughput/tokens_per_sec", "throughput/mfu", "hp/best_val_loss", "val/bpb", "hp/best_val_bpb"}
     assert expected <= set(logged)
     # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
     flops_per_token = training_flops_per_token(build_model_config(compose_tiny(run_dir, *RUN).model, 257))["total"]
@@ -68,7 +69,7 @@ def test_text_samples_and_hparams(run_dir: Path) -> None:
 
     content = acc.PluginTagToContent("hparams")
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
-    assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss", "hp/best_val_bpb"]
     hparams = {h.name for h in experiment.hparam_infos}
     expected = {"model.n_layer", "optimizer.lr", "optimizer._target_", "scheduler.warmup_steps", "data.batch_size"}
     assert expected <= hparams
@@ -82,4 +83,29 @@ def test_eval_script_reproduces_the_last_val_loss(run_dir: Path, tmp_path: Path)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["val/loss"] == pytest.approx(last_val, rel=1e-6, abs=1e-6)
     assert result["val/ppl"] == pytest.approx(math.exp(last_val), rel=1e-5)
+    assert result["val/bpb"] == pytest.approx(scalars(run_dir)["val/bpb"][9], rel=1e-5)
     assert json.loads((tmp_path / "eval.json").read_text())["val/loss"] == result["val/loss"]
+    assert json.loads((tmp_path / "eval.json").read_text())["val/bpb"] == result["val/bpb"]
+
+
+def test_val_bpb_counts_the_bytes_of_the_evaluated_targets(run_dir: Path) -> None:
+    """limit_val_batches=2: the bytes are those of the first 2 batches' targets (end-of-text: 0 bytes),
+    not of the whole validation text; run_summary.json has the values at the best and at the final val/loss."""
+    import hydra
+
+    cfg = compose_tiny(run_dir, *RUN)
+    tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
+    datamodule.store.setup(None)
+    windows = cfg.trainer.limit_val_batches * cfg.data.batch_size
+    targets = torch.cat([datamodule.store.val_set[i][1] for i in range(windows)])
+    assert len(datamodule.store.val_set) > windows  # validation really evaluates a subset
+    n_bytes = int((targets != tokenizer.eot_id).sum())
+    logged = scalars(run_dir)
+    for step, loss in logged["val/loss"].items():
+        assert logged["val/bpb"][step] == pytest.approx(loss * len(targets) / (math.log(2) * n_bytes), rel=1e-5)
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    best_step = min(logged["val/loss"], key=logged["val/loss"].get)
+    assert summary["best_val_bpb"] == pytest.approx(logged["val/bpb"][best_step], rel=1e-6)
+    assert summary["final_val_bpb"] == pytest.approx(logged["val/bpb"][9], rel=1e-6)
+    assert logged["hp/best_val_bpb"][9] == pytest.approx(summary["best_val_bpb"], rel=1e-6)

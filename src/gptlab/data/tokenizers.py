@@ -31,6 +31,8 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: list[int]) -> str: ...
 
+    def token_byte_lengths(self) -> np.ndarray: ...
+
 
 def fingerprint(tokenizer: Tokenizer) -> str:
     """A short hash of the tokenizer's behaviour, stored in shard manifests."""
@@ -60,6 +62,12 @@ class ByteTokenizer:
         texts = [pieces[0].astype(np.uint8).tobytes().decode("utf-8", errors="replace")]
         texts += [p[1:].astype(np.uint8).tobytes().decode("utf-8", errors="replace") for p in pieces[1:]]
         return EOT.join(texts)
+
+    def token_byte_lengths(self) -> np.ndarray:
+        """UTF-8 bytes each id stands for: 1 for every byte, 0 for end-of-text (for bits per byte)."""
+        lengths = np.ones(self.vocab_size, dtype=np.int64)
+        lengths[self.eot_id] = 0
+        return lengths
 
 
 def _encoding_specs() -> dict[str, dict]:
@@ -156,3 +164,17 @@ class TiktokenTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._enc.decode(ids)
+
+    def token_byte_lengths(self) -> np.ndarray:
+        """UTF-8 bytes each id stands for (for bits per byte): its bytes in the ranks; 0 for end-of-text and the
+        other special tokens, which are markers and never text of a document, and for ids the encoding leaves
+        unused (cl100k_base has gaps below its n_vocab)."""
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        for i in range(self.vocab_size):
+            if self._enc.is_special_token(i):
+                continue
+            try:
+                lengths[i] = len(self._enc.decode_single_token_bytes(i))
+            except KeyError:  # an unused id
+                continue
+        return lengths

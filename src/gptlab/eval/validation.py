@@ -1,5 +1,5 @@
-"""`evaluate(cfg)`: a checkpoint's validation loss and perplexity, computed by the same validation step as
-training, so the numbers equal the run's own val/loss on the same data and windows."""
+"""`evaluate(cfg)`: a checkpoint's validation loss, perplexity and bits per byte, computed by the same validation
+step as training, so the numbers equal the run's own val/loss and val/bpb on the same data and windows."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import hydra
 import lightning as L
+import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.atomic import atomic_write_text
@@ -39,10 +40,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         cfg.model = hparams["model"]  # data.block_size interpolates ${model.block_size}
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
-    results = trainer.validate(GPTLitModule(model), datamodule=datamodule, verbose=False)[0]
-    metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"]))}
+    module = GPTLitModule(model, token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()))
+    results = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+    metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"])),
+               "val/bpb": float(results["val/bpb"])}
     if trainer.is_global_zero:
-        log.info("%s: val/loss %.6f, val/ppl %.4f", cfg.ckpt_path, metrics["val/loss"], metrics["val/ppl"])
+        log.info("%s: val/loss %.6f, val/ppl %.4f, val/bpb %.6f", cfg.ckpt_path, metrics["val/loss"],
+                 metrics["val/ppl"], metrics["val/bpb"])
         print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))
         atomic_write_text(Path(cfg.paths.output_dir) / "eval.json", json.dumps(metrics, indent=2) + "\n")
     return metrics

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, SumMetric
 
 from gptlab.errors import ConfigError, NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
@@ -38,6 +38,7 @@ class GPTLitModule(L.LightningModule):
         label_smoothing: float = 0.0,
         run_config: Optional[dict[str, Any]] = None,
         nonfinite_check_every: int = 10,
+        token_bytes: Optional[torch.Tensor] = None,
     ) -> None:
         super().__init__()
         self.model = model
@@ -66,6 +67,14 @@ class GPTLitModule(L.LightningModule):
         self.save_hyperparameters(hparams | ({"run": run_config} if run_config else {}))
         self.val_loss = MeanMetric()
         self.best_val_loss = math.inf  # for hp/best_val_loss; kept in checkpoints so it survives a resume
+        # Bits per byte, comparable across tokenizers: the summed NLL (nats) of every evaluated target over ln 2
+        # times the UTF-8 bytes those same targets stand for (`token_bytes[id]`, Tokenizer.token_byte_lengths:
+        # end-of-text counts 0 bytes, its loss is kept). Counted per target, so it is exact for whatever validation
+        # evaluates (limit_val_batches, the window layout, a DDP sampler's padding), never the split's text as a
+        # whole. Not persistent: a table derived from the tokenizer, not state, and old checkpoints lack it.
+        self.register_buffer("token_bytes", token_bytes, persistent=False)
+        self.val_nats, self.val_bytes = SumMetric(), SumMetric()
+        self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (hp/best_val_bpb)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
@@ -158,7 +167,11 @@ class GPTLitModule(L.LightningModule):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
         # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
-        self.val_loss.update(next_token_loss(self.forward_fn(x), y), weight=x.numel())
+        loss = next_token_loss(self.forward_fn(x), y)
+        self.val_loss.update(loss, weight=y.numel())
+        if self.token_bytes is not None:
+            self.val_nats.update(loss * y.numel())
+            self.val_bytes.update(self.token_bytes[y].sum())
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()  # synchronised across ranks
@@ -166,9 +179,19 @@ class GPTLitModule(L.LightningModule):
         # Already reduced over ranks by the metric; sync_dist only keeps Lightning's bookkeeping in step.
         self.log("val/loss", loss, prog_bar=True, sync_dist=True)
         self.log("val/ppl", torch.exp(loss), sync_dist=True)
+        bpb = None
+        if self.token_bytes is not None:
+            bpb = self.val_nats.compute() / (math.log(2) * self.val_bytes.compute())  # both summed over ranks
+            self.val_nats.reset()
+            self.val_bytes.reset()
+            self.log("val/bpb", bpb, sync_dist=True)
         if not self.trainer.sanity_checking:
-            self.best_val_loss = min(self.best_val_loss, float(loss))
-            self.log("hp/best_val_loss", self.best_val_loss)  # the HParams tab's metric (callbacks.hparams)
+            if float(loss) < self.best_val_loss:
+                self.best_val_loss = float(loss)
+                self.best_val_bpb = math.nan if bpb is None else float(bpb)
+            self.log("hp/best_val_loss", self.best_val_loss)  # the HParams tab's metrics (callbacks.hparams)
+            if bpb is not None:
+                self.log("hp/best_val_bpb", self.best_val_bpb)
 
     def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:
@@ -193,6 +216,7 @@ class GPTLitModule(L.LightningModule):
         # Lightning does not save the RNGs; dropout draws from them, so exact resume needs them.
         checkpoint["rng_states"] = rng_states()
         checkpoint["best_val_loss"] = self.best_val_loss
+        checkpoint["best_val_bpb"] = self.best_val_bpb
         if self._step_scalars:
             checkpoint["last_step_scalars"] = {k: float(v) for k, v in self._step_scalars.items()}
 
@@ -200,6 +224,7 @@ class GPTLitModule(L.LightningModule):
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
+        self.best_val_bpb = checkpoint.get("best_val_bpb", math.nan)
         self._scalars_to_relog = checkpoint.get("last_step_scalars")
 
     def on_train_start(self) -> None:

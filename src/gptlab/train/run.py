@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import warnings
@@ -162,6 +163,7 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
         label_smoothing=cfg.label_smoothing,
         run_config=OmegaConf.to_container(cfg, resolve=True),
         nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
+        token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
     )  # model.compile=true: the module compiles the forward that training and validation call
     callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation()]
     smoke_test = bool(cfg.trainer.get("fast_dev_run"))
@@ -208,6 +210,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
     final = trainer.callback_metrics.get("val/loss")
+    final_bpb = trainer.callback_metrics.get("val/bpb")
     candidates = [checkpoint.best_model_score if checkpoint is not None else None, final, previous_best(ckpt_path)]
     candidates = [float(c) for c in candidates if c is not None]
     best = min(candidates) if candidates else None
@@ -218,6 +221,9 @@ def _train(cfg: DictConfig) -> Optional[float]:
             "parameters": model.num_parameters(),
             "best_val_loss": best,
             "final_val_loss": None if final is None else float(final),
+            # val/bpb of the validation that reached best_val_loss (null if that was before this version logged it)
+            "best_val_bpb": None if math.isnan(module.best_val_bpb) else module.best_val_bpb,
+            "final_val_bpb": None if final_bpb is None else float(final_bpb),
             "global_step": trainer.global_step,
             "tokens_per_step": tokens_per_step,
             "tokens_seen": trainer.global_step * tokens_per_step,

@@ -1,4 +1,5 @@
-"""The run's hyperparameters with `hp/best_val_loss`, so TensorBoard's HParams tab lines up the runs of a sweep."""
+"""The run's hyperparameters with `hp/best_val_loss` and `hp/best_val_bpb`, so TensorBoard's HParams tab lines up
+the runs of a sweep."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.tensorboard.summary import hparams
 
-METRIC = "hp/best_val_loss"
+METRICS = ("hp/best_val_loss", "hp/best_val_bpb")  # bpb: at the best val/loss, comparable across tokenizers
 # The parts of the run config that describe the experiment (paths, callbacks and logging do not).
 GROUPS = ("model", "optimizer", "scheduler", "data", "tokenizer", "trainer")
 
@@ -25,15 +26,15 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
 
 
 class HParamsSummary(L.Callback):
-    """At fit start, declares the hyperparameters (the module's `run` hparams) and `hp/best_val_loss` to
-    TensorBoard. The values of that metric are the scalars GPTLitModule logs after each validation."""
+    """At fit start, declares the hyperparameters (the module's `run` hparams) and the METRICS to TensorBoard.
+    The values of those metrics are the scalars GPTLitModule logs after each validation."""
 
     @rank_zero_only
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         run = pl_module.hparams.get("run") or {}
         params = dict(flatten({k: v for k, v in run.items() if k in GROUPS or not isinstance(v, Mapping)}))
         params.pop("ckpt_path", None)
-        summaries = hparams(params, {METRIC: 0.0})  # the value is not written: this only names the metric
+        summaries = hparams(params, dict.fromkeys(METRICS, 0.0))  # the values are not written: this only names them
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does
