@@ -1,5 +1,6 @@
 """`evaluate(cfg)`: a checkpoint's validation loss and perplexity, computed by the same validation step as
-training, so the numbers equal the run's own val/loss on the same data and windows."""
+training, so the numbers equal the run's own val/loss on the same data and windows; and with `tasks`, its
+zero-shot task metrics (gptlab.eval.zeroshot)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
+from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.train.checkpoints import load_model
 from gptlab.train.module import GPTLitModule
 
@@ -35,14 +37,28 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
             f"vocab_size={model.config.vocab_size}; pass the training run's tokenizer=... override."
         )
+    tasks = check_tasks(list(cfg.get("tasks") or []))
+    if not tasks and not cfg.get("val_loss", True):
+        raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
+                          "or val_loss=true.")
+    # Task data first: a missing dataset fails before minutes of validation, not after.
+    examples = load_examples(tasks, cfg.get("task_data"), cfg.get("task_limit")) if tasks else {}
     with open_dict(cfg):
         cfg.model = hparams["model"]  # data.block_size interpolates ${model.block_size}
-    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
-    results = trainer.validate(GPTLitModule(model), datamodule=datamodule, verbose=False)[0]
-    metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"]))}
+    metrics: dict[str, float] = {}
+    if cfg.get("val_loss", True):
+        datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
+        results = trainer.validate(GPTLitModule(model), datamodule=datamodule, verbose=False)[0]
+        metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"]))}
+    if tasks:
+        model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
+        metrics |= evaluate_tasks(model, tokenizer, examples, cfg.get("task_batch_size", 16))
     if trainer.is_global_zero:
-        log.info("%s: val/loss %.6f, val/ppl %.4f", cfg.ckpt_path, metrics["val/loss"], metrics["val/ppl"])
+        if "val/loss" in metrics:
+            log.info("%s: val/loss %.6f, val/ppl %.4f", cfg.ckpt_path, metrics["val/loss"], metrics["val/ppl"])
+        if tasks:
+            print(format_table({k: v for k, v in metrics.items() if not k.startswith("val/")}))
         print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))
         atomic_write_text(Path(cfg.paths.output_dir) / "eval.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
