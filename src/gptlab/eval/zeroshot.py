@@ -62,7 +62,8 @@ def hellaswag_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Examp
     right = right_norm = 0
     for ex in examples:
         lps = [next(scores).logprob for _ in ex.continuations]
-        norm = [lp / max(len(ending.lstrip(" ")), 1) for lp, ending in zip(lps, ex.continuations)]
+        # characters of the ending itself: the continuation minus the one space put before it (lm-eval's length)
+        norm = [lp / max(len(ending) - 1, 1) for lp, ending in zip(lps, ex.continuations)]
         right += max(range(len(lps)), key=lps.__getitem__) == ex.label
         right_norm += max(range(len(norm)), key=norm.__getitem__) == ex.label
     return {"acc": right / len(examples), "acc_norm": right_norm / len(examples)}
