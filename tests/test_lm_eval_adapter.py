@@ -12,18 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import CHECKOUT_ENV, ROOT, train_in_process
+from lm_eval import simple_evaluate  # lm-eval is in the test extra (and the eval extra)
+from lm_eval.api.instance import Instance
+from lm_eval.tasks import TaskManager
 
-pytest.importorskip("lm_eval", reason="lm-eval is the `eval` extra: pip install -e '.[eval]'")
-
-from lm_eval import simple_evaluate  # noqa: E402
-from lm_eval.api.instance import Instance  # noqa: E402
-from lm_eval.tasks import TaskManager  # noqa: E402
-
-from gptlab.data.tokenizers import ByteTokenizer  # noqa: E402
-from gptlab.errors import ConfigError  # noqa: E402
-from gptlab.eval.lm_eval_adapter import GptlabLM  # noqa: E402
-from gptlab.eval.scoring import score_pairs, score_texts  # noqa: E402
-from gptlab.eval.zeroshot import evaluate_tasks, load_examples  # noqa: E402
+from gptlab.data.tokenizers import ByteTokenizer
+from gptlab.errors import ConfigError
+from gptlab.eval.lm_eval_adapter import GptlabLM
+from gptlab.eval.scoring import score_pairs, score_texts
+from gptlab.eval.zeroshot import evaluate_tasks, load_examples
 
 FIXTURES = ROOT / "tests" / "fixtures" / "zeroshot"
 TASKS_DIR = FIXTURES / "lm_eval_tasks"

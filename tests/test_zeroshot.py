@@ -132,7 +132,7 @@ def test_limit_and_data_errors_name_the_task_and_what_to_do(tmp_path: Path) -> N
         load_examples(["lambada"], {"lambada": "/no/such.jsonl"})
     # conftest sets HF_HUB_OFFLINE=1: the Hub is out of reach, as on an air-gapped machine
     with pytest.raises(ConfigError, match=r"task 'hellaswag': could not read the Hugging Face Hub dataset "
-                                          r"'Rowan/hellaswag'.*task_data.hellaswag=.*no network"):
+                                          r"'Rowan/hellaswag'.*task_data.hellaswag=.*without a network"):
         load_examples(["hellaswag"])
     with pytest.raises(ConfigError, match="limit=0 must be a positive number"):
         load_examples(["lambada"], {"lambada": str(LAMBADA)}, limit=0)

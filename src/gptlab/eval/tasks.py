@@ -70,7 +70,7 @@ def load_rows(task: str, source: str, limit: Optional[int] = None) -> list[dict[
         raise ConfigError(
             f"task {task!r}: could not read {where} ({type(err).__name__}: {reason}). "
             f"Give {field}=<a .jsonl file, or a dir of them, in the schema of {HUB[task].dataset}>"
-            + ("" if local else " (no network, or HF_HUB_OFFLINE=1: download it once where there is one)") + "."
+            + ("" if local else "; without a network (or with HF_HUB_OFFLINE=1) only a local copy can be read") + "."
         ) from err
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))

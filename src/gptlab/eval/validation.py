@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
+    tasks = check_tasks(list(cfg.tasks))
+    if not tasks and not cfg.val_loss:
+        raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
+                          "or val_loss=true.")
     model, hparams = load_model(cfg.ckpt_path)
     trained_tokenizer = (hparams.get("run") or {}).get("tokenizer")
     tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
@@ -37,23 +41,19 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
             f"vocab_size={model.config.vocab_size}; pass the training run's tokenizer=... override."
         )
-    tasks = check_tasks(list(cfg.get("tasks") or []))
-    if not tasks and not cfg.get("val_loss", True):
-        raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
-                          "or val_loss=true.")
     # Task data first: a missing dataset fails before minutes of validation, not after.
-    examples = load_examples(tasks, cfg.get("task_data"), cfg.get("task_limit")) if tasks else {}
+    examples = load_examples(tasks, cfg.task_data, cfg.task_limit) if tasks else {}
     with open_dict(cfg):
         cfg.model = hparams["model"]  # data.block_size interpolates ${model.block_size}
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
     metrics: dict[str, float] = {}
-    if cfg.get("val_loss", True):
+    if cfg.val_loss:
         datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
         results = trainer.validate(GPTLitModule(model), datamodule=datamodule, verbose=False)[0]
         metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"]))}
     if tasks:
         model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
-        metrics |= evaluate_tasks(model, tokenizer, examples, cfg.get("task_batch_size", 16))
+        metrics |= evaluate_tasks(model, tokenizer, examples, cfg.task_batch_size)
     if trainer.is_global_zero:
         if "val/loss" in metrics:
             log.info("%s: val/loss %.6f, val/ppl %.4f", cfg.ckpt_path, metrics["val/loss"], metrics["val/ppl"])
