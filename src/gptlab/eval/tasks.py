@@ -46,13 +46,13 @@ def _json_files(path: Path) -> list[str]:
     return [str(path)]
 
 
-def load_rows(task: str, source: str, limit: Optional[int] = None) -> list[dict[str, Any]]:
+def load_rows(task: str, source: str, limit: Optional[int] = None, field: str = "task_data") -> list[dict[str, Any]]:
     """The first `limit` rows (all if None) of a task's data: a local .jsonl/.json file or a dir of them, else the
     Hub dataset named `source` (the task's config and split). Any failure is one ConfigError naming the task, the
-    source and what to do."""
+    source and what to do (set `<field>.<task>`)."""
     import datasets
 
-    field = f"task_data.{task}"
+    field = f"{field}.{task}"
     local = _looks_local(source)
     try:
         if local:
@@ -102,14 +102,14 @@ def hellaswag_example(row: dict[str, Any]) -> Example:
     return Example(_clean_hellaswag(ctx), [" " + _clean_hellaswag(e) for e in row["endings"]], int(row["label"]))
 
 
-def task_examples(task: str, source: str, limit: Optional[int] = None) -> list[Example]:
+def task_examples(task: str, source: str, limit: Optional[int] = None, field: str = "task_data") -> list[Example]:
     """A task's examples, read from `source` (see `load_rows`); a row missing a field is a ConfigError."""
     make = {"lambada": lambada_example, "hellaswag": hellaswag_example}[task]
     examples = []
-    for i, row in enumerate(load_rows(task, source, limit)):
+    for i, row in enumerate(load_rows(task, source, limit, field)):
         try:
             examples.append(make(row))
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"task {task!r}: row {i} of {source!r} does not have the fields of "
-                              f"{HUB[task].dataset} ({type(err).__name__}: {err}); fix task_data.{task}.") from err
+                              f"{HUB[task].dataset} ({type(err).__name__}: {err}); fix {field}.{task}.") from err
     return examples

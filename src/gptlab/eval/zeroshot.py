@@ -35,13 +35,15 @@ def check_tasks(tasks: Sequence[str], field: str = "tasks") -> list[str]:
     return list(tasks)
 
 
-def load_examples(tasks: Sequence[str], data: Optional[Mapping[str, str]] = None,
-                  limit: Optional[int] = None) -> dict[str, list[Example]]:
-    """Each task's examples from `data[task]` (a Hub dataset name or a local path; default: the Hub dataset)."""
+def load_examples(tasks: Sequence[str], data: Optional[Mapping[str, str]] = None, limit: Optional[int] = None,
+                  field: str = "task_data") -> dict[str, list[Example]]:
+    """Each task's examples from `data[task]` (a Hub dataset name or a local path; default: the Hub dataset).
+    `field` is the config key of `data`, for the error messages."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(f"limit={limit!r} must be a positive number of examples, or null for all.")
+        raise ConfigError(f"the example limit {limit!r} (task_limit, callbacks.zero_shot.limit) must be a positive "
+                          "number of examples, or null for all.")
     data = {**DEFAULT_DATA, **(data or {})}
-    return {task: task_examples(task, str(data[task]), limit) for task in check_tasks(tasks)}
+    return {task: task_examples(task, str(data[task]), limit, field) for task in check_tasks(tasks)}
 
 
 def lambada_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Example],
