@@ -7,6 +7,7 @@ import json
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from gptlab.eval.tasks import hellaswag_example, task_examples
 from gptlab.eval.validation import evaluate
 from gptlab.eval.zeroshot import evaluate_tasks, hellaswag_metrics, lambada_metrics, load_examples
 from gptlab.model import GPT, GPTConfig
+from gptlab.train.callbacks import ZeroShotEval
 from gptlab.train.checkpoints import load_model
 
 FIXTURES = ROOT / "tests" / "fixtures" / "zeroshot"
@@ -145,7 +147,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
     train_in_process(out, "model.block_size=128", "trainer.max_steps=4", "trainer.val_check_interval=4",
                      "callbacks.zero_shot.tasks=[lambada]", "callbacks.zero_shot.every_n_steps=2",
-                     "callbacks.zero_shot.limit=5", f"+callbacks.zero_shot.data.lambada={LAMBADA}")
+                     "callbacks.zero_shot.limit=5", f"callbacks.zero_shot.data.lambada={LAMBADA}")
     return out
 
 
@@ -197,3 +199,19 @@ def test_eval_tasks_only_and_bad_names(run_dir: Path, tmp_path: Path) -> None:
         evaluate(compose_config([*base, "tasks=[lambda]"], config_name="eval"))
     with pytest.raises(ConfigError, match="leaves nothing to evaluate"):
         evaluate(compose_config([*base, "val_loss=false"], config_name="eval"))
+
+
+def test_callback_is_off_without_tasks_and_checks_its_settings() -> None:
+    off = ZeroShotEval()  # the default config: tasks=[]
+    trainer = SimpleNamespace(global_step=500)  # nothing else: an off callback must touch nothing
+    off.on_fit_start(trainer, None)
+    off.on_train_batch_end(trainer, None, None, None, 0)
+    assert off._examples == {}
+    with pytest.raises(ConfigError, match=r"callbacks.zero_shot.tasks=\['lambda'\] has unknown task"):
+        ZeroShotEval(tasks=["lambda"])
+    with pytest.raises(ConfigError, match="callbacks.zero_shot.limit=0 must be a positive"):
+        ZeroShotEval(tasks=["lambada"], limit=0)
+    with pytest.raises(ConfigError, match="callbacks.zero_shot.every_n_steps=0 must be a positive integer"):
+        ZeroShotEval(tasks=["lambada"], every_n_steps=0)
+    with pytest.raises(ConfigError, match=r"callbacks.zero_shot.data=\['lambada', 'piqa'\] has unknown task"):
+        ZeroShotEval(tasks=["lambada"], data={"lambada": "x.jsonl", "piqa": "y.jsonl"})

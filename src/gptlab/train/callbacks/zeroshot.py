@@ -30,8 +30,11 @@ class ZeroShotEval(L.Callback):
         for name, value in [("every_n_steps", every_n_steps), ("batch_size", batch_size)]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"callbacks.zero_shot.{name}={value!r} must be a positive integer.")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"callbacks.zero_shot.limit={limit!r} must be a positive number of examples, or null.")
         self.every_n_steps, self.limit, self.batch_size = every_n_steps, limit, batch_size
         self.data = dict(data or {})
+        check_tasks(list(self.data), "callbacks.zero_shot.data")
         self._examples: dict[str, list[Example]] = {}
         self._last_step = -1
 
