@@ -74,10 +74,12 @@ def score_pairs(model: GPT, pairs: Sequence[Pair], batch_size: int = 16) -> list
             for r, i in enumerate(rows):
                 ids = inputs[i][0]
                 idx[r, :len(ids)] = torch.tensor(ids)
-            logprobs = model(idx.to(device))[..., :vocab].float().log_softmax(dim=-1)
+            logits = model(idx.to(device))
             for r, i in enumerate(rows):
                 ids, n = inputs[i]
-                rows_lp = logprobs[r, len(ids) - n:len(ids)]  # the positions that predict the continuation
+                # Only the positions that predict the continuation are normalised: a (batch, T, vocab) float copy
+                # of the logits would be GBs for a 50k vocabulary.
+                rows_lp = logits[r, len(ids) - n:len(ids), :vocab].float().log_softmax(dim=-1)
                 want = torch.tensor(targets[i], device=rows_lp.device)
                 token_lp = rows_lp.gather(-1, want[:, None]).squeeze(-1)
                 greedy = bool((rows_lp.argmax(dim=-1) == want).all())
