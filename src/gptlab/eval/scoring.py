@@ -61,7 +61,6 @@ def score_pairs(model: GPT, pairs: Sequence[Pair], batch_size: int = 16) -> list
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     inputs = [fit_to_block(pair, model.config.block_size) for pair in pairs]
-    targets = [(pair[0] + pair[1])[-n:] for pair, (_, n) in zip(pairs, inputs)]
     order = sorted(range(len(pairs)), key=lambda i: -len(inputs[i][0]))
     scores: list[Optional[Score]] = [None] * len(pairs)
     was_training = model.training
@@ -75,15 +74,18 @@ def score_pairs(model: GPT, pairs: Sequence[Pair], batch_size: int = 16) -> list
                 ids = inputs[i][0]
                 idx[r, :len(ids)] = torch.tensor(ids)
             logits = model(idx.to(device))
+            sums, greedy = [], []
             for r, i in enumerate(rows):
                 ids, n = inputs[i]
                 # Only the positions that predict the continuation are normalised: a (batch, T, vocab) float copy
                 # of the logits would be GBs for a 50k vocabulary.
-                rows_lp = logits[r, len(ids) - n:len(ids), :vocab].float().log_softmax(dim=-1)
-                want = torch.tensor(targets[i], device=rows_lp.device)
-                token_lp = rows_lp.gather(-1, want[:, None]).squeeze(-1)
-                greedy = bool((rows_lp.argmax(dim=-1) == want).all())
-                scores[i] = Score(float(token_lp.sum()), n, greedy)
+                logprobs = logits[r, len(ids) - n:len(ids), :vocab].float().log_softmax(dim=-1)
+                want = torch.tensor(pairs[i][1], device=device)
+                sums.append(logprobs.gather(-1, want[:, None]).sum())
+                greedy.append((logprobs.argmax(dim=-1) == want).all())
+            # one transfer per batch, not two per row (each a GPU sync)
+            for i, logprob, is_greedy in zip(rows, torch.stack(sums).tolist(), torch.stack(greedy).tolist()):
+                scores[i] = Score(logprob, inputs[i][1], is_greedy)
     finally:
         model.train(was_training)
     return scores  # type: ignore[return-value]
