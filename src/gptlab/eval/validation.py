@@ -53,7 +53,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"]))}
     if tasks:
         model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
-        metrics |= evaluate_tasks(model, tokenizer, examples, cfg.task_batch_size)
+        with trainer.precision_plugin.forward_context():  # trainer.precision, as for val/loss
+            metrics |= evaluate_tasks(model, tokenizer, examples, cfg.task_batch_size)
     if trainer.is_global_zero:
         if "val/loss" in metrics:
             log.info("%s: val/loss %.6f, val/ppl %.4f", cfg.ckpt_path, metrics["val/loss"], metrics["val/ppl"])
