@@ -44,6 +44,10 @@ NOT_RUNNABLE = {
     "python -m pytest": "the test suite itself",
     "scripts/fault_drill.py": "kills runs for minutes; tests/test_fault_drill.py runs it (20 kills: -m slow)",
     "scripts/preemption_drill.py": "27 DDP jobs, minutes; tests/test_preemption.py runs five of them (all: -m slow)",
+    "tasks=[lambada,hellaswag]": "reads LAMBADA and HellaSwag from the Hugging Face hub (network); "
+                                 "tests/test_zeroshot.py runs eval.py on local copies",
+    "gptlab.eval.lm_eval_adapter": "lm-eval's tasks read their datasets from the Hugging Face hub (network); "
+                                   "tests/test_lm_eval_adapter.py runs the command on a local task",
 }
 DRY_FORM = {"trainer.devices=8": "trainer.devices=8"}  # without 8 GPUs: exit 2 with this in the message
 

@@ -1,5 +1,6 @@
 """`evaluate(cfg)`: a checkpoint's validation loss, perplexity and bits per byte, computed by the same validation
-step as training, so the numbers equal the run's own val/loss and val/bpb on the same data and windows."""
+step as training, so the numbers equal the run's own val/loss and val/bpb on the same data and windows; and with
+`tasks`, its zero-shot task metrics (gptlab.eval.zeroshot)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
+from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.train.checkpoints import load_model
 from gptlab.train.module import GPTLitModule
 
@@ -22,6 +24,10 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
+    tasks = check_tasks(list(cfg.tasks))
+    if not tasks and not cfg.val_loss:
+        raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
+                          "or val_loss=true.")
     model, hparams = load_model(cfg.ckpt_path)
     trained_tokenizer = (hparams.get("run") or {}).get("tokenizer")
     tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
@@ -36,17 +42,28 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
             f"vocab_size={model.config.vocab_size}; pass the training run's tokenizer=... override."
         )
+    # Task data first: a missing dataset fails before minutes of validation, not after.
+    examples = load_examples(tasks, cfg.task_data, cfg.task_limit) if tasks else {}
     with open_dict(cfg):
         cfg.model = hparams["model"]  # data.block_size interpolates ${model.block_size}
-    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
-    module = GPTLitModule(model, token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()))
-    results = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
-    metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"])),
-               "val/bpb": float(results["val/bpb"])}
+    metrics: dict[str, float] = {}
+    if cfg.val_loss:
+        datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
+        module = GPTLitModule(model, token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()))
+        results = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+        metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"])),
+                   "val/bpb": float(results["val/bpb"])}
+    if tasks:
+        model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
+        with trainer.precision_plugin.forward_context():  # trainer.precision, as for val/loss
+            metrics |= evaluate_tasks(model, tokenizer, examples, cfg.task_batch_size)
     if trainer.is_global_zero:
-        log.info("%s: val/loss %.6f, val/ppl %.4f, val/bpb %.6f", cfg.ckpt_path, metrics["val/loss"],
-                 metrics["val/ppl"], metrics["val/bpb"])
+        if "val/loss" in metrics:
+            log.info("%s: val/loss %.6f, val/ppl %.4f, val/bpb %.6f", cfg.ckpt_path, metrics["val/loss"],
+                     metrics["val/ppl"], metrics["val/bpb"])
+        if tasks:
+            print(format_table({k: v for k, v in metrics.items() if not k.startswith("val/")}))
         print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))
         atomic_write_text(Path(cfg.paths.output_dir) / "eval.json", json.dumps(metrics, indent=2) + "\n")
     return metrics

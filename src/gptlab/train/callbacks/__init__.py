@@ -7,8 +7,9 @@ from gptlab.train.callbacks.rank_consistency import RankConsistencyCheck
 from gptlab.train.callbacks.samples import TextSamples
 from gptlab.train.callbacks.stability import StabilityProbes
 from gptlab.train.callbacks.throughput import TokenThroughput
+from gptlab.train.callbacks.zeroshot import ZeroShotEval
 
 __all__ = [
     "HParamsSummary", "LossSpikeGuard", "PreemptionCheckpoint", "RankConsistencyCheck", "StabilityProbes",
-    "TextSamples", "TokenThroughput",
+    "TextSamples", "TokenThroughput", "ZeroShotEval",
 ]

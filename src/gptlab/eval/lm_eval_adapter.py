@@ -1,0 +1,131 @@
+"""A gptlab checkpoint as an lm-evaluation-harness model (`pip install -e ".[eval]"`, lm-eval 0.4.13).
+
+    python -m gptlab.eval.lm_eval_adapter --model_args ckpt_path=<run dir or .ckpt> --tasks lambada_openai
+
+lm-eval knows only the models it imports itself (its registry has no plugin entry points in 0.4.13), so this
+module registers "gptlab" and then runs lm-eval's own command line; every lm-eval flag works (`--model gptlab`
+is added when absent). In Python: `import gptlab.eval.lm_eval_adapter` and pass `model="gptlab"` to
+`lm_eval.simple_evaluate`, or an instance of `GptlabLM`.
+
+Log-likelihoods come from gptlab.eval.scoring, the scorer of eval.py's tasks, so both give the same numbers;
+generation is greedy through the model's own `generate`. model_args: ckpt_path (required), tokenizer (bytes,
+gpt2, r50k_base, cl100k_base; default: the one the checkpoint was trained with), ranks_file; lm-eval's
+--batch_size (a number; "auto" means 16) and --device (default: cuda if available, else cpu) apply too.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import lm_eval.models  # noqa: F401  lm-eval's own models stay known once "gptlab" is registered
+import torch
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+from gptlab.cli import user_errors_exit
+from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
+from gptlab.errors import ConfigError
+from gptlab.eval.scoring import score_pairs, score_texts
+from gptlab.train.checkpoints import load_model
+
+GENERATION_CHUNK = 32  # new tokens per generate() call between checks for a stop string
+
+
+def checkpoint_tokenizer(hparams: dict[str, Any], name: Optional[str] = None,
+                         ranks_file: Optional[str] = None) -> Tokenizer:
+    """The tokenizer named by model_args, else the one recorded in the checkpoint's run config."""
+    if name is not None:
+        return ByteTokenizer() if name == "bytes" else TiktokenTokenizer(name, ranks_file)
+    recorded = (hparams.get("run") or {}).get("tokenizer")
+    if recorded is None:
+        raise ConfigError("the checkpoint records no tokenizer; pass model_args tokenizer=bytes (or gpt2, r50k_base, "
+                          "cl100k_base) as in the training run.")
+    import hydra
+
+    return hydra.utils.instantiate(recorded)
+
+
+@register_model("gptlab")
+class GptlabLM(LM):
+    """loglikelihood, loglikelihood_rolling and generate_until for a gptlab GPT of any variant."""
+
+    def __init__(self, ckpt_path: str, tokenizer: Optional[str] = None, ranks_file: Optional[str] = None,
+                 batch_size: Any = 16, device: Optional[str] = None, **_: Any) -> None:
+        super().__init__()
+        self.model, hparams = load_model(ckpt_path)
+        self.tokenizer = checkpoint_tokenizer(hparams, tokenizer, ranks_file)
+        if self.tokenizer.vocab_size > self.model.config.vocab_size:
+            raise ConfigError(f"tokenizer {self.tokenizer.name} has {self.tokenizer.vocab_size} ids, more than the "
+                              f"model's vocab_size={self.model.config.vocab_size}; pass the training run's tokenizer.")
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(device).eval()
+        self._device = torch.device(device)
+        # lm-eval passes batch_size as given on its command line: a number, or "auto" (taken as the default here)
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.name
+
+    def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        scores = score_texts(self.model, self.tokenizer, [tuple(r.args) for r in requests], self.batch_size)
+        return [(s.logprob, s.greedy) for s in scores]
+
+    def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
+        """Each text's log-likelihood after end-of-text, in windows of block_size tokens, each token scored once
+        with as much context as fits (lm-eval's rolling windows)."""
+        block, eot = self.model.config.block_size, self.tokenizer.eot_id
+        owners, pairs = [], []
+        for i, request in enumerate(requests):
+            for window in get_rolling_token_windows(self.tokenizer.encode(request.args[0]), eot, block, 1):
+                context, continuation = make_disjoint_window(window)
+                owners.append(i)
+                pairs.append((list(context), list(continuation)))
+        totals = [0.0] * len(requests)
+        for i, score in zip(owners, score_pairs(self.model, pairs, self.batch_size)):
+            totals[i] += score.logprob
+        return totals
+
+    def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        """Greedy continuations, one request at a time (the model takes no left padding), cut before the first
+        stop string of `until` and at end-of-text, at most `max_gen_toks` tokens."""
+        return [self._generate(context, dict(kwargs)) for context, kwargs in (r.args for r in requests)]
+
+    def _generate(self, context: str, kwargs: dict[str, Any]) -> str:
+        until = kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        max_new = int(kwargs.get("max_gen_toks", 256))
+        ids = self.tokenizer.encode(context) or [self.tokenizer.eot_id]
+        idx = torch.tensor([ids[-self.model.config.block_size:]], device=self._device)
+        new: list[int] = []
+        text = ""
+        while len(new) < max_new:
+            out = self.model.generate(idx, min(GENERATION_CHUNK, max_new - len(new)), temperature=0.0,
+                                      eos_token_id=self.tokenizer.eot_id)
+            chunk = out[0, idx.shape[1]:].tolist()
+            ended = self.tokenizer.eot_id in chunk
+            new += chunk[:chunk.index(self.tokenizer.eot_id)] if ended else chunk
+            text = self.tokenizer.decode(new)
+            if ended or any(stop in text for stop in until):
+                break
+            idx = out
+        cut = min((text.index(stop) for stop in until if stop in text), default=len(text))
+        return text[:cut]
+
+
+@user_errors_exit  # a bad ckpt_path or tokenizer is one message, exit 2
+def main(argv: Optional[list[str]] = None) -> None:
+    """lm-eval's command line with this module's "gptlab" model registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--model" not in args:
+        args += ["--model", "gptlab"]
+    sys.argv = [sys.argv[0], *args]
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

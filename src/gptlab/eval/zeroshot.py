@@ -1,0 +1,97 @@
+"""Zero-shot LAMBADA and HellaSwag, as in the GPT-2 and GPT-3 papers, for any gptlab GPT.
+
+Metrics (keys `<task>/<metric>`):
+- lambada/acc: share of passages whose last word the model continues greedily: the argmax at every token of
+  " " + last word, given the passage before it, is that token.
+- lambada/ppl: per-token perplexity of the last word, exp(total NLL / total target tokens) (GPT-2 paper).
+- lambada/word_ppl: per-word perplexity, exp(mean over passages of the word's summed NLL); lm-eval's `perplexity`.
+- hellaswag/acc: share of items whose right ending has the highest summed log-probability.
+- hellaswag/acc_norm: the same with each sum divided by the ending's length in characters (without the space
+  before it), as lm-eval's acc_norm.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional, Sequence
+
+from gptlab.data.tokenizers import Tokenizer
+from gptlab.errors import ConfigError
+from gptlab.eval.scoring import score_texts
+from gptlab.eval.tasks import DEFAULT_DATA, Example, task_examples
+from gptlab.model import GPT
+
+TASKS = tuple(DEFAULT_DATA)
+
+
+def check_tasks(tasks: Sequence[str], field: str = "tasks") -> list[str]:
+    """The task names as a list; an unknown one is a ConfigError listing the known tasks."""
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ConfigError(f"{field}={list(tasks)} has unknown task(s) {unknown}; the known tasks are: "
+                          f"{', '.join(TASKS)}.")
+    return list(tasks)
+
+
+def load_examples(tasks: Sequence[str], data: Optional[Mapping[str, str]] = None, limit: Optional[int] = None,
+                  field: str = "task_data") -> dict[str, list[Example]]:
+    """Each task's examples from `data[task]` (a Hub dataset name or a local path; default: the Hub dataset).
+    `field` is the config key of `data`, for the error messages."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"the example limit {limit!r} (task_limit, callbacks.zero_shot.limit) must be a positive "
+                          "number of examples, or null for all.")
+    data = {**DEFAULT_DATA, **(data or {})}
+    return {task: task_examples(task, str(data[task]), limit, field) for task in check_tasks(tasks)}
+
+
+def lambada_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Example],
+                    batch_size: int = 16) -> dict[str, float]:
+    scores = score_texts(model, tokenizer, [(ex.context, ex.continuations[0]) for ex in examples], batch_size)
+    nll = -sum(s.logprob for s in scores)
+    return {
+        "acc": sum(s.greedy for s in scores) / len(scores),
+        "ppl": math.exp(nll / sum(s.n_tokens for s in scores)),
+        "word_ppl": math.exp(nll / len(scores)),
+    }
+
+
+def hellaswag_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Example],
+                      batch_size: int = 16) -> dict[str, float]:
+    requests = [(ex.context, ending) for ex in examples for ending in ex.continuations]
+    scores = iter(score_texts(model, tokenizer, requests, batch_size))
+    right = right_norm = 0
+    for ex in examples:
+        lps = [next(scores).logprob for _ in ex.continuations]
+        # characters of the ending itself: the continuation minus the one space put before it (lm-eval's length)
+        norm = [lp / max(len(ending) - 1, 1) for lp, ending in zip(lps, ex.continuations)]
+        right += max(range(len(lps)), key=lps.__getitem__) == ex.label
+        right_norm += max(range(len(norm)), key=norm.__getitem__) == ex.label
+    return {"acc": right / len(examples), "acc_norm": right_norm / len(examples)}
+
+
+METRICS = {"lambada": lambada_metrics, "hellaswag": hellaswag_metrics}
+
+
+def evaluate_tasks(model: GPT, tokenizer: Tokenizer, examples: Mapping[str, Sequence[Example]],
+                   batch_size: int = 16) -> dict[str, float]:
+    """`<task>/<metric>` for every task, plus `<task>/n`, the number of examples scored (on the model's device)."""
+    results: dict[str, float] = {}
+    for task, items in examples.items():
+        if not items:
+            raise ConfigError(f"task {task!r} has no examples; check task_data.{task}.")
+        metrics = METRICS[task](model, tokenizer, items, batch_size)
+        results |= {f"{task}/{name}": value for name, value in metrics.items()} | {f"{task}/n": len(items)}
+    return results
+
+
+def format_table(results: Mapping[str, float]) -> str:
+    """One line per task: its metrics and the number of examples."""
+    tasks = dict.fromkeys(key.split("/")[0] for key in results)
+    lines = [f"{'task':<10} {'n':>6}  metrics"]
+    for task in tasks:
+        metrics = [f"{k.split('/', 1)[1]} {v:.4f}" for k, v in results.items()
+                   if k.startswith(task + "/") and not k.endswith("/n")]
+        lines.append(f"{task:<10} {int(results[task + '/n']):>6}  " + "  ".join(metrics))
+    return "\n".join(lines)
