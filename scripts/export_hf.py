@@ -24,10 +24,10 @@ def main(cfg: DictConfig) -> None:
     tokenizer_cfg = cfg.get("tokenizer") or (hparams.get("run") or {}).get("tokenizer")
     if tokenizer_cfg is None:
         raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add tokenizer=<name>.")
-    tokenizer = hydra.utils.instantiate(OmegaConf.create(tokenizer_cfg) if isinstance(tokenizer_cfg, dict)
-                                        else tokenizer_cfg)
+    tokenizer_cfg = OmegaConf.to_container(OmegaConf.create(tokenizer_cfg), resolve=True)
+    tokenizer = hydra.utils.instantiate(tokenizer_cfg)
     model.save_pretrained(cfg.out)
-    export_tokenizer(tokenizer, Path(cfg.out))
+    export_tokenizer(tokenizer, Path(cfg.out), tokenizer_cfg)
     print(f"wrote {cfg.out} ({model.num_parameters():,} parameters, {model.config.norm}-LN, tokenizer "
           f"{tokenizer.name}, end-of-text id {tokenizer.eot_id})")
 

@@ -45,6 +45,11 @@ def test_export_hf_script_writes_a_directory_transformers_loads(run_dir: Path, t
     x = torch.randint(0, 257, (2, 32))
     with torch.no_grad():
         assert (model(x) - hf(x).logits).abs().max().item() <= 1e-5
+    # The export records the run's tokenizer: sample.py needs no tokenizer= for it, nor for a run dir.
+    greedy = ["prompt=Hi there", "temperature=0", "max_new_tokens=8", "stop_at_eot=false"]
+    from_export = sample(SAMPLE([f"ckpt_path={tmp_path / 'hf'}", *greedy]))
+    assert from_export == sample(SAMPLE([f"ckpt_path={run_dir}", *greedy]))
+    assert from_export == sample(SAMPLE([f"ckpt_path={ckpt}", *greedy]))
 
 
 def test_sample_from_checkpoint_and_hf_dir_agree(run_dir: Path, tmp_path: Path) -> None:
@@ -52,7 +57,7 @@ def test_sample_from_checkpoint_and_hf_dir_agree(run_dir: Path, tmp_path: Path) 
     model = load_model(ckpt)[0]
     model.save_pretrained(tmp_path / "hf")
     greedy = ["temperature=0", "max_new_tokens=12", "stop_at_eot=false"]
-    # the checkpoint finds its tokenizer (bytes) in the run's config_resolved.yaml
+    # the checkpoint records its tokenizer (bytes)
     from_ckpt = sample(SAMPLE([f"ckpt_path={ckpt}", "prompt=Hi there", *greedy]))
     expected = model.generate(torch.tensor([list(b"Hi there")]), 12, temperature=0)[0].tolist()
     assert from_ckpt == [bytes(expected).decode("utf-8", errors="replace")]

@@ -12,7 +12,7 @@ import base64
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from gptlab.atomic import atomic_write_text
 from gptlab.data.tokenizers import EOT, ByteTokenizer
@@ -46,9 +46,12 @@ def tiktoken_tokenizer_object(tokenizer: Any) -> Any:
                                  extra_special_tokens=enc._special_tokens).converted()
 
 
-def export_tokenizer(tokenizer: Any, out: Path) -> None:
+GPTLAB_TOKENIZER_KEY = "gptlab_tokenizer"  # in config.json: gptlab's own tokenizer config, for src/sample.py
+
+
+def export_tokenizer(tokenizer: Any, out: Path, tokenizer_cfg: Optional[dict] = None) -> None:
     """Write tokenizer.json and tokenizer_config.json into `out`, and set bos/eos/pad in config.json to the
-    tokenizer's end-of-text id."""
+    tokenizer's end-of-text id; `tokenizer_cfg` (gptlab's config of it) is recorded there for sample.py."""
     from transformers import PreTrainedTokenizerFast
 
     obj = byte_tokenizer_object() if isinstance(tokenizer, ByteTokenizer) else tiktoken_tokenizer_object(tokenizer)
@@ -58,7 +61,17 @@ def export_tokenizer(tokenizer: Any, out: Path) -> None:
     config_path = out / CONFIG_FILE
     config = json.loads(config_path.read_text())
     config.update(bos_token_id=tokenizer.eot_id, eos_token_id=tokenizer.eot_id)
+    if tokenizer_cfg is not None:
+        config[GPTLAB_TOKENIZER_KEY] = tokenizer_cfg
     atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
+
+
+def read_exported_tokenizer(directory: Path) -> Optional[dict]:
+    """The gptlab tokenizer config export_tokenizer recorded in a directory's config.json (None: none recorded)."""
+    try:
+        return json.loads((directory / CONFIG_FILE).read_text()).get(GPTLAB_TOKENIZER_KEY)
+    except (OSError, ValueError):
+        return None
 
 
 def _block_size(out: Path) -> int:

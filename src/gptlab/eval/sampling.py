@@ -10,8 +10,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
+from gptlab.eval.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
-from gptlab.run_dir import RESOLVED_CONFIG
 from gptlab.train.checkpoints import load_model as load_checkpoint_model
 from gptlab.train.checkpoints import resolve_checkpoint
 
@@ -20,29 +20,24 @@ def is_hf_directory(path: str) -> bool:
     return (Path(path) / "config.json").is_file()
 
 
-def load_model(path: str) -> GPT:
-    """A directory with config.json is a Hugging Face model; a file is a Lightning checkpoint written by src/train.py,
-    and another directory a run dir (its newest checkpoint that loads)."""
+def load_model(path: str) -> tuple[GPT, Any]:
+    """The model and the tokenizer config it was trained with (None if not recorded). A directory with config.json
+    is a Hugging Face model (scripts/export_hf.py records the tokenizer there); a file is a checkpoint written by
+    src/train.py, and another directory a run dir (its newest checkpoint that loads)."""
     if is_hf_directory(path):
-        return GPT.from_pretrained(Path(path))
-    return load_checkpoint_model(path)[0]
+        return GPT.from_pretrained(Path(path)), read_exported_tokenizer(Path(path))
+    model, hparams = load_checkpoint_model(path)
+    return model, (hparams.get("run") or {}).get("tokenizer")
 
 
-def _run_config(ckpt_path: str) -> Path | None:
-    """The run dir's resolved config for <run>/checkpoints/x.ckpt, if it is there."""
-    candidate = Path(ckpt_path).resolve().parent.parent / RESOLVED_CONFIG
-    return candidate if Path(ckpt_path).is_file() and candidate.is_file() else None
-
-
-def load_tokenizer(cfg: DictConfig) -> Any:
-    """The tokenizer named in cfg, else the one the run was trained with."""
+def load_tokenizer(cfg: DictConfig, recorded: Any) -> Any:
+    """The tokenizer named in cfg, else the one the model was trained with."""
     if cfg.get("tokenizer") is not None:
         return hydra.utils.instantiate(cfg.tokenizer)
-    run_config = _run_config(cfg.ckpt_path)
-    if run_config is None:
-        raise ConfigError(f"no tokenizer for ckpt_path={cfg.ckpt_path!r}: it is not inside a gptlab run dir "
-                          f"(no ../{RESOLVED_CONFIG}); choose one, e.g. tokenizer=bytes.")
-    return hydra.utils.instantiate(OmegaConf.load(run_config).tokenizer)
+    if recorded is None:
+        raise ConfigError(f"no tokenizer for ckpt_path={cfg.ckpt_path!r}: it does not record the one it was trained "
+                          "with; choose one, e.g. tokenizer=bytes.")
+    return hydra.utils.instantiate(OmegaConf.create(recorded))
 
 
 DEFAULT_PROMPT = "\n"  # a fresh document: what the model writes unprompted
@@ -66,8 +61,9 @@ def sample(cfg: DictConfig) -> list[str]:
         raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
     if not is_hf_directory(cfg.ckpt_path):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run dir: its newest checkpoint that loads
-    model = load_model(cfg.ckpt_path).to(cfg.device)
-    tokenizer = load_tokenizer(cfg)
+    model, recorded_tokenizer = load_model(cfg.ckpt_path)
+    model = model.to(cfg.device)
+    tokenizer = load_tokenizer(cfg, recorded_tokenizer)
     ids = tokenizer.encode(read_prompt(cfg))
     if not ids:
         raise ConfigError("the prompt is empty; give at least one character.")
