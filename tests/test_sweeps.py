@@ -6,6 +6,7 @@ from pathlib import Path
 
 from helpers import TINY_RUN, compose_config, run_train
 
+from gptlab.run_dir import event_files
 from gptlab.tools.reporting import write_report
 
 SWEEP = TINY_RUN + ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1"]
@@ -20,7 +21,7 @@ def _only_child(path: Path) -> Path:
 
 def _assert_job_dir_of_two_ranks(job: Path) -> None:
     assert (job / "train_rank1.log").exists()  # rank 1 ran inside this job's dir
-    assert len(list((job / "tensorboard").glob("events.out.tfevents.*"))) == 1  # one log per job
+    assert len(event_files(job)) == 1  # one log per job
     assert "Model weights identical on all 2 ranks" in (job / "train.log").read_text()
     assert (job / "checkpoints" / "last.ckpt").exists()
 

@@ -10,7 +10,7 @@ import yaml
 
 from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.run_dir import SUMMARY_FILE
+from gptlab.run_dir import SUMMARY_FILE, event_files
 
 
 @dataclass
@@ -30,12 +30,14 @@ def _read_overrides(job_dir: Path) -> dict[str, str]:
 def _read_val_curve(job_dir: Path, tokens_per_step: int) -> list[tuple[int, float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(job_dir / "tensorboard"), size_guidance={"scalars": 0})
-    acc.Reload()
-    if "val/loss" not in acc.Tags()["scalars"]:
-        return []
+    by_step: dict[int, float] = {}  # a resumed job's later event file wins for a step logged twice
+    for path in event_files(job_dir):
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        if "val/loss" in acc.Tags()["scalars"]:
+            by_step.update({e.step: e.value for e in acc.Scalars("val/loss")})
     # Lightning logs the step index of the batch that triggered validation (0-based): +1 steps were done.
-    return [((e.step + 1) * tokens_per_step, e.value) for e in acc.Scalars("val/loss")]
+    return [((step + 1) * tokens_per_step, value) for step, value in sorted(by_step.items())]
 
 
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
