@@ -149,6 +149,7 @@ RELAUNCH_MAY_CHANGE = {"trainer.max_steps", "ckpt_path", "resume", "print_config
 
 
 def flat(values: Any, prefix: str = "") -> dict[str, Any]:
+    """`{"model": {"norm": "pre"}}` -> `{"model.norm": "pre"}`, so two configs differ key by key."""
     if not isinstance(values, dict):
         return {prefix.rstrip("."): values}
     return {k: v for key, value in values.items() for k, v in flat(value, f"{prefix}{key}.").items()}
