@@ -59,8 +59,10 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
     assert (sweep / ".submitit").is_dir()  # the jobs really went through submitit
-    for job in ("0", "1"):
+    for job, value in (("0", "learned"), ("1", "none")):
         assert (sweep / job / "run_summary.json").exists()
+        # Named in the submitit worker by the swept override alone (the fixed ones excluded in the launching process).
+        assert [p.parent.name for p in event_files(sweep / job)] == [f"model.pos_emb={value}"]
 
 
 def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path) -> None:
@@ -77,6 +79,8 @@ def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path)
         _assert_job_dir_of_two_ranks(sweep / job)
         overrides = (sweep / job / ".hydra" / "overrides.yaml").read_text().split()
         lrs |= {o for o in overrides if o.startswith("optimizer.lr=")}
+        (events,) = event_files(sweep / job)
+        assert events.parent.name.startswith("optimizer.lr=") and "hparams_search" not in events.parent.name
     assert len(lrs) == 2  # two trials, two sampled learning rates
 
 
