@@ -103,7 +103,9 @@ def train_in_process(run_dir: Path, *overrides: str) -> float | None:
 def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     """tag -> {step: value} over every event file of the run, later files (a resumed run) winning."""
     out: dict[str, dict[int, float]] = {}
-    for path in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime_ns):
+    from gptlab.run_dir import event_files
+
+    for path in event_files(run_dir):
         acc = EventAccumulator(str(path))
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
@@ -198,3 +200,18 @@ class KillAfterCheckpoint(L.Callback):
                 os.kill(os.getpid(), signal.SIGKILL)
 
         os.replace = replace_then_die
+
+
+class KillSweepJobOnce(L.Callback):
+    """SIGKILLs this process (the whole sweep, as a lost node would) as optimizer step `step` of sweep job number `job`
+    begins, the first time only: `marker` is created before the kill, so the same command launched again runs on."""
+
+    def __init__(self, job: int, step: int, marker: str) -> None:
+        self.job, self.step, self.marker = job, step, Path(marker)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.get().job.num == self.job and trainer.global_step == self.step and not self.marker.exists():
+            self.marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -40,18 +40,15 @@ def _validate(tokenizer, windows) -> tuple[dict[str, float], GPT]:
     return trainer.validate(module, dataloaders=loader, verbose=False)[0], model
 
 
-def _hand_bpb(model: GPT, windows) -> float:
-    with torch.no_grad():
-        nats = sum(float(F.cross_entropy(model(x[None])[0], y, reduction="sum")) for x, y in windows)
-    text_bytes = sum(len(text.encode("utf-8")) for text in TEXTS)  # eot excluded; ASCII 1, é 2, 東 3 bytes
-    return nats / (math.log(2) * text_bytes)
-
-
-def _hand_bpb_single(model: GPT, window, text: str) -> float:
+def _nats(model: GPT, window: tuple[torch.Tensor, torch.Tensor]) -> float:
     x, y = window
     with torch.no_grad():
-        nats = float(F.cross_entropy(model(x[None])[0], y, reduction="sum"))
-    return nats / (math.log(2) * len(text.encode("utf-8")))
+        return float(F.cross_entropy(model(x[None])[0], y, reduction="sum"))
+
+
+def _hand_bpb(model: GPT, windows) -> float:
+    text_bytes = sum(len(text.encode("utf-8")) for text in TEXTS)  # eot excluded; ASCII 1, é 2, 東 3 bytes
+    return sum(_nats(model, w) for w in windows) / (math.log(2) * text_bytes)
 
 
 def test_byte_tokenizer_bpb_is_total_nats_over_total_text_bytes() -> None:
@@ -67,7 +64,7 @@ def test_gpt2_tokenizer_bpb_counts_the_same_bytes(gpt2) -> None:
     assert sum(len(y) for _, y in windows) < sum(len(t.encode()) for t in TEXTS)  # BPE: fewer tokens than bytes
     results, model = _validate(gpt2, windows)
     assert results["val/bpb"] == pytest.approx(_hand_bpb(model, windows), rel=1e-5)
-    per_window = [_hand_bpb_single(model, w, t) for w, t in zip(windows, TEXTS)]
+    per_window = [_nats(model, w) / (math.log(2) * len(t.encode("utf-8"))) for w, t in zip(windows, TEXTS)]
     assert abs(results["val/bpb"] - sum(per_window) / 2) > 0.2  # summed over batches, not averaged per batch
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from helpers import TINY_RUN, compose_config, run_train
 
+from gptlab.run_dir import event_files
 from gptlab.tools.reporting import write_report
 
 SWEEP = TINY_RUN + ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1"]
@@ -20,7 +21,7 @@ def _only_child(path: Path) -> Path:
 
 def _assert_job_dir_of_two_ranks(job: Path) -> None:
     assert (job / "train_rank1.log").exists()  # rank 1 ran inside this job's dir
-    assert len(list((job / "tensorboard").glob("events.out.tfevents.*"))) == 1  # one log per job
+    assert len(event_files(job)) == 1  # one log per job
     assert "Model weights identical on all 2 ranks" in (job / "train.log").read_text()
     assert (job / "checkpoints" / "last.ckpt").exists()
 
@@ -58,8 +59,10 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
     assert (sweep / ".submitit").is_dir()  # the jobs really went through submitit
-    for job in ("0", "1"):
+    for job, value in (("0", "learned"), ("1", "none")):
         assert (sweep / job / "run_summary.json").exists()
+        # Named in the submitit worker by the swept override alone (the fixed ones excluded in the launching process).
+        assert [p.parent.name for p in event_files(sweep / job)] == [f"model.pos_emb={value}"]
 
 
 def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path) -> None:
@@ -76,6 +79,8 @@ def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path)
         _assert_job_dir_of_two_ranks(sweep / job)
         overrides = (sweep / job / ".hydra" / "overrides.yaml").read_text().split()
         lrs |= {o for o in overrides if o.startswith("optimizer.lr=")}
+        (events,) = event_files(sweep / job)
+        assert events.parent.name.startswith("optimizer.lr=") and "hparams_search" not in events.parent.name
     assert len(lrs) == 2  # two trials, two sampled learning rates
 
 

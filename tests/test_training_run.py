@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.model import training_flops_per_token
+from gptlab.run_dir import event_files
 from gptlab.train.run import build_model_config
 
 RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "global_batch_tokens=256"]  # 2 x 4 x 32
@@ -33,7 +34,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _events(run_dir: Path) -> EventAccumulator:
-    (path,) = (run_dir / "tensorboard").glob("events.out.tfevents.*")
+    (path,) = event_files(run_dir)
+    assert path.parent == run_dir / "tensorboard"  # a single run's events: no subdir (only sweep jobs get one)
     acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
     acc.Reload()
     return acc

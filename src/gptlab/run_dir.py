@@ -15,10 +15,18 @@ from typing import Iterator
 
 from gptlab.cli import find_config_error
 
+TENSORBOARD_DIR = "tensorboard"  # events: directly in it for a single run, in <overrides>/ for a sweep job
 RESOLVED_CONFIG = "config_resolved.yaml"  # the fully resolved config of the run (sample.py rebuilds from it)
 SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 
 HYDRA_FILES = {".hydra", "train.log", RESOLVED_CONFIG}  # what a run writes before training starts
+
+
+def event_files(run_dir: Path) -> list[Path]:
+    """Every TensorBoard event file of a run, oldest first (a resumed run adds one): the one way to find them, since
+    a sweep job's are one level deeper (`tensorboard/<overrides of the job>/`, named so TensorBoard shows them)."""
+    files = (run_dir / TENSORBOARD_DIR).rglob("events.out.tfevents.*")
+    return sorted((p for p in files if p.is_file()), key=lambda p: (p.stat().st_mtime_ns, p.name))
 
 
 def holds_only_hydra_files(run_dir: Path) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from gptlab.run_dir import event_files
 from gptlab.train.checkpoints import newest_loadable_checkpoint, read_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
@@ -125,7 +126,7 @@ def step_losses(run_dir: Path) -> dict[int, list[float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     losses: dict[int, list[float]] = {}
-    for path in sorted((run_dir / "tensorboard").glob("events.out.tfevents.*")):
+    for path in event_files(run_dir):
         acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
         acc.Reload()
         if "train/loss" in acc.Tags()["scalars"]:

@@ -15,7 +15,7 @@ from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
-from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
+from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, event_files
 from gptlab.tools.report_stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
@@ -88,15 +88,16 @@ def _read_overrides(job_dir: Path) -> dict[str, str]:
 def _read_val_curve(job_dir: Path, tokens_per_step: int) -> list[ValPoint]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    if not (job_dir / "tensorboard").is_dir():
-        return []
-    acc = EventAccumulator(str(job_dir / "tensorboard"), size_guidance={"scalars": 0})
-    acc.Reload()
-    if "val/loss" not in acc.Tags()["scalars"]:
-        return []
-    start = acc.FirstEventTimestamp()
+    points: dict[int, tuple[float, float]] = {}  # a resumed job's later event file wins for a step logged twice
+    start = None
+    for path in event_files(job_dir):
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        start = acc.FirstEventTimestamp() if start is None else start  # the job's first event: oldest file first
+        if "val/loss" in acc.Tags()["scalars"]:
+            points.update({e.step: (e.wall_time, e.value) for e in acc.Scalars("val/loss")})
     # Lightning logs the step index of the batch that triggered validation (0-based): +1 steps were done.
-    return [ValPoint((e.step + 1) * tokens_per_step, e.wall_time - start, e.value) for e in acc.Scalars("val/loss")]
+    return [ValPoint((step + 1) * tokens_per_step, wall - start, loss) for step, (wall, loss) in sorted(points.items())]
 
 
 _VOCAB_CACHE: dict[str, int] = {}

@@ -1,5 +1,6 @@
-"""Hydra callbacks: a sweep says where it writes, when it starts and when it ends; an unwritable run or sweep dir
-is a one-line error before Hydra's own mkdir raises a traceback.
+"""Hydra callbacks: a sweep says where it writes, when it starts and when it ends, and names each job by the
+overrides that differ between jobs; an unwritable run or sweep dir is a one-line error before Hydra's own mkdir
+raises a traceback.
 
 `scripts/ablation_report.py` takes the sweep dir as its argument; without the announcement the user has to dig
 it out of outputs/multiruns/<name>/<date>/<time>.
@@ -10,8 +11,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, read_write
 
 from gptlab.errors import ConfigError
 
@@ -23,6 +25,24 @@ class AnnounceSweepDir(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         print(f"gptlab: sweep finished; its runs are in {config.hydra.sweep.dir} "
               f"(report: python scripts/ablation_report.py {config.hydra.sweep.dir})", flush=True)
+
+
+class NameSweepJobs(Callback):
+    """Makes each job's `hydra.job.override_dirname` the overrides that differ between the jobs, e.g.
+    `model.norm=post,seed=2` (train() names the job's TensorBoard run by it): the command line's fixed overrides
+    (`experiment=ablate_norm`, `trainer.max_steps=100`) are added to its exclude_keys, leaving the swept ones and
+    those a sweeper adds (an experiment's or Optuna's `hydra.sweeper.params`). Hydra composes every job's config
+    from the master's `hydra.overrides.hydra` plus the job's own overrides, so the exclusion goes there."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+        fixed = [o.key_or_group for o in overrides if not o.is_sweep_override()]
+        excluded = [*config.hydra.job.config.override_dirname.exclude_keys, *fixed]
+        if not fixed:
+            return
+        keys = ",".join(f"'{key}'" for key in excluded)
+        with read_write(config.hydra.overrides):
+            config.hydra.overrides.hydra.append(f"hydra.job.config.override_dirname.exclude_keys=[{keys}]")
 
 
 class CheckOutputDir(Callback):

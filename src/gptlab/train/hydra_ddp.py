@@ -29,6 +29,7 @@ LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_
 
 def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from hydra.utils import get_original_cwd, to_absolute_path
 
     import __main__
@@ -45,6 +46,8 @@ def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
         "hydra.output_subdir=null",  # rank 0 already saved the job's .hydra/ configs
         "hydra.mode=RUN",  # a config that sets MULTIRUN (hparams_search) would otherwise start a sweep again
     ]
+    if hydra_cfg.mode == RunMode.MULTIRUN and not any(o.startswith(("ckpt_path=", "resume=")) for o in command):
+        command.append("resume=auto")  # rank 0 of a sweep job resumes from its checkpoint (train.run): so must they
     return command, get_original_cwd()
 
 
