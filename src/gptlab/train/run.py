@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -23,7 +22,7 @@ from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
 from gptlab.signals import FLAG
-from gptlab.train import quiet
+from gptlab.train import quiet, sweep_jobs
 from gptlab.train.banner import banner_lines, vocab_warning
 from gptlab.train.callbacks import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
@@ -59,32 +58,10 @@ def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
     return GPTConfig.for_tokenizer(values, vocab_size)
 
 
-def in_sweep_job() -> bool:
-    """Whether this process runs one job of a `-m` sweep (rank 0 of it: DDP ranks > 0 run in RUN mode)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def sweep_job_name() -> str:
-    """A sweep job's `hydra.job.override_dirname`: the overrides that differ between the sweep's jobs (see
-    hydra_callbacks.NameSweepJobs), e.g. `model.norm=post,seed=2`; "" for a single run. A path separator in a value
-    becomes "_" and a name too long for a file name is cut, with a hash of the whole to keep names apart."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not in_sweep_job():
-        return ""
-    name = HydraConfig.get().job.override_dirname.replace(os.sep, "_")
-    if len(name.encode()) > 200:
-        name = name.encode()[:180].decode(errors="ignore") + "-" + hashlib.sha1(name.encode()).hexdigest()[:10]
-    return name
-
-
 def instantiate_loggers(group: DictConfig | None) -> list[Any]:
     """The loggers; a sweep job's TensorBoard run gets the job's differing overrides as its version (its subdir
     under <run dir>/tensorboard/), so TensorBoard's run list says which job is which without the HParams tab."""
-    name = sweep_job_name()
+    name = sweep_jobs.sweep_job_name()
     loggers = []
     for node in (group or {}).values():
         if node is None or "_target_" not in node:
@@ -144,54 +121,11 @@ def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], m
     return micro_batch * block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
 
 
-# What may change between two launches of the same sweep job: a larger max_steps continues a finished job.
-RELAUNCH_MAY_CHANGE = {"trainer.max_steps", "ckpt_path", "resume", "print_config"}
-
-
-def flat(values: Any, prefix: str = "") -> dict[str, Any]:
-    """`{"model": {"norm": "pre"}}` -> `{"model.norm": "pre"}`, so two configs differ key by key."""
-    if not isinstance(values, dict):
-        return {prefix.rstrip("."): values}
-    return {k: v for key, value in values.items() for k, v in flat(value, f"{prefix}{key}.").items()}
-
-
-def check_same_sweep_job(cfg: DictConfig, output_dir: Path) -> None:
-    """A sweep launched again into an existing sweep dir must be the same sweep: job N's config as it was (but
-    trainer.max_steps), or job N's checkpoints and results belong to another experiment."""
-    path = output_dir / RESOLVED_CONFIG
-    if not path.is_file():
-        return
-    before = flat(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
-    now = flat(OmegaConf.to_container(cfg, resolve=True))
-    changed = sorted(k for k in before.keys() | now.keys()
-                     if k not in RELAUNCH_MAY_CHANGE and before.get(k, "<unset>") != now.get(k, "<unset>"))
-    if changed:
-        shown = ", ".join(f"{k}: {before.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}" for k in changed[:5])
-        raise ConfigError(
-            f"hydra.sweep.dir={str(output_dir.parent)!r} already holds job {output_dir.name}, run with another config "
-            f"({shown}{', ...' if len(changed) > 5 else ''}); launch the same sweep command to resume it, or give "
-            "a new hydra.sweep.dir."
-        )
-
-
-def finished_sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[dict[str, Any]]:
-    """The run_summary.json of this sweep job's earlier launch if that launch finished: a summary is written only
-    when fit ends normally (not on a kill, preemption, NaN or error), and its global_step must have reached this
-    launch's trainer.max_steps (a job launched again with more steps continues from its checkpoint instead). A
-    run bounded by epochs (max_steps=-1) is finished when it wrote its summary."""
-    path = output_dir / SUMMARY_FILE
-    if not in_sweep_job() or not path.is_file():
-        return None
-    summary = json.loads(path.read_text())
-    max_steps = cfg.trainer.get("max_steps", -1)
-    return summary if max_steps is None or max_steps < 0 or summary.get("global_step", 0) >= max_steps else None
-
-
 def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
     """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir (None: start fresh). A
     sweep job behaves as resume=auto: a sweep launched again into its sweep dir continues its unfinished jobs."""
     ckpt_path, resume = cfg.get("ckpt_path"), cfg.get("resume")
-    if resume is None and ckpt_path is None and in_sweep_job():
+    if resume is None and ckpt_path is None and sweep_jobs.in_sweep_job():
         resume = "auto"
     if resume not in (None, "auto"):
         raise ConfigError(f"resume={resume!r} is not a valid choice; use null or 'auto'.")
@@ -278,9 +212,9 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
 
 def _train(cfg: DictConfig) -> Optional[float]:
     output_dir = Path(cfg.paths.output_dir)
-    if in_sweep_job():
-        check_same_sweep_job(cfg, output_dir)
-        finished = finished_sweep_job(cfg, output_dir)
+    if sweep_jobs.in_sweep_job():
+        sweep_jobs.check_same_sweep_job(cfg, output_dir)
+        finished = sweep_jobs.finished_sweep_job(cfg, output_dir)
         if finished is not None:  # its files stay as they are; the sweeper still gets its value
             log.info("sweep job %s already finished (step %s, best val/loss %s); skipped", output_dir,
                      finished.get("global_step"), finished.get("best_val_loss"))
