@@ -14,14 +14,14 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.cli import user_errors_exit
 from gptlab.errors import ConfigError
 from gptlab.eval.hf_export import export_tokenizer
-from gptlab.train.checkpoints import load_model
+from gptlab.train.checkpoints import load_model, recorded_tokenizer
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     model, hparams = load_model(cfg.ckpt_path)
-    tokenizer_cfg = cfg.get("tokenizer") or (hparams.get("run") or {}).get("tokenizer")
+    tokenizer_cfg = cfg.get("tokenizer") or recorded_tokenizer(hparams)
     if tokenizer_cfg is None:
         raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add tokenizer=<name>.")
     tokenizer_cfg = OmegaConf.to_container(OmegaConf.create(tokenizer_cfg), resolve=True)

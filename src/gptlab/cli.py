@@ -25,12 +25,16 @@ def find_config_error(err: BaseException) -> ConfigError | None:
     return None
 
 
-def is_rank_zero() -> bool:
-    """Whether this process is global rank 0 (Lightning sets the rank when its strategy starts; env vars before)."""
+def global_rank() -> int:
+    """This process's global rank (Lightning sets it when its strategy starts; the launcher's env vars before)."""
     from lightning.pytorch.utilities import rank_zero_only
 
     rank = getattr(rank_zero_only, "rank", None)
-    return int(rank if rank is not None else os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0
+    return int(rank if rank is not None else os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
+
+
+def is_rank_zero() -> bool:
+    return global_rank() == 0
 
 
 def resume_command(err: PreemptedError) -> str:
@@ -62,8 +66,7 @@ def user_errors_exit(fn: F) -> F:
                 lost = collective_failure_message(err)  # another DDP rank is gone: one line, no traceback
                 if lost is None:
                     raise
-                print(f"gptlab: rank {os.environ.get('RANK', os.environ.get('LOCAL_RANK', '0'))}: {lost}",
-                      file=sys.stderr)
+                print(f"gptlab: rank {global_rank()}: {lost}", file=sys.stderr)
                 sys.exit(1)
             print(f"gptlab: error: {user_error}", file=sys.stderr)
             sys.exit(2)

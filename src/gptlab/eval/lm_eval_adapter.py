@@ -28,7 +28,7 @@ from gptlab.cli import user_errors_exit
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import score_pairs, score_texts
-from gptlab.train.checkpoints import load_model
+from gptlab.train.checkpoints import check_tokenizer_fits, load_model, recorded_tokenizer
 
 GENERATION_CHUNK = 32  # new tokens per generate() call between checks for a stop string
 
@@ -38,7 +38,7 @@ def checkpoint_tokenizer(hparams: dict[str, Any], name: Optional[str] = None,
     """The tokenizer named by model_args, else the one recorded in the checkpoint's run config."""
     if name is not None:
         return ByteTokenizer() if name == "bytes" else TiktokenTokenizer(name, ranks_file)
-    recorded = (hparams.get("run") or {}).get("tokenizer")
+    recorded = recorded_tokenizer(hparams)
     if recorded is None:
         raise ConfigError("the checkpoint records no tokenizer; pass model_args tokenizer=bytes (or gpt2, r50k_base, "
                           "cl100k_base) as in the training run.")
@@ -56,9 +56,7 @@ class GptlabLM(LM):
         super().__init__()
         self.model, hparams = load_model(ckpt_path)
         self.tokenizer = checkpoint_tokenizer(hparams, tokenizer, ranks_file)
-        if self.tokenizer.vocab_size > self.model.config.vocab_size:
-            raise ConfigError(f"tokenizer {self.tokenizer.name} has {self.tokenizer.vocab_size} ids, more than the "
-                              f"model's vocab_size={self.model.config.vocab_size}; pass the training run's tokenizer.")
+        check_tokenizer_fits(self.tokenizer, self.model, "tokenizer")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(device).eval()
         self._device = torch.device(device)

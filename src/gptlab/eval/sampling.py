@@ -13,7 +13,7 @@ from gptlab.errors import ConfigError
 from gptlab.eval.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
 from gptlab.train.checkpoints import load_model as load_checkpoint_model
-from gptlab.train.checkpoints import resolve_checkpoint
+from gptlab.train.checkpoints import recorded_tokenizer, resolve_checkpoint
 
 
 def is_hf_directory(path: str) -> bool:
@@ -27,7 +27,7 @@ def load_model(path: str) -> tuple[GPT, Any]:
     if is_hf_directory(path):
         return GPT.from_pretrained(Path(path)), read_exported_tokenizer(Path(path))
     model, hparams = load_checkpoint_model(path)
-    return model, (hparams.get("run") or {}).get("tokenizer")
+    return model, recorded_tokenizer(hparams)
 
 
 def load_tokenizer(cfg: DictConfig, recorded: Any) -> Any:
@@ -61,9 +61,9 @@ def sample(cfg: DictConfig) -> list[str]:
         raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
     if not is_hf_directory(cfg.ckpt_path):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run dir: its newest checkpoint that loads
-    model, recorded_tokenizer = load_model(cfg.ckpt_path)
+    model, trained_with = load_model(cfg.ckpt_path)
     model = model.to(cfg.device)
-    tokenizer = load_tokenizer(cfg, recorded_tokenizer)
+    tokenizer = load_tokenizer(cfg, trained_with)
     ids = tokenizer.encode(read_prompt(cfg))
     if not ids:
         raise ConfigError("the prompt is empty; give at least one character.")

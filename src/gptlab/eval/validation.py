@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
-from gptlab.train.checkpoints import load_model
+from gptlab.train.checkpoints import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
                           "or val_loss=true.")
     model, hparams = load_model(cfg.ckpt_path)
-    trained_tokenizer = (hparams.get("run") or {}).get("tokenizer")
+    trained_tokenizer = recorded_tokenizer(hparams)
     tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
     if trained_tokenizer is not None and trained_tokenizer != tokenizer_cfg:
         raise ConfigError(
@@ -37,11 +37,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             "pass the training run's tokenizer=... override."
         )
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ConfigError(
-            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
-            f"vocab_size={model.config.vocab_size}; pass the training run's tokenizer=... override."
-        )
+    check_tokenizer_fits(tokenizer, model, "tokenizer=... override")
     # Task data first: a missing dataset fails before minutes of validation, not after.
     examples = load_examples(tasks, cfg.task_data, cfg.task_limit) if tasks else {}
     with open_dict(cfg):

@@ -106,6 +106,18 @@ def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, 
     return model, ckpt.get("hyper_parameters") or {}
 
 
+def recorded_tokenizer(hparams: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The tokenizer config a checkpoint's run was trained with (None: a checkpoint that does not record it)."""
+    return (hparams.get("run") or {}).get("tokenizer")
+
+
+def check_tokenizer_fits(tokenizer: Any, model: GPT, fix: str) -> None:
+    """A tokenizer with more ids than the model's embedding rows would index past them; `fix` says what to pass."""
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ConfigError(f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
+                          f"vocab_size={model.config.vocab_size}; pass the training run's {fix}.")
+
+
 def config_differences(trained: GPTConfig, wanted: GPTConfig) -> list[str]:
     """`model.<field>` lines for every field in which a checkpoint's config and the run's config differ
     (fields that change how the model runs, not what it computes, are ignored)."""

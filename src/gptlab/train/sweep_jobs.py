@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
+from gptlab.train.callbacks.hparams import flatten
 
 
 def in_sweep_job() -> bool:
@@ -42,21 +43,14 @@ def sweep_job_name() -> str:
 RELAUNCH_MAY_CHANGE = {"trainer.max_steps", "ckpt_path", "resume", "print_config"}
 
 
-def flat(values: Any, prefix: str = "") -> dict[str, Any]:
-    """`{"model": {"norm": "pre"}}` -> `{"model.norm": "pre"}`, so two configs differ key by key."""
-    if not isinstance(values, dict):
-        return {prefix.rstrip("."): values}
-    return {k: v for key, value in values.items() for k, v in flat(value, f"{prefix}{key}.").items()}
-
-
 def check_same_sweep_job(cfg: DictConfig, output_dir: Path) -> None:
     """A sweep launched again into an existing sweep dir must be the same sweep: job N's config as it was (but
     trainer.max_steps), or job N's checkpoints and results belong to another experiment."""
     path = output_dir / RESOLVED_CONFIG
     if not path.is_file():
         return
-    before = flat(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
-    now = flat(OmegaConf.to_container(cfg, resolve=True))
+    before = dict(flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False)))  # key by key
+    now = dict(flatten(OmegaConf.to_container(cfg, resolve=True)))
     changed = sorted(k for k in before.keys() | now.keys()
                      if k not in RELAUNCH_MAY_CHANGE and before.get(k, "<unset>") != now.get(k, "<unset>"))
     if changed:
