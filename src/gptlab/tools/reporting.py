@@ -241,13 +241,18 @@ def comparisons(variants: list[Variant], baseline: Variant, alpha: float) -> lis
     return out
 
 
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
 def variant_table(variants: list[Variant], comps: list[Comparison | None], at_budget: list[float | None],
                   alpha: float) -> str:
     level = f"{1 - alpha:.0%}"
     header = ["variant", "n", "best val/loss", "final val/loss", "best val bpb", "final val bpb", "tokens/s",
               "parameters", "non-embedding", "FLOPs/token", "val loss @ matched FLOPs",
               f"Δ final val/loss ({level} CI)", "p (Welch)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for v, comp, at in zip(variants, comps, at_budget):
         cost = v.cost
         diff, p = _fmt_diff(comp)
@@ -256,21 +261,18 @@ def variant_table(variants: list[Variant], comps: list[Comparison | None], at_bu
                _fmt_summary(v.summary("final_val_bpb")), _fmt_summary(v.summary("tokens_per_sec"), ",.0f"),
                _fmt(cost and cost.parameters, ","), _fmt(cost and cost.non_embedding, ","),
                _fmt(cost and cost.flops_per_token, ","), _fmt(at, ".4f"), diff, p]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(row)
+    return _markdown(header, rows)
 
 
 def markdown_table(jobs: list[JobResult]) -> str:
     """One row per job, seed included: the raw numbers behind each variant's mean."""
     keys = differing_keys(jobs)
     header = ["job", *keys, "parameters", "best val/loss", "final val/loss", "tokens/s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for job in jobs:
-        s = job.summary
-        row = [job.job_dir.name, *(job.overrides.get(k, "") for k in keys), f"{s['parameters']:,}",
-               _fmt(s["best_val_loss"], ".4f"), _fmt(s["final_val_loss"], ".4f"), _fmt(s["tokens_per_sec"], ",.0f")]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), f"{job.summary['parameters']:,}",
+             _fmt(job.summary["best_val_loss"], ".4f"), _fmt(job.summary["final_val_loss"], ".4f"),
+             _fmt(job.summary["tokens_per_sec"], ",.0f")] for job in jobs]
+    return _markdown(header, rows)
 
 
 def _check_options(x: str | None, band: str, alpha: float) -> None:
@@ -292,10 +294,10 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     variants = group_variants(jobs)
     base = pick_baseline(variants, baseline)
     x_axis = x or default_x(variants)
-    if x_axis == "flops" and not all(v.cost for v in variants):
-        broken = [f"{j.job_dir.name} ({j.cost_error})" for j in jobs if j.cost is None]
+    no_cost = [f"{j.job_dir.name} ({j.cost_error})" for j in jobs if j.cost is None]
+    if x_axis == "flops" and no_cost:
         raise ConfigError(f"--x flops needs every job's model from {RESOLVED_CONFIG}; unreadable: "
-                          + ", ".join(broken) + ". Use --x tokens or --x seconds.")
+                          + ", ".join(no_cost) + ". Use --x tokens or --x seconds.")
     comps = comparisons(variants, base, alpha)
     budget, at_budget = matched_flops(variants)
     table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "val_loss.png"
@@ -324,7 +326,6 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
                if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
     if missing:
         text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
-    no_cost = [f"{j.job_dir.name} ({j.cost_error})" for j in jobs if j.cost is None]
     if no_cost:
         text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"
     band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"
