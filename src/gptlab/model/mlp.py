@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gptlab.model.activations import TanhGELU
 from gptlab.model.config import GPTConfig
 
 
@@ -27,7 +26,7 @@ class Gated(nn.Module):
 
 
 ACTIVATION_MODULES = {
-    "gelu_tanh": TanhGELU,  # eq. 8, what GPT-2/3 use (activations.py: faster on CPU than nn.GELU("tanh"))
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # eq. 8, what GPT-2/3 use
     "gelu": lambda: nn.GELU(),  # exact erf form
     "relu": lambda: nn.ReLU(),  # the original Transformer ([S2])
     "swiglu": lambda: Gated(nn.SiLU()),  # Swish_1 = SiLU, as in LLaMA
