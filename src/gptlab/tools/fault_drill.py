@@ -10,6 +10,7 @@ a cluster node where a rename between the two would be a copy.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from gptlab.run_dir import event_files
+from gptlab.run_dir import SUMMARY_FILE, event_files
 from gptlab.train.checkpoints import newest_loadable_checkpoint, read_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
@@ -165,16 +166,13 @@ class Drill:
         return (self.root / f"attempt{attempt:03d}.log").read_text(errors="replace")
 
     def reference(self) -> tuple[dict[int, float], float]:
-        """The uninterrupted run's loss per step, and the seconds it trained (from its event file on)."""
-        events = self.root / "reference" / "tensorboard"
+        """The uninterrupted run's loss per step, and the seconds it trained: its fit time, not its process's
+        lifetime, whose exit (seconds on a slow machine) would put random kills after the last step."""
         proc = self.start(self.root / "reference")
-        while proc.poll() is None and not (events.is_dir() and os.listdir(events)):
-            time.sleep(0.01)
-        training_started = time.perf_counter()
         if proc.wait() != 0:
             raise RuntimeError(f"the uninterrupted reference run failed:\n{self.log_of(self.attempt)[-3000:]}")
         losses = {step: values[-1] for step, values in step_losses(self.root / "reference").items()}
-        return losses, time.perf_counter() - training_started
+        return losses, json.loads((self.root / "reference" / SUMMARY_FILE).read_text())["fit_seconds"]
 
     def kill_during_a_checkpoint_write(self, proc: subprocess.Popen, checkpoints: Path, skip: int) -> bool:
         """SIGKILL while a checkpoint is being written, after `skip` writes were let through. A write shows as a
