@@ -4,12 +4,15 @@
     python scripts/bench_train.py --parts step             # model train step only, eager (~2 min)
     python scripts/bench_train.py --parts step compile     # + torch.compile (inductor; ~4 min of compiling)
     python scripts/bench_train.py --parts fit --fit-steps 240 --fit-repeats 2   # Lightning fit vs plain loop
+    python scripts/bench_train.py --parts overhead         # framework cost per step, on a ~1 ms-step model (~1 min)
 
 step/compile: one training step (forward, loss, backward, clip, fused AdamW) of gptlab's GPT against a
 nanoGPT-style model written in gptlab.tools.benchmarks.reference_gpt (same weights, same batch, same first
 loss), at nano (L4 H4 E128 T128 B16) and wide (L4 H12 E768 T256 B4) shapes, vocabulary 257 (bytes).
 fit: `python src/train.py` (nano, pydocs, --fit-steps steps, the default callbacks and logger) against the same
 model, data, recipe and steps in a plain PyTorch loop (gptlab.tools.benchmarks.fit).
+overhead: the same two on a one-layer, 32-wide model whose step takes ~1 ms: the milliseconds per step that
+Lightning's loop and gptlab's hooks, callbacks and logger add, whatever the model (on a GPU, the part that counts).
 Contenders run interleaved, repeatedly; each keeps its best (other processes only ever add time).
 Goals (issue 14): step >= 1.0x eager, >= 1.3x compiled; fit overhead <= 3%.
 """
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from gptlab.tools.benchmarks.fit import compare_fit
+from gptlab.tools.benchmarks.fit import compare_fit, step_cost
 from gptlab.tools.benchmarks.train_step import SHAPES, build, compare
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -48,12 +51,14 @@ def bench_steps(shape_names: list[str], compiled: bool, steps: int, repeats: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", nargs="+", default=["step", "compile", "fit"], choices=["step", "compile", "fit"])
+    parser.add_argument("--parts", nargs="+", default=["step", "compile", "fit", "overhead"],
+                        choices=["step", "compile", "fit", "overhead"])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")
     parser.add_argument("--fit-steps", type=int, default=240, help="max_steps of both fits (the default run: 240)")
     parser.add_argument("--fit-repeats", type=int, default=2, help="interleaved fits of each; the best is kept")
+    parser.add_argument("--overhead-steps", type=int, default=1000, help="steps of each tiny-model fit")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores). "
                         "On a machine shared with other jobs 1 thread gives steadier ratios")
     args = parser.parse_args()
@@ -74,6 +79,12 @@ def main() -> None:
         rows.append(f"| {label} | plain PyTorch loop | {best['plain']:.1f} s | 1.00x |")
         rows.append(f"| {label} | gptlab (Lightning) | {best['gptlab']:.1f} s | {best['plain'] / best['gptlab']:.2f}x "
                     f"(overhead {best['gptlab'] / best['plain'] - 1:+.1%}) |")
+    if "overhead" in args.parts:
+        per_step = step_cost(CONF_DIR, args.overhead_steps, args.fit_repeats + 1)
+        label = f"per step, 1-layer 32-wide model, {args.overhead_steps} steps"
+        rows.append(f"| {label} | plain PyTorch loop | {per_step['plain'] * 1e3:.2f} ms | 1.00x |")
+        rows.append(f"| {label} | gptlab (Lightning) | {per_step['gptlab'] * 1e3:.2f} ms | "
+                    f"+{(per_step['gptlab'] - per_step['plain']) * 1e3:.2f} ms of framework per step |")
     print("\n".join(rows))
     print(f"\nbench_train took {time.perf_counter() - started:.0f} s")
 

@@ -9,7 +9,7 @@ import torch
 from helpers import CONF_DIR, TINY_MODEL
 
 from gptlab.model import GPT, GPTConfig, next_token_loss
-from gptlab.tools.benchmarks.fit import compose_train, plain_fit
+from gptlab.tools.benchmarks.fit import compose_train, plain_fit, step_cost
 from gptlab.tools.benchmarks.reference_gpt import ReferenceGPT
 from gptlab.tools.benchmarks.train_step import Shape, build
 
@@ -41,3 +41,9 @@ def test_plain_loop_trains_the_run(tmp_path: Path) -> None:
     assert plain_fit(cfg) > 0
     saved = torch.load(tmp_path / "plain.pt", weights_only=True)  # the checkpoint after the last validation
     assert set(saved) == {"model", "optimizer", "val"} and saved["val"] > 0
+
+
+def test_step_cost_times_both_fits_per_step() -> None:
+    per_step = step_cost(CONF_DIR, steps=4, repeats=1)
+    assert set(per_step) == {"gptlab", "plain"}
+    assert all(0 < seconds < 5 for seconds in per_step.values()), per_step

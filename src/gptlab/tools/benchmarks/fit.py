@@ -88,3 +88,15 @@ def compare_fit(conf_dir: Path, overrides: list[str], repeats: int) -> dict[str,
             with tempfile.TemporaryDirectory() as run_dir:
                 best[name] = min(best[name], fit(compose_train(conf_dir, overrides, Path(run_dir))))
     return best
+
+
+# One layer, 32 wide, 2 x 32 tokens: a step of ~1 ms on a CPU, so the per-step framework cost stands out.
+TINY_STEP_MODEL = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.block_size=32", "data.batch_size=2"]
+
+
+def step_cost(conf_dir: Path, steps: int, repeats: int) -> dict[str, float]:
+    """Best-of-`repeats` seconds per step of gptlab's fit and the plain loop on the tiny model (one validation and
+    checkpoint, at the end, in both); gptlab's default callbacks and logger stay on."""
+    overrides = [*TINY_STEP_MODEL, f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
+                 "trainer.accelerator=cpu"]
+    return {name: seconds / steps for name, seconds in compare_fit(conf_dir, overrides, repeats).items()}
