@@ -6,7 +6,9 @@ Each row is one sequence length; local and strided layers are given as ratios to
 (`scaled_dot_product_attention(is_causal=True)`) measured in the same run. B=1, H=12, D_K=64, fp32, the
 kernel `auto` picks. How memory is measured: see gptlab.tools.benchmarks.attention.
 The last rows ("layer") time a whole attention layer at --layer-lengths (the QKV projection, head split, kernel,
-merge and output projection, D = H * D_K = 768), local vs dense: the speedup a model sees.
+merge and output projection, D = H * D_K = 768), local vs dense: the speedup a model sees. Their last line times
+the layer with the kernel replaced by "return v": the projections alone, which bound any kernel's whole-layer
+speedup at dense / projections.
 Goals: local >= 5x faster than dense at T=8192 (issue 4), the whole layer >= 8x (issue 14), and local memory
 growing linearly in T.
 """
@@ -52,6 +54,10 @@ def main() -> None:
             speedup, memory = dense.ms / r.ms, r.peak_mb / dense.peak_mb
             row += f" | {r.kernel:>15} {r.ms:>8.1f} {speedup:>7.2f}x {r.peak_mb:>8.1f} {memory:>9.2f}"
         print(row + "   <- whole layer", flush=True)
+        free = measure(Case("dense", T, args.window, repeats=args.repeats, threads=args.threads, layer=True,
+                            free_attention=True))
+        print(f"{T:>6} whole layer with free attention (the projections alone): {free.ms:.1f} ms, so no attention "
+              f"kernel can make the layer more than {dense.ms / free.ms:.2f}x faster than dense", flush=True)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ class Case:
     repeats: int = 3
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     layer: bool = False  # time a whole attention layer (QKV projection, kernel, output projection) instead
+    free_attention: bool = False  # layer only: the kernel replaced by "return v", leaving the projections' cost
 
 
 @dataclass
@@ -86,6 +87,8 @@ def _measure_layer(case: Case, kernel: str, impl: str) -> Result:
     cfg = GPTConfig(vocab_size=2, block_size=case.T, n_layer=1, n_head=case.H, n_embd=D, attn_pattern=[case.kind],
                     attn_window=case.window, attn_impl=impl)
     layer = CausalSelfAttention(cfg)
+    if case.free_attention:  # what the layer would cost if attention took no time: the bound of any kernel
+        layer.attend = lambda q, k, v, *args: v
     x = torch.randn(case.B, case.T, D, requires_grad=True)
     grad_out = torch.randn(case.B, case.T, D)
 

@@ -79,6 +79,25 @@ def build(shape: Shape, which: str, compile: bool, seed: int = 0) -> tuple[Step,
     return _step_fn(list(model.parameters()), optimizer, loss_fn), first
 
 
+# Library kernels that torch.compile (inductor) calls as they are on a CPU: it fuses the elementwise work around them
+# (GELU, LayerNorm, residual adds, the optimizer's arithmetic) but not these.
+LIBRARY_KERNELS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_dot_product_flash_attention")
+
+
+def library_kernel_share(step: Step, steps: int = 3) -> float:
+    """The share of an eager step's CPU time spent inside LIBRARY_KERNELS (forward and backward), from the
+    profiler. 1 / share bounds what compiling can gain (Amdahl): even free elementwise work leaves these."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    return sum(e.self_cpu_time_total for e in events if e.key.startswith(LIBRARY_KERNELS)) / total
+
+
 def time_steps(step: Step, steps: int) -> float:
     """Mean seconds per step over `steps` steps."""
     start = time.perf_counter()
