@@ -9,8 +9,8 @@ The last rows ("layer") time a whole attention layer at --layer-lengths (the QKV
 merge and output projection, D = H * D_K = 768), local vs dense: the speedup a model sees. Their last line times
 the layer with the kernel replaced by "return v": the projections alone, which bound any kernel's whole-layer
 speedup at dense / projections.
-Goals: local >= 5x faster than dense at T=8192 (issue 4), the whole layer >= 8x (issue 14), and local memory
-growing linearly in T.
+Goals: local >= 5x faster than dense at T=8192 (issue 4), the whole layer >= 8x (issue 14; the bound row shows why
+D=768 cannot reach it on a CPU), and local memory growing linearly in T.
 """
 
 from __future__ import annotations
