@@ -1,4 +1,4 @@
-"""The on-device NaN/inf flag: no host sync per step, yet the run still stops naming the first bad step, also
+"""The NaN/inf check: no host sync per step, yet the run still stops naming the first bad step, also
 when no checkpoint or validation comes between the fault and the periodic check."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import scalars, train_in_process
 
 from gptlab.errors import ConfigError, NonFiniteLossError
@@ -35,3 +36,16 @@ def test_bad_check_interval_names_the_field(value: object) -> None:
     model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8))
     with pytest.raises(ConfigError, match="nonfinite_check_every"):
         GPTLitModule(model, nonfinite_check_every=value)  # type: ignore[arg-type]
+
+
+def test_first_nonfinite_loss_is_found_among_finite_ones_and_stays_found() -> None:
+    module = GPTLitModule(GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)))
+    assert module._first_nonfinite() == (-1, 0.0)  # nothing recorded yet
+    for value in (2.0, 1.5):
+        module._record_nonfinite(torch.tensor(value))
+    assert module._first_nonfinite() == (-1, 0.0)
+    for value in (1.2, float("inf"), float("nan")):
+        module._record_nonfinite(torch.tensor(value))
+    assert module._first_nonfinite() == (0, float("inf"))  # the first bad one (no trainer: step 0), not the NaN
+    module._record_nonfinite(torch.tensor(1.0))
+    assert module._first_nonfinite() == (0, float("inf"))  # later checks refuse too, e.g. a checkpoint on the way out
