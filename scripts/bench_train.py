@@ -1,6 +1,6 @@
 """Training speed against hand-written code, measured in one run: ratios > 1 mean gptlab is faster.
 
-    python scripts/bench_train.py                          # everything (~15 min on an idle 2-core CPU)
+    python scripts/bench_train.py                          # everything (~12 min on an idle 2-core CPU)
     python scripts/bench_train.py --parts step             # model train step only, eager (~2 min)
     python scripts/bench_train.py --parts step compile     # + torch.compile (inductor; ~4 min of compiling)
     python scripts/bench_train.py --parts fit --fit-steps 240 --fit-repeats 2   # Lightning fit vs plain loop
