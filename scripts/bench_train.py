@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--fit-steps", type=int, default=240, help="max_steps of both fits (the default run: 240)")
     parser.add_argument("--fit-repeats", type=int, default=2, help="interleaved fits of each; the best is kept")
     parser.add_argument("--overhead-steps", type=int, default=1000, help="steps of each tiny-model fit")
+    parser.add_argument("--overhead-repeats", type=int, default=3, help="interleaved tiny-model fits of each")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores). "
                         "On a machine shared with other jobs 1 thread gives steadier ratios")
     args = parser.parse_args()
@@ -85,7 +86,7 @@ def main() -> None:
         rows.append(f"| {label} | gptlab (Lightning) | {best['gptlab']:.1f} s | {best['plain'] / best['gptlab']:.2f}x "
                     f"(overhead {best['gptlab'] / best['plain'] - 1:+.1%}) |")
     if "overhead" in args.parts:
-        per_step = step_cost(CONF_DIR, args.overhead_steps, args.fit_repeats + 1)
+        per_step = step_cost(CONF_DIR, args.overhead_steps, args.overhead_repeats)
         label = f"per step, 1-layer 32-wide model, {args.overhead_steps} steps"
         rows.append(f"| {label} | plain PyTorch loop | {per_step['plain'] * 1e3:.2f} ms | 1.00x |")
         rows.append(f"| {label} | gptlab (Lightning) | {per_step['gptlab'] * 1e3:.2f} ms | "

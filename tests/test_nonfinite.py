@@ -42,10 +42,10 @@ def test_first_nonfinite_loss_is_found_among_finite_ones_and_stays_found() -> No
     module = GPTLitModule(GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)))
     assert module._first_nonfinite() == (-1, 0.0)  # nothing recorded yet
     for value in (2.0, 1.5):
-        module._record_nonfinite(torch.tensor(value))
+        module._remember_loss(torch.tensor(value))
     assert module._first_nonfinite() == (-1, 0.0)
     for value in (1.2, float("inf"), float("nan")):
-        module._record_nonfinite(torch.tensor(value))
+        module._remember_loss(torch.tensor(value))
     assert module._first_nonfinite() == (0, float("inf"))  # the first bad one (no trainer: step 0), not the NaN
-    module._record_nonfinite(torch.tensor(1.0))
+    module._remember_loss(torch.tensor(1.0))
     assert module._first_nonfinite() == (0, float("inf"))  # later checks refuse too, e.g. a checkpoint on the way out
