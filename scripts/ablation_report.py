@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gptlab.cli import user_errors_exit
-from gptlab.tools.reporting import BANDS, X_AXES, write_report
+from gptlab.report.runs import BANDS, X_AXES, write_report
+from gptlab.runtime.cli import user_errors_exit
 
 
 @user_errors_exit

@@ -8,7 +8,7 @@
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.cli import user_errors_exit
+from gptlab.runtime.cli import user_errors_exit
 from gptlab.tools.benchmarks.generate import report, run
 
 

@@ -8,9 +8,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli import user_errors_exit
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import parameter_table
+from gptlab.runtime.cli import user_errors_exit
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="count_params")

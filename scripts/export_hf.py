@@ -11,10 +11,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli import user_errors_exit
+from gptlab.checkpoint.reader import load_model, recorded_tokenizer
 from gptlab.errors import ConfigError
-from gptlab.eval.hf_export import export_tokenizer
-from gptlab.train.checkpoints import load_model, recorded_tokenizer
+from gptlab.interop import save_pretrained
+from gptlab.interop.hf_export import export_tokenizer
+from gptlab.runtime.cli import user_errors_exit
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")
@@ -26,7 +27,7 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add tokenizer=<name>.")
     tokenizer_cfg = OmegaConf.to_container(OmegaConf.create(tokenizer_cfg), resolve=True)
     tokenizer = hydra.utils.instantiate(tokenizer_cfg)
-    model.save_pretrained(cfg.out)
+    save_pretrained(model, cfg.out)
     export_tokenizer(tokenizer, Path(cfg.out), tokenizer_cfg)
     print(f"wrote {cfg.out} ({model.num_parameters():,} parameters, {model.config.norm}-LN, tokenizer "
           f"{tokenizer.name}, end-of-text id {tokenizer.eot_id})")

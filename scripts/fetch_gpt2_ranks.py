@@ -6,8 +6,8 @@ Usage: python scripts/fetch_gpt2_ranks.py [--cache-dir DIR]   (default data/cach
 import argparse
 from pathlib import Path
 
-from gptlab.cli import user_errors_exit
 from gptlab.data.ranks import DEFAULT_CACHE, fetch_gpt2_ranks
+from gptlab.runtime.cli import user_errors_exit
 
 
 @user_errors_exit

@@ -7,10 +7,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.cli import user_errors_exit
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.tools.planning import format_plan, make_plan
+from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.planning import format_plan, make_plan
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="plan")

@@ -10,8 +10,8 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.cli import user_errors_exit
-from gptlab.data.prepare_cli import prepare_from_config
+from gptlab.apps.prepare_data import prepare_from_config
+from gptlab.runtime.cli import user_errors_exit
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")

@@ -6,8 +6,8 @@ from typing import Optional
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.cli import user_errors_exit
-from gptlab.eval.validation import evaluate
+from gptlab.apps.evaluate import evaluate
+from gptlab.runtime.cli import user_errors_exit
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="eval")

@@ -3,8 +3,8 @@
 import hydra
 from omegaconf import DictConfig
 
-from gptlab.cli import user_errors_exit
 from gptlab.eval.sampling import sample
+from gptlab.runtime.cli import user_errors_exit
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="sample")

@@ -10,8 +10,8 @@ from typing import Optional  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from gptlab.cli import user_errors_exit  # noqa: E402
-from gptlab.train.run import train  # noqa: E402
+from gptlab.apps.train import train  # noqa: E402
+from gptlab.runtime.cli import user_errors_exit  # noqa: E402
 
 # conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
 # `hydra/launcher=submitit_slurm` maps devices and nodes to SLURM tasks; Hydra warns about the name match.

@@ -95,7 +95,7 @@ def run_tiny(run_dir: Path, *overrides: str, check: bool = True) -> subprocess.C
 
 def train_in_process(run_dir: Path, *overrides: str) -> float | None:
     """A TINY run without the subprocess's ~10 s of imports; for the runs that need no signal."""
-    from gptlab.train.run import train
+    from gptlab.apps.train import train
 
     return train(compose_tiny(run_dir, *overrides))
 
@@ -103,7 +103,7 @@ def train_in_process(run_dir: Path, *overrides: str) -> float | None:
 def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     """tag -> {step: value} over every event file of the run, later files (a resumed run) winning."""
     out: dict[str, dict[int, float]] = {}
-    from gptlab.run_dir import event_files
+    from gptlab.runtime.run_dir import event_files
 
     for path in event_files(run_dir):
         acc = EventAccumulator(str(path))

@@ -3,6 +3,7 @@ gives the same loss and gradients, and the plain loop runs the same config throu
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -46,4 +47,5 @@ def test_plain_loop_trains_the_run(tmp_path: Path) -> None:
 def test_step_cost_times_both_fits_per_step() -> None:
     per_step = step_cost(CONF_DIR, steps=4, repeats=1)
     assert set(per_step) == {"gptlab", "plain"}
-    assert all(0 < seconds < 5 for seconds in per_step.values()), per_step
+    # What is timed, not how fast: no bound on seconds, which depend on the machine and its load.
+    assert all(math.isfinite(seconds) and seconds > 0 for seconds in per_step.values()), per_step

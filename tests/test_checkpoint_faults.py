@@ -14,8 +14,8 @@ import torch
 from helpers import compose_config, load_checkpoint, run_script, run_tiny, scalars, train_in_process
 
 from gptlab.atomic import atomic_write_text
+from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.errors import ConfigError, DiskFullError
-from gptlab.train.checkpoint_io import AtomicCheckpointIO
 
 RUN = ["trainer.max_steps=8", "trainer.val_check_interval=4", "callbacks.periodic_checkpoint.every_n_train_steps=2"]
 
@@ -136,8 +136,8 @@ def bad_checkpoints(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_bad_checkpoints_are_one_paragraph_in_every_entry_script(bad_checkpoints, tmp_path: Path) -> None:
+    from gptlab.apps.evaluate import evaluate
     from gptlab.eval.sampling import sample
-    from gptlab.eval.validation import evaluate
 
     truncated, text = bad_checkpoints["truncated"], bad_checkpoints["text"]
     for path, reason in [(truncated, "truncated, corrupt or not a PyTorch checkpoint"),

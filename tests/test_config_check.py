@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from helpers import TINY, compose_config, run_train
 
-from gptlab.cli import user_errors_exit
-from gptlab.train.config_check import DATA, OPTIMIZER, SCHEDULER, TRAINER, check_config, names_in
-from gptlab.train.run import train
+from gptlab.apps.train import train
+from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.config_check import DATA, OPTIMIZER, SCHEDULER, TRAINER, check_config, names_in
 
 # (override, the field the message must name). Each override alone makes the config invalid. Unwritable paths are
 # below /dev/null (a file), since root, which CI may run as, may write anywhere else.
@@ -143,7 +143,7 @@ def test_the_table_is_big_and_spans_every_group() -> None:
 
 @pytest.mark.parametrize("override,field", BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
 def test_bad_value_exits_2_naming_the_field(tmp_path, capsys, monkeypatch, override: str, field: str) -> None:
-    monkeypatch.setattr("gptlab.train.guards.gpu_count", lambda: 0)
+    monkeypatch.setattr("gptlab.runtime.guards.gpu_count", lambda: 0)
 
     def fit(*args, **kwargs):
         raise AssertionError(f"{override} passed every check and reached Trainer.fit")
@@ -187,7 +187,7 @@ def test_tables_cover_every_shipped_field() -> None:
     for group in ("data", "optimizer", "scheduler", "trainer"):
         for path in (conf / group).glob("*.yaml"):
             missing = set(OmegaConf.load(path)) - known
-            assert not missing, f"{path.name}: no check for {sorted(missing)} in gptlab/train/config_check.py"
+            assert not missing, f"{path.name}: no check for {sorted(missing)} in gptlab/runtime/config_check.py"
 
 
 def test_entry_point_refuses_and_leaves_no_run_dir(tmp_path) -> None:

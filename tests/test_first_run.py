@@ -15,12 +15,12 @@ import pytest
 import torch
 from helpers import TINY, compose_config, scalars
 
+from gptlab.apps.banner import vocab_warning
+from gptlab.apps.train import train
 from gptlab.atomic import atomic_write_text
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig, count_parameters
-from gptlab.train.banner import vocab_warning
-from gptlab.train.run import train
 
 SHORT = [*TINY, "trainer.max_steps=6", "trainer.val_check_interval=80", "scheduler.warmup_steps=2"]
 
@@ -154,7 +154,7 @@ def test_progress_bar_counts_optimizer_steps_of_the_whole_run(tmp_path, capsys) 
 def test_a_sweep_announces_its_dir(capsys) -> None:
     from omegaconf import OmegaConf
 
-    from gptlab.train.hydra_callbacks import AnnounceSweepDir
+    from gptlab.runtime.hydra_callbacks import AnnounceSweepDir
 
     cfg = OmegaConf.create({"hydra": {"sweep": {"dir": "outputs/multiruns/x/2026-01-01/00-00-00"}}})
     AnnounceSweepDir().on_multirun_start(cfg)
@@ -180,7 +180,7 @@ def test_truncated_manifest_is_named_not_a_traceback(corpus, tmp_path) -> None:
 def test_unwritable_run_dir_is_one_line_before_hydra_creates_it(capsys, tmp_path) -> None:
     from omegaconf import OmegaConf
 
-    from gptlab.train.hydra_callbacks import CheckOutputDir
+    from gptlab.runtime.hydra_callbacks import CheckOutputDir
 
     bad = OmegaConf.create({"hydra": {"run": {"dir": "/dev/null/run"}, "sweep": {"dir": "/dev/null/sweep"}}})
     for hook in (CheckOutputDir().on_run_start, CheckOutputDir().on_multirun_start):
@@ -196,7 +196,7 @@ def test_unwritable_run_dir_is_one_line_before_hydra_creates_it(capsys, tmp_path
 def test_console_drops_known_noise_and_keeps_other_stop_reasons() -> None:
     import warnings
 
-    from gptlab.train import quiet
+    from gptlab.runtime import quiet
 
     quiet.install()
     lightning_log = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # Lightning's rank_zero_info

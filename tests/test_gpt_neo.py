@@ -7,8 +7,8 @@ import torch
 import transformers  # the `test` extra
 
 from gptlab.errors import ConfigError
+from gptlab.interop.gpt_neo import convert_gpt_neo
 from gptlab.model import GPT
-from gptlab.model.gpt_neo import convert_gpt_neo
 
 
 def random_gpt_neo(seed: int, **overrides) -> transformers.GPTNeoForCausalLM:

@@ -7,9 +7,9 @@ from helpers import compose_config, run_train
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.tools.planning import activation_bytes
-from gptlab.train import guards
-from gptlab.train.guards import check_devices, check_memory, estimate_memory
+from gptlab.runtime import guards
+from gptlab.runtime.guards import check_devices, check_memory, estimate_memory
+from gptlab.runtime.planning import activation_bytes
 
 GB = 1e9
 
@@ -77,7 +77,7 @@ def test_memory_guard_lets_a_fitting_run_through() -> None:
 
 def test_memory_guard_override(tmp_path, monkeypatch) -> None:
     """check_memory=false skips the guard: the same run that is refused goes on to training."""
-    from gptlab.train.run import train
+    from gptlab.apps.train import train
 
     monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 1.0)  # a machine with no free memory
     tiny = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32", "data.batch_size=2",

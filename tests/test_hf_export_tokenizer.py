@@ -11,9 +11,9 @@ import torch
 from helpers import CHECKOUT_ENV, ROOT, compose_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from gptlab.apps.train import train
 from gptlab.data.tokenizers import ByteTokenizer
-from gptlab.eval.hf_export import export_tokenizer
-from gptlab.train.run import train
+from gptlab.interop.hf_export import export_tokenizer
 
 TEXT = "Hello, world! café 東京 🙂\n  def f(x): return x ** 2<|endoftext|>"
 

@@ -11,8 +11,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
 from gptlab.errors import ConfigError
+from gptlab.interop import from_pretrained, save_pretrained
+from gptlab.interop.hf import CONVERTERS
 from gptlab.model import GPT, GPTConfig
-from gptlab.model.hf_interop import CONVERTERS
 
 TOL = 1e-5
 GPT2_SHAPES = [
@@ -74,7 +75,7 @@ def test_from_pretrained_matches_hf_logits(tmp_path: Path, family: str, seed: in
     hf.save_pretrained(tmp_path)
     if not safe:
         as_legacy_bin(tmp_path, shape["n_layer"], shape["n_positions"])
-    model = GPT.from_pretrained(tmp_path).eval()
+    model = from_pretrained(tmp_path).eval()
     assert model.config.norm == ("pre" if family == "gpt2" else "post")
     x = ids(shape["vocab_size"])
     with torch.no_grad():
@@ -85,7 +86,7 @@ def test_from_pretrained_matches_hf_logits(tmp_path: Path, family: str, seed: in
 def test_greedy_generation_matches_hf_generate(tmp_path: Path, family: str, seed: int, shape: dict) -> None:
     hf = (hf_gpt2 if family == "gpt2" else hf_gpt1)(seed, **shape)
     hf.save_pretrained(tmp_path)
-    model = GPT.from_pretrained(tmp_path)
+    model = from_pretrained(tmp_path)
     prompt = ids(shape["vocab_size"], batch=2, length=8, seed=seed)
     ours = model.generate(prompt, 32, temperature=0)
     theirs = hf.generate(prompt, max_new_tokens=32, do_sample=False, pad_token_id=0,
@@ -96,7 +97,7 @@ def test_greedy_generation_matches_hf_generate(tmp_path: Path, family: str, seed
 def test_beam_search_matches_hf(tmp_path: Path) -> None:
     hf = hf_gpt2(7, **GPT2_SHAPES[0])
     hf.save_pretrained(tmp_path)
-    model = GPT.from_pretrained(tmp_path)
+    model = from_pretrained(tmp_path)
     prompt = ids(97, batch=2, length=6, seed=3)
     ours = model.generate(prompt, 12, num_beams=4)
     theirs = hf.generate(prompt, max_new_tokens=12, num_beams=4, do_sample=False,
@@ -119,7 +120,7 @@ OURS = [
 def test_save_pretrained_loads_in_transformers(tmp_path: Path, fields: dict) -> None:
     torch.manual_seed(0)
     model = randomised(GPT(GPTConfig(**fields)), 1)
-    model.save_pretrained(tmp_path)
+    save_pretrained(model, tmp_path)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     expected = GPT2LMHeadModel if model.config.norm == "pre" else OpenAIGPTLMHeadModel
     assert isinstance(hf, expected)
@@ -127,7 +128,7 @@ def test_save_pretrained_loads_in_transformers(tmp_path: Path, fields: dict) -> 
     with torch.no_grad():
         ours = model(x)[..., : fields["vocab_size"]]
         assert (ours - hf(x).logits).abs().max().item() <= TOL
-    back = GPT.from_pretrained(tmp_path).eval()  # and round trip
+    back = from_pretrained(tmp_path).eval()  # and round trip
     with torch.no_grad():
         assert (back(x) - ours).abs().max().item() <= TOL
 
@@ -142,7 +143,7 @@ def test_save_pretrained_loads_in_transformers(tmp_path: Path, fields: dict) -> 
 def test_save_pretrained_refuses_what_gpt2_cannot_express(tmp_path: Path, change: dict, option: str) -> None:
     model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, **change))
     with pytest.raises(ConfigError, match=option):
-        model.save_pretrained(tmp_path)
+        save_pretrained(model, tmp_path)
     assert not (tmp_path / "config.json").exists()
 
 
@@ -153,7 +154,7 @@ def test_mismatched_weights_list_keys_and_shapes(tmp_path: Path) -> None:
     config["n_embd"] = 40  # the config now disagrees with the weights
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError) as err:
-        GPT.from_pretrained(tmp_path)
+        from_pretrained(tmp_path)
     message = str(err.value)
     assert "shape mismatches" in message and "tok_emb.weight: (97, 32)" in message and "(97, 40)" in message
 
@@ -161,7 +162,7 @@ def test_mismatched_weights_list_keys_and_shapes(tmp_path: Path) -> None:
 def test_unknown_model_type_and_missing_dir(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
     with pytest.raises(ConfigError, match="model_type='mamba'.*gpt2"):
-        GPT.from_pretrained(tmp_path)
+        from_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="no config.json"):
-        GPT.from_pretrained(tmp_path / "nowhere")
+        from_pretrained(tmp_path / "nowhere")
     assert set(CONVERTERS) >= {"gpt2", "openai-gpt"}

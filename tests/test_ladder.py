@@ -9,8 +9,8 @@ from helpers import ROOT, compose_config
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from gptlab.interop.llama import llama_inexpressible
 from gptlab.model import GPT, GPTConfig
-from gptlab.model.llama_interop import llama_inexpressible
 
 
 def sweep(experiment: str) -> tuple[dict, dict[str, list]]:

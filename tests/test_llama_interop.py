@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from gptlab.errors import ConfigError
+from gptlab.interop import from_pretrained, save_pretrained
 from gptlab.model import GPT, GPTConfig
 
 TOL = 1e-5
@@ -41,7 +42,7 @@ def ids(vocab: int, batch: int = 2, length: int = 40, seed: int = 0) -> torch.Te
 def test_from_pretrained_matches_hf_logits_and_greedy_tokens(tmp_path: Path, seed: int, shape: dict) -> None:
     hf = hf_llama(seed, **shape)
     hf.save_pretrained(tmp_path)
-    model = GPT.from_pretrained(tmp_path).eval()
+    model = from_pretrained(tmp_path).eval()
     cfg = model.config
     assert (cfg.pos_emb, cfg.norm_type, cfg.activation) == ("rope", "rmsnorm", "swiglu")
     x = ids(shape["vocab_size"])
@@ -67,7 +68,7 @@ def test_save_pretrained_writes_a_llama_dir_transformers_loads(tmp_path: Path, f
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
-    model.eval().save_pretrained(tmp_path)
+    save_pretrained(model.eval(), tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "llama"
     hf = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert isinstance(hf, LlamaForCausalLM)
@@ -75,7 +76,7 @@ def test_save_pretrained_writes_a_llama_dir_transformers_loads(tmp_path: Path, f
     with torch.no_grad():
         ours = model(x)[..., : fields["vocab_size"]]
         assert (ours - hf(x).logits).abs().max().item() <= TOL
-        assert (GPT.from_pretrained(tmp_path).eval()(x) - ours).abs().max().item() <= TOL  # round trip
+        assert (from_pretrained(tmp_path).eval()(x) - ours).abs().max().item() <= TOL  # round trip
 
 
 @pytest.mark.parametrize("change,option", [
@@ -88,14 +89,14 @@ def test_save_refuses_what_llama_cannot_express(tmp_path: Path, change: dict, op
     cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, pos_emb="rope", norm_type="rmsnorm",
                     activation="swiglu", attn_bias=False, mlp_bias=False, **change)
     with pytest.raises(ConfigError, match=option):
-        GPT(cfg).save_pretrained(tmp_path)
+        save_pretrained(GPT(cfg), tmp_path)
     assert not (tmp_path / "config.json").exists()
 
 
 def test_gpt2_save_refuses_qk_norm_rather_than_dropping_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="model.qk_norm"):
-        GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, qk_norm=True)).save_pretrained(
-            tmp_path)
+        save_pretrained(GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, qk_norm=True)),
+                        tmp_path)
 
 
 def test_grouped_query_attention_is_refused_by_name(tmp_path: Path) -> None:
@@ -104,4 +105,4 @@ def test_grouped_query_attention_is_refused_by_name(tmp_path: Path) -> None:
     config["num_key_value_heads"] = 2
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="num_key_value_heads"):
-        GPT.from_pretrained(tmp_path)
+        from_pretrained(tmp_path)

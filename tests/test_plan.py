@@ -10,7 +10,7 @@ from helpers import CHECKOUT_ENV, ROOT, compose_config
 from omegaconf import OmegaConf
 
 from gptlab.model import GPTConfig, count_parameters
-from gptlab.tools.planning import GPUS, activation_bytes, make_plan
+from gptlab.runtime.planning import GPUS, activation_bytes, make_plan
 
 GPT3_175B = dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, head_dim=128)
 

@@ -27,8 +27,8 @@ import pytest
 from helpers import CHECKOUT_ENV, ROOT, compose_config, write_corpus
 
 from gptlab.errors import ConfigError
-from gptlab.train import guards
-from gptlab.train.config_check import check_config
+from gptlab.runtime import guards
+from gptlab.runtime.config_check import check_config
 
 README = ROOT / "README.md"
 MARKER = re.compile(r"<!--\s*readme-test:\s*append\s+(.*?)\s*-->")  # a line of its own (fullmatch)
@@ -40,7 +40,7 @@ NOT_RUNNABLE = {
     "hydra/launcher=submitit_slurm": "needs a SLURM cluster",
     "data=openwebtext": "streams a dataset from the Hugging Face hub (network)",
     "scripts/bench_": "benchmarks run for minutes on a CPU; each prints ratios measured in one run",
-    "GPT.from_pretrained(\"path/to/gpt2\")": "needs a real GPT-2 checkpoint from the Hugging Face hub (network)",
+    "from_pretrained(\"path/to/gpt2\")": "needs a real GPT-2 checkpoint from the Hugging Face hub (network)",
     "python -m pytest": "the test suite itself",
     "scripts/fault_drill.py": "kills runs for minutes; tests/test_fault_drill.py runs it (20 kills: -m slow)",
     "scripts/preemption_drill.py": "27 DDP jobs, minutes; tests/test_preemption.py runs five of them (all: -m slow)",

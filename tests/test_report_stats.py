@@ -17,9 +17,9 @@ from scipy import stats
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import training_flops_per_token
-from gptlab.tools.report_plot import val_loss_figure
-from gptlab.tools.report_stats import compare, mean_curve, value_at
-from gptlab.tools.reporting import group_variants, load_sweep, parse_baseline, write_report
+from gptlab.report.plot import val_loss_figure
+from gptlab.report.runs import group_variants, load_sweep, parse_baseline, write_report
+from gptlab.report.stats import compare, mean_curve, value_at
 
 MODEL = {"vocab_size": None, "block_size": 32, "n_layer": 1, "n_head": 2, "n_embd": 32}
 TOKENS_PER_STEP = 128

@@ -12,10 +12,11 @@ import torch
 from helpers import CHECKOUT_ENV, ROOT, compose_config
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
+from gptlab.apps.train import train
+from gptlab.checkpoint.reader import load_model
 from gptlab.errors import ConfigError
 from gptlab.eval.sampling import sample
-from gptlab.train.checkpoints import load_model
-from gptlab.train.run import train
+from gptlab.interop import save_pretrained
 
 SAMPLE = functools.partial(compose_config, config_name="sample")  # conf/sample.yaml, as src/sample.py composes it
 
@@ -55,7 +56,7 @@ def test_export_hf_script_writes_a_directory_transformers_loads(run_dir: Path, t
 def test_sample_from_checkpoint_and_hf_dir_agree(run_dir: Path, tmp_path: Path) -> None:
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     model = load_model(ckpt)[0]
-    model.save_pretrained(tmp_path / "hf")
+    save_pretrained(model, tmp_path / "hf")
     greedy = ["temperature=0", "max_new_tokens=12", "stop_at_eot=false"]
     # the checkpoint records its tokenizer (bytes)
     from_ckpt = sample(SAMPLE([f"ckpt_path={ckpt}", "prompt=Hi there", *greedy]))
@@ -73,7 +74,7 @@ def test_sample_bad_input(run_dir: Path, tmp_path: Path) -> None:
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     with pytest.raises(ConfigError, match="tokenizer=bytes"):  # an HF dir does not say which tokenizer
         model = load_model(ckpt)[0]
-        model.save_pretrained(tmp_path / "hf")
+        save_pretrained(model, tmp_path / "hf")
         sample(SAMPLE([f"ckpt_path={tmp_path / 'hf'}"]))
     with pytest.raises(ConfigError, match="prompt_file"):
         sample(SAMPLE([f"ckpt_path={ckpt}", f"prompt_file={tmp_path / 'missing.txt'}", "prompt=null"]))

@@ -8,11 +8,11 @@ import numpy as np
 import torch
 from helpers import compose_config, write_corpus
 
+from gptlab.apps.train import train
 from gptlab.data.prepare import load_prepared, prepare
 from gptlab.data.sources import HFDataset, TextFiles
 from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import ByteTokenizer
-from gptlab.train.run import train
 
 BLOCK = 64
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from helpers import compose_config
 
+from gptlab.apps.train import train
 from gptlab.data import GPTDataModule
 from gptlab.data.shards import ShardedTokens
 from gptlab.data.sources import TextFiles
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
-from gptlab.train.run import train
 
 BLOCK = 32
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import load_checkpoint, train_in_process
 
-from gptlab.cli import user_errors_exit
 from gptlab.errors import ConfigError, NonFiniteLossError
-from gptlab.train.preflight import check_output_dirs
+from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.preflight import check_output_dirs
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ import pytest
 import torch
 from helpers import compose_tiny, load_checkpoint, train_in_process
 
+from gptlab.apps.train import gradient_accumulation
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss
 from gptlab.train.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups
-from gptlab.train.run import gradient_accumulation
 
 PEAK = 1.0
 

@@ -13,15 +13,15 @@ import pytest
 import torch
 from helpers import ROOT, compose_config, run_script, scalars, train_in_process
 
+from gptlab.apps.evaluate import evaluate
+from gptlab.checkpoint.reader import load_model
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import encode_pair, score_pairs, score_texts
 from gptlab.eval.tasks import hellaswag_example, task_examples
-from gptlab.eval.validation import evaluate
 from gptlab.eval.zeroshot import evaluate_tasks, hellaswag_metrics, lambada_metrics, load_examples
 from gptlab.model import GPT, GPTConfig
 from gptlab.train.callbacks import ZeroShotEval
-from gptlab.train.checkpoints import load_model
 
 FIXTURES = ROOT / "tests" / "fixtures" / "zeroshot"
 LAMBADA = FIXTURES / "lambada.jsonl"

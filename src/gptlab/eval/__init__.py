@@ -1,2 +1,2 @@
-"""What runs on a trained checkpoint: validation loss and perplexity, zero-shot tasks (LAMBADA, HellaSwag, and
-lm-eval's through an adapter), and sampling."""
+"""What runs on a trained model: zero-shot tasks (LAMBADA, HellaSwag, and lm-eval's through an adapter), their
+scoring, and sampling."""

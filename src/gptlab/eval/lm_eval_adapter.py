@@ -24,11 +24,11 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from gptlab.cli import user_errors_exit
+from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import score_pairs, score_texts
-from gptlab.train.checkpoints import check_tokenizer_fits, load_model, recorded_tokenizer
+from gptlab.runtime.cli import user_errors_exit
 
 GENERATION_CHUNK = 32  # new tokens per generate() call between checks for a stop string
 

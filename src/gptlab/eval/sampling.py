@@ -9,11 +9,12 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.checkpoint.reader import load_model as load_checkpoint_model
+from gptlab.checkpoint.reader import recorded_tokenizer, resolve_checkpoint
 from gptlab.errors import ConfigError
-from gptlab.eval.hf_export import read_exported_tokenizer
+from gptlab.interop import from_pretrained
+from gptlab.interop.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
-from gptlab.train.checkpoints import load_model as load_checkpoint_model
-from gptlab.train.checkpoints import recorded_tokenizer, resolve_checkpoint
 
 
 def is_hf_directory(path: str) -> bool:
@@ -25,7 +26,7 @@ def load_model(path: str) -> tuple[GPT, Any]:
     is a Hugging Face model (scripts/export_hf.py records the tokenizer there); a file is a checkpoint written by
     src/train.py, and another directory a run dir (its newest checkpoint that loads)."""
     if is_hf_directory(path):
-        return GPT.from_pretrained(Path(path)), read_exported_tokenizer(Path(path))
+        return from_pretrained(Path(path)), read_exported_tokenizer(Path(path))
     model, hparams = load_checkpoint_model(path)
     return model, recorded_tokenizer(hparams)
 

@@ -8,14 +8,28 @@ than block_size the context window slides and every step recomputes the last blo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
 from gptlab.errors import ConfigError
+from gptlab.model.config import GPTConfig
 
-if TYPE_CHECKING:
-    from gptlab.model.gpt import GPT
+
+class GPT(Protocol):
+    """What decoding needs of a model (gptlab.model.GPT has it). A protocol rather than an import: gpt.py builds
+    on this module for GPT.generate, so importing GPT here would make the two modules a cycle."""
+
+    config: GPTConfig
+    training: bool
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+    def __call__(self, idx: torch.Tensor, caches: Any = None, last_only: bool = False) -> torch.Tensor: ...
+
+    def new_caches(self, batch: int, max_len: int) -> list[Any]: ...
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""Tools behind scripts/: compute planning, sweep reports, benchmarks."""
+"""Behind scripts/: benchmarks, the GPU doctor and the fault and preemption drills. Nothing imports tools."""

@@ -3,7 +3,7 @@ and how fast one real training step runs (scripts/doctor.py prints it).
 
 On a GPU: CUDA/NCCL/bf16, flex vs chunked vs sdpa local attention (equality and fwd+bwd time), one bf16-mixed
 train step of gpt2_small eager and compiled (tokens/s, MFU against the GPU's dense bf16 peak), its memory peak
-against gptlab.tools.planning's estimate, and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the
+against gptlab.runtime.planning's estimate, and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the
 parts that need a GPU are listed as skipped, with why.
 """
 
@@ -22,7 +22,7 @@ from lightning.fabric.utilities.throughput import get_available_flops
 
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
 from gptlab.model.sparse_attention import attend, flex_available
-from gptlab.tools.planning import activation_bytes, memory_per_gpu
+from gptlab.runtime.planning import activation_bytes, memory_per_gpu
 from gptlab.train.optim import adamw, weight_decay_groups
 
 GPT2_SMALL = dict(vocab_size=50257, pad_vocab_to=64, block_size=1024, n_layer=12, n_head=12, n_embd=768)

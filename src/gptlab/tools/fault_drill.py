@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from gptlab.run_dir import SUMMARY_FILE, event_files
-from gptlab.train.checkpoints import newest_loadable_checkpoint, read_checkpoint
+from gptlab.checkpoint.reader import newest_loadable_checkpoint, read_checkpoint
+from gptlab.runtime.run_dir import SUMMARY_FILE, event_files
 
 REPO = Path(__file__).resolve().parents[3]
 TRAIN = REPO / "src" / "train.py"

@@ -30,8 +30,8 @@ from typing import Any, Callable, Optional
 import lightning as L
 import torch
 
+from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.tools.fault_drill import REPO, RUN_OVERRIDES, TRAIN
-from gptlab.train.checkpoints import read_checkpoint
 
 MOMENTS = ("step", "validation", "sample", "checkpoint", "anytime")
 TARGETS = ("rank0", "rank1", "all")

@@ -12,11 +12,11 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics import MeanMetric, SumMetric
 
+from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.errors import ConfigError, NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
 from gptlab.train.optim import weight_decay_groups
-from gptlab.train.rng import rng_states, set_rng_states
 
 
 def logging_step(trainer: L.Trainer) -> bool:

@@ -22,9 +22,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+from gptlab.apps.train import SUMMARY_FILE, build_model_config, train
 from gptlab.model import GPT, next_token_loss
 from gptlab.train.optim import weight_decay_groups
-from gptlab.train.run import SUMMARY_FILE, build_model_config, train
 
 
 def compose_train(conf_dir: Path, overrides: list[str], output_dir: Path) -> DictConfig:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.interop import save_pretrained
 from gptlab.model import GPT, GPTConfig
 
 
@@ -38,7 +39,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ValueError(f"prompt_len + new_tokens must fit model.block_size={model_cfg.block_size}.")
     model = GPT(model_cfg).eval()
     with tempfile.TemporaryDirectory() as tmp:  # the same weights, through the export path
-        model.save_pretrained(tmp)
+        save_pretrained(model, tmp)
         hf = AutoModelForCausalLM.from_pretrained(tmp).eval().to(device)
     model.to(device)
     prompt = torch.randint(0, model_cfg.vocab_size, (cfg.batch, cfg.prompt_len), device=device)

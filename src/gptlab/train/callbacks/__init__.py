@@ -2,7 +2,6 @@
 
 from gptlab.train.callbacks.hparams import HParamsSummary
 from gptlab.train.callbacks.loss_spike import LossSpikeGuard
-from gptlab.train.callbacks.preemption import PreemptionCheckpoint
 from gptlab.train.callbacks.rank_consistency import RankConsistencyCheck
 from gptlab.train.callbacks.samples import TextSamples
 from gptlab.train.callbacks.stability import StabilityProbes
@@ -10,6 +9,6 @@ from gptlab.train.callbacks.throughput import TokenThroughput
 from gptlab.train.callbacks.zeroshot import ZeroShotEval
 
 __all__ = [
-    "HParamsSummary", "LossSpikeGuard", "PreemptionCheckpoint", "RankConsistencyCheck", "StabilityProbes",
+    "HParamsSummary", "LossSpikeGuard", "RankConsistencyCheck", "StabilityProbes",
     "TextSamples", "TokenThroughput", "ZeroShotEval",
 ]

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gptlab.atomic import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from gptlab.tools.reporting import Variant
+X_LABELS = {"tokens": "tokens seen", "flops": "training FLOPs", "seconds": "wall-clock seconds"}
+
+
+class Variant(Protocol):
+    """What a plotted line needs (gptlab.report.runs.Variant has it)."""
+
+    label: str
+
+    def curve(self, x_axis: str, band: str) -> Any: ...
 
 
 def val_loss_figure(variants: list[Variant], x_axis: str, band: str = "minmax", title: str = "sweep",
@@ -20,8 +28,6 @@ def val_loss_figure(variants: list[Variant], x_axis: str, band: str = "minmax", 
 
     matplotlib.use("Agg")  # files only; no display here or on cluster nodes
     import matplotlib.pyplot as plt
-
-    from gptlab.tools.reporting import X_LABELS
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colours = plt.get_cmap("tab10")

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from gptlab.cli import find_config_error
+from gptlab.runtime.cli import find_config_error
 
 TENSORBOARD_DIR = "tensorboard"  # events: directly in it for a single run, in <overrides>/ for a sweep job
 RESOLVED_CONFIG = "config_resolved.yaml"  # the fully resolved config of the run (sample.py rebuilds from it)

@@ -17,10 +17,10 @@ from safetensors.torch import load_file, save_file
 
 from gptlab.atomic import atomic_write
 from gptlab.errors import ConfigError
+from gptlab.interop.gpt_neo import convert_gpt_neo
+from gptlab.interop.llama import convert_llama, is_llama_shaped, to_llama
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
-from gptlab.model.gpt_neo import convert_gpt_neo
-from gptlab.model.llama_interop import convert_llama, is_llama_shaped, to_llama
 
 Converter = Callable[[dict[str, Any], dict[str, torch.Tensor]], tuple[GPTConfig, dict[str, torch.Tensor]]]
 

@@ -15,9 +15,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.atomic import atomic_write_text
+from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
-from gptlab.train.checkpoints import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)

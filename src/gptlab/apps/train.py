@@ -17,23 +17,24 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.apps import sweep_jobs
+from gptlab.apps.banner import banner_lines, vocab_warning
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
+from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
+from gptlab.checkpoint.reader import check_resumable, newest_loadable_checkpoint, read_checkpoint, resolve_checkpoint
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
-from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
+from gptlab.runtime import quiet
+from gptlab.runtime.config_check import check_config
+from gptlab.runtime.guards import check_devices, check_memory
+from gptlab.runtime.hydra_ddp import ddp_job_scope
+from gptlab.runtime.preemption import PreemptionCheckpoint
+from gptlab.runtime.preflight import check_output_dirs, checkpoint_bytes
+from gptlab.runtime.rank_watch import WATCH
+from gptlab.runtime.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
 from gptlab.signals import FLAG
-from gptlab.train import quiet, sweep_jobs
-from gptlab.train.banner import banner_lines, vocab_warning
-from gptlab.train.callbacks import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
-from gptlab.train.checkpoint_io import AtomicCheckpointIO
-from gptlab.train.checkpoints import check_resumable, newest_loadable_checkpoint, read_checkpoint, resolve_checkpoint
-from gptlab.train.config_check import check_config
-from gptlab.train.guards import check_devices, check_memory
-from gptlab.train.hydra_ddp import ddp_job_scope
 from gptlab.train.module import GPTLitModule
-from gptlab.train.preflight import check_output_dirs, checkpoint_bytes
-from gptlab.train.rank_watch import WATCH
 
 log = logging.getLogger(__name__)
 quiet.install()
@@ -226,7 +227,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
     # Lightning's SIGTERM handling would replace gptlab's flag with its own, which hangs DDP jobs (see
     # callbacks/preemption.py); the flag installed by train() stays in force for the whole fit.
     trainer._signal_connector.register_signal_handlers = lambda: None
-    WATCH.start(trainer)  # the step a lost rank's message names (gptlab.train.rank_watch)
+    WATCH.start(trainer)  # the step a lost rank's message names (gptlab.runtime.rank_watch)
     # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - started

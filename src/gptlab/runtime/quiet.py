@@ -33,7 +33,7 @@ class DropKnownNoise(logging.Filter):
 
 
 def install() -> None:
-    """Idempotent: called when gptlab.train.run is imported, in every rank."""
+    """Idempotent: called when gptlab.apps.train is imported, in every rank."""
     for name in NOISY_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropKnownNoise) for f in logger.filters):

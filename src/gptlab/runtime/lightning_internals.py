@@ -21,12 +21,12 @@ class Private:
 
 PRIVATE = (
     Private("lightning.pytorch.strategies.launchers.subprocess_script:_hydra_subprocess_cmd",
-            "gptlab/train/hydra_ddp.py", "the only hook that chooses the command DDP ranks > 0 are started with"),
+            "gptlab/runtime/hydra_ddp.py", "the only hook that chooses the command DDP ranks > 0 are started with"),
     Private("lightning.pytorch.strategies.launchers.subprocess_script:_launch_process_observer",
-            "gptlab/train/hydra_ddp.py", "the watcher of DDP ranks > 0, which SIGKILLs the whole job silently when one "
-            "exits non-zero; gptlab.train.rank_watch replaces it"),
+            "gptlab/runtime/hydra_ddp.py", "the watcher of DDP ranks > 0, which SIGKILLs the whole job silently when "
+            "one exits non-zero; gptlab.runtime.rank_watch replaces it"),
     Private("trainer:_signal_connector.register_signal_handlers",
-            "gptlab/train/run.py", "switched off: Lightning's SIGTERM handler broadcasts inside the handler and hangs "
+            "gptlab/apps/train.py", "switched off: Lightning's SIGTERM handler broadcasts inside the handler and hangs "
             "DDP jobs; gptlab.signals and callbacks/preemption.py replace it"),
     Private("torch.utils.tensorboard.writer:SummaryWriter._get_file_writer",
             "gptlab/train/callbacks/hparams.py", "writes hparams summaries as TensorBoardLogger.log_hyperparams does"),

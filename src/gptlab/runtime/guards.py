@@ -17,7 +17,7 @@ import torch
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
-from gptlab.tools.planning import activation_bytes
+from gptlab.runtime.planning import activation_bytes
 
 GB = 1e9
 PROCESS_OVERHEAD_BYTES = 0.6 * GB  # the Python + torch + Lightning runtime of one process, measured ~0.5-0.6 GB

@@ -1,6 +1,6 @@
 """Summarise a Hydra sweep: jobs grouped into variants (every differing override but `seed`), each variant's
-across-seed statistics against a baseline (gptlab.tools.report_stats), and a val/loss plot with bands
-(gptlab.tools.report_plot)."""
+across-seed statistics against a baseline (gptlab.report.stats), and a val/loss plot with bands
+(gptlab.report.plot)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
-from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, event_files
-from gptlab.tools.report_stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
+from gptlab.report.plot import X_LABELS, plot_val_loss
+from gptlab.report.stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
+from gptlab.runtime.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, event_files
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
 X_AXES = ("tokens", "flops", "seconds")
 BANDS = ("minmax", "std")
-X_LABELS = {"tokens": "tokens seen", "flops": "training FLOPs", "seconds": "wall-clock seconds"}
 
 
 @dataclass(frozen=True)
@@ -287,8 +287,6 @@ def _check_options(x: str | None, band: str, alpha: float) -> None:
 def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
                  band: str = "minmax") -> tuple[Path, Path]:
     """Writes ablation_report.md and val_loss.png into the sweep dir."""
-    from gptlab.tools.report_plot import plot_val_loss
-
     _check_options(x, band, alpha)
     jobs = load_sweep(sweep_dir)
     variants = group_variants(jobs)

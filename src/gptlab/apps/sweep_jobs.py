@@ -1,6 +1,6 @@
 """A `-m` sweep job's identity: whether this process is one, its name (the overrides that differ between the jobs),
 and, when a sweep is launched again into its sweep dir, whether this job already finished or was run with another
-config. gptlab.train.run acts on them: skip, continue from the newest checkpoint, or refuse."""
+config. gptlab.apps.train acts on them: skip, continue from the newest checkpoint, or refuse."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
-from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
+from gptlab.runtime.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.train.callbacks.hparams import flatten
 
 
