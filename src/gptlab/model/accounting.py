@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gptlab.model.config import GPTConfig
 from gptlab.model.norms import norm_parameters
+from gptlab.model.positions import POSITIONS
 
 COMPONENTS = ("embedding", "position", "attention", "mlp", "norm", "head")
 
@@ -21,15 +22,15 @@ def count_parameters(cfg: GPTConfig) -> dict[str, int]:
     d, D, M = cfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
     qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
     attention = _linear(D, 2 * qk_width + v_width, cfg.qkv_bias) + _linear(v_width, D, cfg.attn_bias)
-    attention += 2 * norm_parameters(cfg, cfg.head_dim) if cfg.qk_norm else 0  # q_norm and k_norm gains
+    attention += 2 * norm_parameters(cfg.norm_type, cfg.head_dim) if cfg.qk_norm else 0  # q_norm and k_norm gains
     widths = [D] + [cfg.d_ff] * (cfg.mlp_layers - 1) + [D]
     gate = 2 if cfg.gated else 1  # a gated activation's input is [A ‖ B]: layers feeding one are twice as wide
     mlp = sum(_linear(a, b * (gate if i < len(widths) - 2 else 1), cfg.mlp_bias)
               for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
-    layer_norm = norm_parameters(cfg, D)  # gamma and beta (LayerNorm), gamma alone (RMSNorm)
+    layer_norm = norm_parameters(cfg.norm_type, D)  # gamma and beta (LayerNorm), gamma alone (RMSNorm)
     counts = {
         "embedding": d * D,
-        "position": cfg.block_size * D if cfg.pos_emb == "learned" else 0,
+        "position": POSITIONS[cfg.pos_emb].parameters(cfg.block_size, D),
         "attention": M * attention,
         "mlp": M * mlp,
         "norm": (2 * M + (1 if cfg.final_norm else 0)) * layer_norm,

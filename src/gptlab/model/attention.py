@@ -15,10 +15,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from gptlab.model.alibi import alibi_bias, attend_alibi, attend_alibi_cached
 from gptlab.model.config import GPTConfig
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.norms import make_norm
+from gptlab.model.positions import POSITIONS
 from gptlab.model.rope import Rotary
 from gptlab.model.sparse_attention import allowed_pairs, attend, attend_cached
 
@@ -36,11 +36,11 @@ class CausalSelfAttention(nn.Module):
         self.out.is_residual_projection = True
         self.dropout = cfg.dropout
         # QK-norm (Dehghani et al. 2023; OLMo 2, Gemma 3): one gain of size D_K each, shared by the heads.
-        self.q_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
-        self.k_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
-        self.rotary = Rotary(cfg) if cfg.pos_emb == "rope" else None
-        self.attend, self.attend_cached = (attend_alibi, attend_alibi_cached) if cfg.pos_emb == "alibi" else (
-            attend, attend_cached)
+        self.q_norm = make_norm(cfg.norm_type, cfg.head_dim, cfg.layer_norm_eps) if cfg.qk_norm else None
+        self.k_norm = make_norm(cfg.norm_type, cfg.head_dim, cfg.layer_norm_eps) if cfg.qk_norm else None
+        positions = POSITIONS[cfg.pos_emb]  # RoPE turns q and k; ALiBi biases the scores
+        self.rotary = Rotary(cfg.rotary_dim, cfg.block_size, cfg.rope_theta) if positions.rotary else None
+        self.bias = positions.score_bias(cfg.n_head) if positions.score_bias else None
 
     def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         """x holds the newest T positions; with a cache, the earlier ones come from it (incremental decoding)."""
@@ -58,11 +58,11 @@ class CausalSelfAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         if cache is None:
             # The mask M of the layer's kind (dense: M_ij = -inf for j > i); scale None = 1/sqrt(D_K).
-            y = self.attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p)
+            y = attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p, self.bias)
         else:
             q_start = cache.length  # absolute position of the first new query
             k, v, k_start = cache.append(k, v)
-            y = self.attend_cached(q, k, v, q_start, k_start, self.kind, self.window, self.impl, self.scale)
+            y = attend_cached(q, k, v, q_start, k_start, self.kind, self.window, self.impl, self.scale, self.bias)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.v_head_dim)  # [S_1 ‖ … ‖ S_H]
         return self.out(y)
 
@@ -82,8 +82,8 @@ class CausalSelfAttention(nn.Module):
         scale = self.scale if self.scale is not None else self.head_dim**-0.5
         pos = torch.arange(T, device=x.device)
         allowed = allowed_pairs(self.kind, pos, pos, self.window)
-        if self.attend is attend_alibi:
-            mask = alibi_bias(self.n_head, pos, pos, allowed, q.dtype)
+        if self.bias is not None:
+            mask = self.bias.pairs(pos, pos, allowed, q.dtype)
         else:
             mask = torch.zeros(T, T, dtype=q.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
         return q @ k.transpose(-1, -2) * scale + mask

@@ -11,13 +11,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 from gptlab.errors import ConfigError, invalid_choice
+from gptlab.model.activations import ACTIVATIONS
+from gptlab.model.norms import NORMS
+from gptlab.model.positions import POSITIONS
+from gptlab.model.residual import PLACEMENTS
+from gptlab.model.sparse_attention import ATTENTION_KINDS
 
-NORMS = ("pre", "post")
-POS_EMBS = ("learned", "sinusoidal", "none", "rope", "alibi")
-NORM_TYPES = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "swiglu", "geglu")
-GATED_ACTIVATIONS = ("swiglu", "geglu")  # their MLP layers before an activation produce 2 x d_ff: gate and value
-ATTN_KINDS = ("dense", "local", "strided")  # which keys a layer's queries see: sparse_attention.py
+# Each choice-valued field is a key of the table that builds it (docs/architecture.md, "Components are found by
+# name"); attn_impl names a kernel of sparse_attention.attend, the one attention dispatcher.
 ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
 
 
@@ -70,7 +71,7 @@ class GPTConfig:
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.n_embd, self.activation)
         if self.final_norm is None:
-            self.final_norm = self.norm == "pre"
+            self.final_norm = PLACEMENTS[self.norm].final_norm
         if self.qkv_bias is None:
             self.qkv_bias = self.attn_bias
         self.attn_pattern = list(self.attn_pattern)
@@ -80,12 +81,10 @@ class GPTConfig:
         return self.attn_pattern[layer % len(self.attn_pattern)]
 
     def _validate(self) -> None:
-        if self.norm not in NORMS:
-            raise invalid_choice("model.norm", self.norm, NORMS)
-        if self.pos_emb not in POS_EMBS:
-            raise invalid_choice("model.pos_emb", self.pos_emb, POS_EMBS)
-        if self.activation not in ACTIVATIONS:
-            raise invalid_choice("model.activation", self.activation, ACTIVATIONS)
+        for name, table in (("norm", PLACEMENTS), ("pos_emb", POSITIONS), ("activation", ACTIVATIONS),
+                            ("norm_type", NORMS)):
+            if getattr(self, name) not in table:
+                raise invalid_choice(f"model.{name}", getattr(self, name), tuple(table))
         positive = ["block_size", "n_layer", "n_head", "n_embd", "mlp_layers"]
         optional = ("vocab_size", "head_dim", "v_head_dim", "d_ff", "pad_vocab_to")
         positive += [f for f in optional if getattr(self, f) is not None]
@@ -106,8 +105,6 @@ class GPTConfig:
         self._validate_modern()
 
     def _validate_modern(self) -> None:
-        if self.norm_type not in NORM_TYPES:
-            raise invalid_choice("model.norm_type", self.norm_type, NORM_TYPES)
         for name, low, high in [("rope_theta", 0.0, None), ("rope_fraction", 0.0, 1.0)]:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
@@ -142,13 +139,14 @@ class GPTConfig:
             )
         if not pattern:
             raise ConfigError(
-                f"model.attn_pattern is empty; give at least one kind, e.g. [dense], from: {', '.join(ATTN_KINDS)}."
+                "model.attn_pattern is empty; give at least one kind, e.g. [dense], from: "
+                f"{', '.join(ATTENTION_KINDS)}."
             )
         for kind in pattern:
-            if kind not in ATTN_KINDS:
+            if kind not in ATTENTION_KINDS:
                 raise ConfigError(
                     f"model.attn_pattern={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
-                    f"{', '.join(ATTN_KINDS)}."
+                    f"{', '.join(ATTENTION_KINDS)}."
                 )
         window = self.attn_window
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -163,7 +161,7 @@ class GPTConfig:
 
     @property
     def gated(self) -> bool:
-        return self.activation in GATED_ACTIVATIONS
+        return ACTIVATIONS[self.activation].gated
 
     @property
     def padded_vocab_size(self) -> int:
@@ -206,6 +204,6 @@ class GPTConfig:
 def default_d_ff(n_embd: int, activation: str) -> int:
     """4 D; for a gated MLP (3 matrices of D x d_ff instead of 2) the width with the same parameters,
     8 D / 3, rounded to the nearest multiple of 64 (at least 64) so matmuls stay on round sizes: D=768 -> 2048."""
-    if activation not in GATED_ACTIVATIONS:
+    if not ACTIVATIONS[activation].gated:
         return 4 * n_embd
     return max(64, round(8 * n_embd / 3 / 64) * 64)

@@ -13,9 +13,11 @@ from torch.utils.checkpoint import checkpoint
 from gptlab.errors import ConfigError
 from gptlab.model.block import Block
 from gptlab.model.config import GPTConfig
+from gptlab.model.generation import SamplingOptions, generate
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.norms import make_norm
-from gptlab.model.positions import sinusoidal_table
+from gptlab.model.positions import POSITIONS
+from gptlab.model.sparse_attention import ATTENTION_KINDS
 
 INIT_STD = 0.02
 
@@ -29,13 +31,11 @@ class GPT(nn.Module):
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
         self.config = cfg
         self.tok_emb = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # E_1
-        if cfg.pos_emb == "learned":
-            self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)  # E_2 (eq. 2)
-        elif cfg.pos_emb == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(cfg.block_size, cfg.n_embd), persistent=False)
+        absolute = POSITIONS[cfg.pos_emb].absolute  # E_2 (eq. 2), the fixed sinusoids, or none
+        self.pos_emb = absolute(cfg.block_size, cfg.n_embd) if absolute is not None else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
-        self.final_norm = make_norm(cfg) if cfg.final_norm else nn.Identity()
+        self.final_norm = make_norm(cfg.norm_type, cfg.n_embd, cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)  # W_head
         self.reset_parameters()
         if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters ([S3])
@@ -68,10 +68,8 @@ class GPT(nn.Module):
                 "crop the context or train with a larger block_size."
             )
         x = self.tok_emb(idx)
-        if self.config.pos_emb == "learned":
-            x = x + self.pos_emb.weight[start_pos : start_pos + T]
-        elif self.config.pos_emb == "sinusoidal":
-            x = x + self.pos_table[start_pos : start_pos + T]
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(start_pos, T)
         return self.drop(x)
 
     def forward(
@@ -99,7 +97,7 @@ class GPT(nn.Module):
         p, c = self.tok_emb.weight, self.config
         return [
             KVCache(batch, c.n_head, max_len, c.head_dim, c.v_head_dim, p.dtype, p.device,
-                    window=c.attn_window if block.attn.kind == "local" else None)
+                    window=c.attn_window if ATTENTION_KINDS[block.attn.kind].cache_window else None)
             for block in self.blocks
         ]
 
@@ -117,23 +115,8 @@ class GPT(nn.Module):
         generator: Optional[torch.Generator] = None,
     ) -> torch.Tensor:
         """Continue each row of idx (B, T) by up to max_new_tokens ids; see gptlab.model.generation."""
-        from gptlab.model.generation import SamplingOptions, generate  # generation builds on GPT, not the reverse
-
         options = SamplingOptions(temperature, top_k, top_p, num_beams, eos_token_id, use_cache)
         return generate(self, idx, max_new_tokens, options, generator)
-
-    @classmethod
-    def from_pretrained(cls, path: Union[str, Path]) -> GPT:
-        """Load a local Hugging Face GPT-2, GPT-1, GPT-Neo or Llama directory (safetensors or pytorch_model.bin)."""
-        from gptlab.model.hf_interop import from_pretrained  # imported here: hf_interop builds on this module
-
-        return from_pretrained(path)
-
-    def save_pretrained(self, path: Union[str, Path]) -> None:
-        """Write a Hugging Face directory: Llama for RoPE/RMSNorm/SwiGLU models, else GPT-2 (pre-LN) or GPT-1."""
-        from gptlab.model.hf_interop import save_pretrained  # imported here: hf_interop builds on this module
-
-        save_pretrained(self, path)
 
     def load_state_checked(self, state: dict[str, torch.Tensor], source: Union[str, Path]) -> None:
         """load_state_dict(strict=True), but a mismatch names every missing, unexpected and mis-shaped key

@@ -1,4 +1,5 @@
-"""The model's normalisation layers: LayerNorm (GPT-1/2/3) or RMSNorm (LLaMA), chosen by model.norm_type.
+"""The model's normalisation layers, chosen by model.norm_type from one table: LayerNorm (GPT-1/2/3) or RMSNorm
+(LLaMA).
 
 RMSNorm (Zhang & Sennrich 2019) drops LayerNorm's mean subtraction and bias: y = x / sqrt(mean(x^2) + eps) * g.
 torch's own modules are used for both, so fused kernels apply where PyTorch has them.
@@ -6,19 +7,28 @@ torch's own modules are used for both, so fused kernels apply where PyTorch has 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from torch import nn
 
-from gptlab.model.config import GPTConfig
+
+@dataclass(frozen=True)
+class NormKind:
+    build: Callable[[int, float], nn.Module]  # (features, eps) -> the layer
+    params_per_feature: int  # gain and bias, or the gain alone
 
 
-def make_norm(cfg: GPTConfig, dim: int | None = None) -> nn.Module:
-    """A norm over the last `dim` features (default n_embd), of the configured type and epsilon."""
-    dim = cfg.n_embd if dim is None else dim
-    if cfg.norm_type == "rmsnorm":
-        return nn.RMSNorm(dim, eps=cfg.layer_norm_eps)
-    return nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
+NORMS = {
+    "layernorm": NormKind(lambda dim, eps: nn.LayerNorm(dim, eps=eps), params_per_feature=2),
+    "rmsnorm": NormKind(lambda dim, eps: nn.RMSNorm(dim, eps=eps), params_per_feature=1),
+}
 
 
-def norm_parameters(cfg: GPTConfig, dim: int) -> int:
-    """Parameters of one norm over `dim` features: gain and bias for LayerNorm, the gain alone for RMSNorm."""
-    return dim if cfg.norm_type == "rmsnorm" else 2 * dim
+def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
+    """A norm of `kind` (model.norm_type) over the last `dim` features."""
+    return NORMS[kind].build(dim, eps)
+
+
+def norm_parameters(kind: str, dim: int) -> int:
+    return NORMS[kind].params_per_feature * dim

@@ -1,10 +1,22 @@
-"""Sinusoidal positions of the original Transformer ([S2]): a fixed table, no parameters."""
+"""How a token learns where it is, chosen by model.pos_emb from one table.
+
+An absolute scheme adds a vector per position to the token embedding: learned (eq. 2, Enc+(X) = X E_1 + P E_2)
+or the original Transformer's fixed sinusoids ([S2]). A relative one acts inside attention instead: RoPE
+(rope.py) rotates queries and keys, ALiBi (alibi.py) adds a distance bias to the scores. `none` uses nothing:
+the causal mask alone tells positions apart.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
+from torch import nn
+
+from gptlab.model.alibi import ALiBi
+from gptlab.model.sparse_attention import ScoreBias
 
 
 def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
@@ -15,3 +27,38 @@ def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
     return table.float()
+
+
+class LearnedPositions(nn.Embedding):
+    """E_2: one trained vector per position (its weight is the state_dict's `pos_emb.weight`)."""
+
+    def forward(self, start: int, length: int) -> torch.Tensor:  # type: ignore[override]
+        return self.weight[start : start + length]
+
+
+class SinusoidalPositions(nn.Module):
+    """The fixed table: no parameters, and not in the state_dict (a function of the shape, rebuilt on load)."""
+
+    def __init__(self, n_positions: int, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(n_positions, dim), persistent=False)
+
+    def forward(self, start: int, length: int) -> torch.Tensor:
+        return self.table[start : start + length]
+
+
+@dataclass(frozen=True)
+class PositionScheme:
+    absolute: Optional[Callable[[int, int], nn.Module]] = None  # (block_size, n_embd) -> the table added to X E_1
+    parameters: Callable[[int, int], int] = lambda block_size, n_embd: 0  # trained weights of `absolute`
+    rotary: bool = False  # queries and keys turn by their position (rope.py)
+    score_bias: Optional[Callable[[int], ScoreBias]] = None  # (n_head) -> a bias on the attention scores
+
+
+POSITIONS = {
+    "learned": PositionScheme(absolute=LearnedPositions, parameters=lambda block_size, n_embd: block_size * n_embd),
+    "sinusoidal": PositionScheme(absolute=SinusoidalPositions),
+    "none": PositionScheme(),
+    "rope": PositionScheme(rotary=True),
+    "alibi": PositionScheme(score_bias=ALiBi),
+}

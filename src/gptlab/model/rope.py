@@ -12,8 +12,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gptlab.model.config import GPTConfig
-
 
 def rope_angles(n_positions: int, rotary_dim: int, theta: float) -> torch.Tensor:
     """(n_positions, R/2) angles p * theta^(-2i/R), in float64 so long contexts keep their precision."""
@@ -24,10 +22,10 @@ def rope_angles(n_positions: int, rotary_dim: int, theta: float) -> torch.Tensor
 class Rotary(nn.Module):
     """Rotates (B, H, T, D_K) queries or keys that sit at absolute positions start..start+T-1."""
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, rotary_dim: int, n_positions: int, theta: float) -> None:
         super().__init__()
-        self.rotary_dim = cfg.rotary_dim
-        angles = rope_angles(cfg.block_size, self.rotary_dim, cfg.rope_theta).repeat(1, 2)  # (T, R): halves share
+        self.rotary_dim = rotary_dim
+        angles = rope_angles(n_positions, rotary_dim, theta).repeat(1, 2)  # (T, R): halves share
         # Not in the state_dict: a function of the config, rebuilt on load (and absent from HF checkpoints).
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)

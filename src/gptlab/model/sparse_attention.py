@@ -9,18 +9,39 @@ A layer's kind says which keys j a query i may see (always j <= i; w = model.att
 Kernels (model.attn_impl): `sdpa` computes all T x T scores with an explicit mask (the reference; O(T^2));
 `chunked` computes only the blocks the pattern touches with plain SDPA calls (O(T*w) for local, O(T^2/w) for
 strided; forward and backward on any device); `flex` is FlexAttention with a block mask, compiled (GPUs;
-on CPU it has no backward). `auto` picks per call, see `resolve_impl`.
+on CPU it has no backward). `auto` picks per call, see `resolve_impl`. `attend` is the one dispatcher: a
+position scheme that biases the scores (ALiBi) passes a `ScoreBias`, which each kernel adds in its own layout.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
+
+
+class ScoreBias(Protocol):
+    """An additive term on the scores beside the layer's mask (ALiBi's -m_h (i - j)), in each kernel's layout.
+    Each method returns the mask with -inf where a pair is not allowed and the bias elsewhere."""
+
+    def pairs(self, q_pos: torch.Tensor, k_pos: torch.Tensor, allowed: torch.Tensor,
+              dtype: torch.dtype) -> torch.Tensor: ...  # (H, Tq, Tk) for queries and keys at these positions
+
+    def full(self, kind: str, T: int, window: int, device: torch.device,
+             dtype: torch.dtype) -> torch.Tensor: ...  # (1, H, T, T): the `sdpa` kernel's mask
+
+    def band(self, c: int, w: int, device: torch.device,
+             dtype: torch.dtype) -> torch.Tensor: ...  # (1, H, c, w + c): added to chunked_local's block mask
+
+    def strided(self, n_rows: int, window: int, device: torch.device,
+                dtype: torch.dtype) -> torch.Tensor: ...  # (1, H w, n, n): chunked_strided's residue classes
+
+    def score_mod(self, device: torch.device) -> Callable[..., Any]: ...  # FlexAttention's score_mod
 
 # On CPU, `chunked` beats the band-masked `sdpa` once T reaches about this many windows; below it the dense
 # kernel's better constants win. Measured with w=256, H=12, D_K=64, fp32, fwd+bwd, one thread: T=512 sdpa 90 ms
@@ -36,13 +57,7 @@ def pattern_mask(kind: str, T: int, window: int, device: Optional[torch.device] 
 
 def allowed_pairs(kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, window: int) -> torch.Tensor:
     """(len(q_pos), len(k_pos)) boolean mask for queries and keys at these absolute positions."""
-    i, j = q_pos[:, None], k_pos[None, :]
-    allowed = j <= i
-    if kind == "local":
-        allowed &= i - j < window
-    elif kind == "strided":
-        allowed &= (i - j) % window == 0
-    return allowed
+    return ATTENTION_KINDS[kind].sees(q_pos[:, None], k_pos[None, :], window)
 
 
 def resolve_impl(impl: str, kind: str, T: int, window: int, device: torch.device) -> str:
@@ -77,35 +92,43 @@ def attend(
     impl: str = "auto",
     scale: Optional[float] = None,
     dropout_p: float = 0.0,
+    bias: Optional[ScoreBias] = None,
 ) -> torch.Tensor:
-    """softmax(q k^T * scale + mask) v over (B, H, T, D_K) q, k and (B, H, T, D_V) v, for the layer's kind.
+    """softmax(q k^T * scale + mask [+ bias]) v over (B, H, T, D_K) q, k and (B, H, T, D_V) v, for the layer's kind.
 
     scale None = 1/sqrt(D_K), as eq. 5; GPT-Neo uses 1.0.
     """
     T = q.shape[-2]
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    chosen = resolve_impl(impl, kind, T, window, q.device)
-    if chosen == "flex" and dropout_p > 0.0:
-        if impl == "auto":
-            chosen = "chunked"
-        else:
-            raise ConfigError(
-                "model.attn_impl=flex has no attention dropout; set model.dropout=0.0 or use attn_impl=chunked."
-            )
-    if chosen == "dense":
+    chosen = _usable_kernel(resolve_impl(impl, kind, T, window, q.device), impl, dropout_p, needs_grad, q.device)
+    if chosen == "dense" and bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, dropout_p=dropout_p)
-    if chosen == "sdpa":
-        mask = pattern_mask(kind, T, window, q.device)
+    if chosen in ("dense", "sdpa"):
+        mask = pattern_mask(kind, T, window, q.device) if bias is None else bias.full(kind, T, window, q.device,
+                                                                                      q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     if chosen == "chunked":
-        fn = chunked_local if kind == "local" else chunked_strided
-        return fn(q, k, v, window, scale, dropout_p)
-    if needs_grad and q.device.type == "cpu":
+        return ATTENTION_KINDS[kind].chunked(q, k, v, window, scale, dropout_p, bias=bias)
+    return flex(q, k, v, kind, window, scale, bias)
+
+
+def _usable_kernel(chosen: str, impl: str, dropout_p: float, needs_grad: bool, device: torch.device) -> str:
+    """`chosen`, unless it is FlexAttention where it cannot run: with attention dropout (auto falls back to
+    chunked) or for a backward on CPU (auto never picks flex there, so only an explicit attn_impl=flex gets here)."""
+    if chosen != "flex":
+        return chosen
+    if dropout_p > 0.0:
+        if impl == "auto":
+            return "chunked"
+        raise ConfigError(
+            "model.attn_impl=flex has no attention dropout; set model.dropout=0.0 or use attn_impl=chunked."
+        )
+    if needs_grad and device.type == "cpu":
         raise ConfigError(
             "model.attn_impl=flex cannot train on CPU (FlexAttention has no CPU backward); "
             "use model.attn_impl=auto or chunked."
         )
-    return flex(q, k, v, kind, window, scale)
+    return chosen
 
 
 def attend_cached(
@@ -118,16 +141,19 @@ def attend_cached(
     window: int,
     impl: str = "auto",
     scale: Optional[float] = None,
+    bias: Optional[ScoreBias] = None,
 ) -> torch.Tensor:
     """Attention for decoding: the queries sit at positions q_start.., the keys (from a KV cache, which for a
     local layer holds only the last keys) at k_start... A prompt that fills an empty cache is an ordinary
     call; otherwise the few new queries get an explicit mask of their kind, which is cheap at this size."""
     T_q, T_k = q.shape[-2], k.shape[-2]
     if q_start == k_start and T_q == T_k:
-        return attend(q, k, v, kind, window, impl, scale)
+        return attend(q, k, v, kind, window, impl, scale, bias=bias)
     q_pos = torch.arange(q_start, q_start + T_q, device=q.device)
     k_pos = torch.arange(k_start, k_start + T_k, device=q.device)
     mask = allowed_pairs(kind, q_pos, k_pos, window)
+    if bias is not None:
+        mask = bias.pairs(q_pos, k_pos, mask, q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
@@ -138,6 +164,7 @@ def chunked_local(
     window: int,
     scale: Optional[float],
     dropout_p: float,
+    bias: Optional[ScoreBias] = None,
     query_block: Optional[int] = None,
 ) -> torch.Tensor:
     """Local attention in blocks of c queries, each against the w + c keys that can reach it.
@@ -150,6 +177,7 @@ def chunked_local(
     does 1.5x the band where c = w did 2x, for keys gathered (w + c)/c times instead of twice, with one
     index_select per tensor (a view where it can be). Keys before position 0 are clamped to 0 and masked; a
     last, partial query block is padded and its padded queries are cut off, so they pass no gradient back.
+    A score bias is added to the band mask: inside a block, i - j is the same for every block.
     """
     B, H, T, _ = q.shape
     w = min(window, T)  # a band wider than the sequence is plain causal attention
@@ -164,6 +192,8 @@ def chunked_local(
     kb = k.transpose(1, 2).index_select(1, index).view(B * n, w + c, H, -1).transpose(1, 2)  # (B n, H, w+c, D_K)
     vb = v.transpose(1, 2).index_select(1, index).view(B * n, w + c, H, -1).transpose(1, 2)
     mask = _band_mask(B, n, c, w, window, q.device, q.dtype)
+    if bias is not None:
+        mask = mask + bias.band(c, w, q.device, q.dtype)
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     return out.transpose(1, 2).reshape(B, n * c, H, -1)[:, :T].transpose(1, 2)  # (B, H, T, D_V)
 
@@ -201,7 +231,8 @@ def _band_mask(
 
 
 def chunked_strided(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float], dropout_p: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float], dropout_p: float,
+    bias: Optional[ScoreBias] = None,
 ) -> torch.Tensor:
     """Strided attention as causal attention within each residue class of positions mod w.
 
@@ -218,8 +249,10 @@ def chunked_strided(
         t = F.pad(t, (0, 0, 0, pad)).unflatten(2, (n_rows, window)).transpose(2, 3)
         return t.flatten(1, 2)
 
+    mask = None if bias is None else bias.strided(n_rows, window, q.device, q.dtype)  # causal, with the bias
     out = F.scaled_dot_product_attention(
-        by_residue(q), by_residue(k), by_residue(v), is_causal=True, scale=scale, dropout_p=dropout_p
+        by_residue(q), by_residue(k), by_residue(v), attn_mask=mask, is_causal=mask is None, scale=scale,
+        dropout_p=dropout_p,
     )
     out = out.unflatten(1, (H, window)).transpose(2, 3).flatten(2, 3)  # back to (B, H, padded T, D_V)
     return out[:, :, :T]
@@ -234,20 +267,22 @@ def flex_available() -> bool:
 
 
 def flex(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str, window: int, scale: Optional[float]
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str, window: int, scale: Optional[float],
+    bias: Optional[ScoreBias] = None,
 ) -> torch.Tensor:
     """FlexAttention: the same pattern as a mask_mod; compiled, it skips the blocks the mask empties.
 
     Inside a model that torch.compile traces (model.compile=true) the caches below are bypassed: dynamo does not
     honour functools caches (it warns and traces the wrapped function), and the outer compile already fuses
     flex_attention and builds the block mask into the graph."""
+    score_mod = None if bias is None else bias.score_mod(q.device)
     if torch.compiler.is_compiling():
         from torch.nn.attention.flex_attention import flex_attention
 
         block_mask = _block_mask.__wrapped__(kind, q.shape[-2], window, str(q.device))
-        return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     block_mask = _block_mask(kind, q.shape[-2], window, str(q.device))
-    return _compiled_flex()(q, k, v, block_mask=block_mask, scale=scale)
+    return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
 @functools.cache
@@ -263,15 +298,24 @@ def _block_mask(kind: str, T: int, window: int, device: str):  # -> BlockMask
     Built outside inference mode, so a mask first made during validation can serve a training step."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if kind == "local":
+    sees = ATTENTION_KINDS[kind].sees
 
-        def mask_mod(b, h, i, j):  # type: ignore[no-untyped-def]
-            return (j <= i) & (i - j < window)
-
-    else:
-
-        def mask_mod(b, h, i, j):  # type: ignore[no-untyped-def]
-            return (j <= i) & ((i - j) % window == 0)
+    def mask_mod(b, h, i, j):  # type: ignore[no-untyped-def]
+        return sees(i, j, window)
 
     with torch.inference_mode(False):
         return create_block_mask(mask_mod, None, None, T, T, device=device)
+
+
+@dataclass(frozen=True)
+class AttentionKind:
+    sees: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]  # (query i, key j, w) -> may i attend to j
+    chunked: Optional[Callable[..., torch.Tensor]]  # the kernel that computes only the pattern's blocks
+    cache_window: bool = False  # decoding keeps only the last w keys in the KV cache
+
+
+ATTENTION_KINDS = {
+    "dense": AttentionKind(sees=lambda i, j, w: j <= i, chunked=None),
+    "local": AttentionKind(sees=lambda i, j, w: (j <= i) & (i - j < w), chunked=chunked_local, cache_window=True),
+    "strided": AttentionKind(sees=lambda i, j, w: (j <= i) & ((i - j) % w == 0), chunked=chunked_strided),
+}

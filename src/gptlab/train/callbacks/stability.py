@@ -39,7 +39,7 @@ def forward_probes(model: GPT, idx: torch.Tensor) -> dict[str, float]:
         x = model.embed(idx)
         out["probes/residual_rms/embed_out"] = float(x.pow(2).mean().sqrt())
         for i, block in enumerate(model.blocks):
-            attn_in = block.norm_1(x) if block.pre_norm else x
+            attn_in = block.place.branch_input(x, block.norm_1)
             scores = block.attn.scores(attn_in)
             probs = scores.softmax(dim=-1)
             entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
