@@ -15,7 +15,7 @@ from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
-from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, event_files
+from gptlab.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files
 from gptlab.tools.report_stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
@@ -127,6 +127,17 @@ def model_cost(job_dir: Path) -> ModelCost:
                      training_flops_per_token(gpt)["total"])
 
 
+def failed_jobs(sweep_dir: Path) -> list[str]:
+    """`job (overrides): kind: reason` for each job whose failure train.sweep_failures recorded."""
+    out = []
+    for job_dir in sorted((p for p in sweep_dir.iterdir() if (p / FAILURE_FILE).is_file()),
+                          key=lambda p: (len(p.name), p.name)):
+        record = json.loads((job_dir / FAILURE_FILE).read_text())
+        label = f" ({record['overrides']})" if record.get("overrides") else ""  # the overrides that differ
+        out.append(f"{job_dir.name}{label}: {record.get('kind', 'failed')}: {record.get('reason', '?')}")
+    return out
+
+
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
     if not sweep_dir.is_dir():
         raise ConfigError(f"sweep dir {sweep_dir} does not exist; pass the dir a `-m` run printed.")
@@ -134,7 +145,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
     for job_dir in sorted((p for p in sweep_dir.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name)):
         summary_path = job_dir / SUMMARY_FILE
         if not summary_path.exists():
-            continue  # a job that failed or is still running: left out, and reported as missing
+            continue  # a job that failed (listed with its reason) or is still running (listed as missing)
         summary = json.loads(summary_path.read_text())
         curve = _read_val_curve(job_dir, summary["tokens_per_step"])
         job = JobResult(job_dir, _read_overrides(job_dir), summary, curve)
@@ -144,8 +155,10 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             job.cost_error = f"{type(exc).__name__}: {exc}"
         jobs.append(job)
     if not jobs:
+        failed = failed_jobs(sweep_dir)
         raise ConfigError(
-            f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; is it a sweep dir of `train.py -m`?"
+            f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
+            + (f"every job failed: {'; '.join(failed)}" if failed else "is it a sweep dir of `train.py -m`?")
         )
     return jobs
 
@@ -322,8 +335,11 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
     text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha)
     text += "\n## Jobs\n\n" + markdown_table(jobs)
-    missing = [p.name for p in sweep_dir.iterdir()
-               if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
+    failed = failed_jobs(sweep_dir)
+    if failed:
+        text += "\n## Failed jobs (left out)\n\n" + "".join(f"- {line}\n" for line in failed)
+    missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+               and not (p / SUMMARY_FILE).exists() and not (p / FAILURE_FILE).exists()]
     if missing:
         text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
     if no_cost:
