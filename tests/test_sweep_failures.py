@@ -97,3 +97,11 @@ def test_a_single_run_keeps_its_exit_codes(tmp_path: Path) -> None:
     refused = run_train([*TINY, "model.attn_scale=-1.0", f"hydra.run.dir={tmp_path / 'b'}"], cwd=tmp_path)
     assert refused.returncode == 2 and "gptlab: error: model.attn_scale=-1.0" in refused.stderr
     assert not (tmp_path / "a" / FAILURE_FILE).exists()  # a record only for sweep jobs
+
+
+@pytest.mark.parametrize("swept", ["seed=1,1", "model.norm=pre,post,pre"])
+def test_a_sweep_repeating_a_value_is_refused_before_anything_is_written(tmp_path: Path, swept: str) -> None:
+    proc = run_train(["-m", *TINY, swept, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"gptlab: error: {swept} gives " in proc.stderr and "more than once" in proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -163,6 +163,22 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
     return jobs
 
 
+def drop_repeats(jobs: list[JobResult]) -> tuple[list[JobResult], list[str]]:
+    """Jobs launched with the same overrides (`seed=1,1`) are one run twice, not independent seeds: each is counted
+    once, and a note names the repeats for the report."""
+    first: dict[tuple, JobResult] = {}
+    kept, notes = [], []
+    for job in jobs:
+        key = tuple(sorted(job.overrides.items()))
+        if key in first:
+            same = ", ".join(f"{k}={v}" for k, v in key) or "no overrides"
+            notes.append(f"job {job.job_dir.name} repeats job {first[key].job_dir.name} ({same}): counted once")
+        else:
+            first[key] = job
+            kept.append(job)
+    return kept, notes
+
+
 def differing_keys(jobs: list[JobResult]) -> list[str]:
     keys = sorted({k for job in jobs for k in job.overrides})
     return [k for k in keys if len({job.overrides.get(k) for job in jobs}) > 1]
@@ -237,7 +253,7 @@ def _fmt_diff(c: Comparison | None) -> tuple[str, str]:
     if c is None:
         return "baseline", ""
     if not c.testable:
-        return f"{c.diff:+.4f} (one seed: no test)", "—"
+        return f"{c.diff:+.4f} ({c.no_test}: no test)", "—"
     return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}" + ("" if c.significant else " (n.s.)")
 
 
@@ -303,7 +319,7 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     from gptlab.tools.report_plot import plot_val_loss
 
     _check_options(x, band, alpha)
-    jobs = load_sweep(sweep_dir)
+    jobs, repeats = drop_repeats(load_sweep(sweep_dir))
     variants = group_variants(jobs)
     base = pick_baseline(variants, baseline)
     x_axis = x or default_x(variants)
@@ -324,12 +340,15 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     text += (f"Test: Welch's t-test (two-sided, unequal variances) of final val/loss across seeds against the "
              f"baseline, at alpha = {alpha}. Δ is the variant's mean minus the baseline's (negative: lower loss), "
              f"with its {level} confidence interval from Student's t with Welch–Satterthwaite degrees of freedom. "
-             f"A variant with one seed, or compared with a one-seed baseline, gets no test.\n\n")
+             f"A variant with one seed, or compared with a one-seed baseline, gets no test; so does a comparison "
+             f"where every seed on both sides gave the same value (zero variance).\n\n")
     if budget is not None:
         text += (f"val loss @ matched FLOPs: each variant's mean val/loss curve at {budget:.4g} training FLOPs, "
                  f"the largest every variant reached (training FLOPs = tokens × FLOPs per token, 3 × forward).\n\n")
     else:
         text += "val loss @ matched FLOPs: unavailable (a variant has no val/loss curve or no readable model).\n\n"
+    if repeats:
+        text += "Warning: repeated runs are not independent seeds.\n" + "".join(f"- {n}\n" for n in repeats) + "\n"
     text += "## Verdicts (final val/loss against the baseline)\n\n"
     verdicts = [verdict(v.label, c) for v, c in zip(variants, comps) if c is not None]
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"

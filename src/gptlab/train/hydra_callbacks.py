@@ -35,14 +35,15 @@ class AnnounceSweepDir(Callback):
             sys.exit(EXIT_SOME_JOBS_FAILED)
 
 
-class RefuseAnotherSweep(Callback):
-    """A sweep launched into a sweep dir that holds another sweep: exit 2 before Hydra writes any job's files
-    (gptlab.train.sweep_identity)."""
+class CheckSweep(Callback):
+    """A sweep whose jobs repeat a value (`seed=1,1`), or one launched into a sweep dir that holds another sweep:
+    exit 2 before Hydra writes any job's files (gptlab.train.sweep_identity)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from gptlab.train.sweep_identity import check_or_record_sweep
+        from gptlab.train.sweep_identity import check_distinct_jobs, check_or_record_sweep
 
         try:
+            check_distinct_jobs(config)
             check_or_record_sweep(config)
         except ConfigError as err:
             print(f"gptlab: error: {err}", file=sys.stderr)

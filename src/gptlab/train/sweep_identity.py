@@ -54,6 +54,23 @@ def differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return out
 
 
+def check_distinct_jobs(config: DictConfig) -> None:
+    """A swept value given twice (`seed=1,1`) makes two jobs of one run, which a report would count as two
+    independent seeds; refused at launch, before any job runs. Discrete sweeps only: Optuna's ranges sample."""
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    lines = [*config.hydra.overrides.task, *(f"{k}={v}" for k, v in params.items())]
+    for override in OverridesParser.create().parse_overrides(lines):
+        if not (override.is_sweep_override() and override.is_discrete_sweep()):
+            continue
+        values = list(override.sweep_string_iterator())
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ConfigError(
+                f"{override.input_line} gives {', '.join(repeated)} more than once: those jobs would be the same "
+                "run twice, not independent repeats; give each value once (distinct seeds for repeats)."
+            )
+
+
 def check_or_record_sweep(config: DictConfig) -> None:
     """Refuse a launch into a sweep dir that holds another sweep, before anything is written; record a new sweep's
     identity. A sweep dir made before this file existed has none and is left to the per-job check."""
