@@ -251,3 +251,26 @@ def test_real_seed_sweep_of_ablate_norm_reports_per_variant(tmp_path: Path) -> N
     line = verdict_line(out, "model.norm=post")
     assert "(95% CI), p=" in line and line.endswith("significant")
     assert (sweep / "val_loss.png").stat().st_size > 5000
+
+
+def test_zero_variance_is_no_test_instead_of_p_zero(tmp_path: Path) -> None:
+    comp = compare([3.0, 3.0], [3.183, 3.183])
+    assert not comp.testable and not comp.significant and comp.no_test.startswith("zero variance")
+    table, _ = write_report(make_sweep(tmp_path, {"pre": [3.0, 3.0], "post": [3.183, 3.183]}))
+    text = table.read_text()
+    assert verdict_line(text, "model.norm=post") == ("- model.norm=post: +0.183, zero variance (every seed gave the "
+                                                     "same value on both sides: repeats of one run?): no test")
+    assert "p=" not in text and "significant" not in text.split("## Verdicts")[1].split("## Variants")[0]
+
+
+def test_jobs_with_the_same_overrides_are_counted_once_with_a_warning(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for index, (norm, final) in enumerate([("pre", 3.0), ("pre", 3.0), ("post", 3.2), ("post", 3.2)]):
+        make_job(sweep, index, {"model.norm": norm, "seed": "1"}, [final + 0.5, final])  # seed=1,1
+    text = write_report(sweep)[0].read_text()
+    assert "Warning: repeated runs are not independent seeds." in text
+    assert "- job 1 repeats job 0 (model.norm=pre, seed=1): counted once" in text
+    assert "- job 3 repeats job 2 (model.norm=post, seed=1): counted once" in text
+    assert verdict_line(text, "model.norm=post") == "- model.norm=post: +0.200, one seed: no test"
+    row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
+    assert "| 1 |" in row  # n: the repeat is not a second seed

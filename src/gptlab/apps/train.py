@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -17,21 +18,20 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.apps import sweep_jobs
 from gptlab.apps.banner import banner_lines, vocab_warning
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.checkpoint.reader import check_resumable, newest_loadable_checkpoint, read_checkpoint, resolve_checkpoint
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
-from gptlab.runtime import quiet
+from gptlab.runtime import quiet, sweep_failures, sweep_jobs
 from gptlab.runtime.config_check import check_config
 from gptlab.runtime.guards import check_devices, check_memory
 from gptlab.runtime.hydra_ddp import ddp_job_scope
 from gptlab.runtime.preemption import PreemptionCheckpoint
 from gptlab.runtime.preflight import check_output_dirs, checkpoint_bytes
 from gptlab.runtime.rank_watch import WATCH
-from gptlab.runtime.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
+from gptlab.runtime.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.module import GPTLitModule
@@ -149,7 +149,26 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
 def train(cfg: DictConfig) -> Optional[float]:
     # From here a preemption signal is a flag that training acts on (callbacks/preemption.py).
     with FLAG.active(), ddp_job_scope():
+        if sweep_jobs.in_sweep_job():
+            return _sweep_job(cfg, Path(cfg.paths.output_dir))
         return _train(cfg)
+
+
+def _sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[float]:
+    """One job of a `-m` sweep: refused if its dir holds another config's job, skipped if an earlier launch
+    finished or failed it, and a failure of its own is recorded so that the sweep goes on (sweep_failures)."""
+    sweep_jobs.check_same_sweep_job(cfg, output_dir)
+    finished = sweep_jobs.finished_sweep_job(cfg, output_dir)
+    if finished is not None:  # its files stay as they are; the sweeper still gets its value
+        log.info("sweep job %s already finished (step %s, best val/loss %s); skipped", output_dir,
+                 finished.get("global_step"), finished.get("best_val_loss"))
+        return finished.get("best_val_loss")
+    failed = sweep_failures.earlier_failure(output_dir)
+    if failed is not None:
+        log.warning("sweep job %s failed in an earlier launch (%s: %s); skipped (delete its %s to run it again)",
+                    output_dir, failed.get("kind"), failed.get("reason"), FAILURE_FILE)
+        return None
+    return sweep_failures.run_recording_failure(lambda: _train(cfg), output_dir, sweep_jobs.sweep_job_name())
 
 
 def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
@@ -213,14 +232,10 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
 
 def _train(cfg: DictConfig) -> Optional[float]:
     output_dir = Path(cfg.paths.output_dir)
-    if sweep_jobs.in_sweep_job():
-        sweep_jobs.check_same_sweep_job(cfg, output_dir)
-        finished = sweep_jobs.finished_sweep_job(cfg, output_dir)
-        if finished is not None:  # its files stay as they are; the sweeper still gets its value
-            log.info("sweep job %s already finished (step %s, best val/loss %s); skipped", output_dir,
-                     finished.get("global_step"), finished.get("best_val_loss"))
-            return finished.get("best_val_loss")
-    with discard_on_config_error(output_dir, stop_at=Path(cfg.paths.log_dir)):
+    # A sweep job's dir stays: its failure record goes there (sweep_failures).
+    discard = contextlib.nullcontext() if sweep_jobs.in_sweep_job() \
+        else discard_on_config_error(output_dir, stop_at=Path(cfg.paths.log_dir))
+    with discard:
         ckpt_path, model, module, trainer, datamodule, callbacks, tokens_per_step = _prepare(cfg, output_dir)
 
     started = time.perf_counter()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gptlab.errors import ConfigError
+from gptlab.eval.task_rows import CHECKS
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def _clean_hellaswag(text: str) -> str:
 
 def hellaswag_example(row: dict[str, Any]) -> Example:
     """Context "<activity>: <ctx_a> <Ctx_b>" (rows without ctx_a/ctx_b use ctx), the four endings after a space."""
-    if "ctx_a" in row and "ctx_b" in row:
+    if row.get("ctx_a") is not None:  # rows of several files share columns: an absent field reads as None
         ctx = row["ctx_a"] + " " + row["ctx_b"].capitalize()
     else:
         ctx = row["ctx"]
@@ -108,8 +109,25 @@ def task_examples(task: str, source: str, limit: Optional[int] = None, field: st
     examples = []
     for i, row in enumerate(load_rows(task, source, limit, field)):
         try:
-            examples.append(make(row))
-        except (KeyError, TypeError, ValueError) as err:
-            raise ConfigError(f"task {task!r}: row {i} of {source!r} does not have the fields of "
-                              f"{HUB[task].dataset} ({type(err).__name__}: {err}); fix {field}.{task}.") from err
+            CHECKS[task](row)
+        except ConfigError as err:
+            raise ConfigError(f"task {task!r}: {locate_row(source, i)}: {err} (the schema of "
+                              f"{HUB[task].dataset}); fix the row, or give another {field}.{task}.") from None
+        examples.append(make(row))
     return examples
+
+
+def locate_row(source: str, index: int) -> str:
+    """`<file> row <n>` (1-based, as an editor counts .jsonl lines) for the index-th row read from `source`; a
+    Hub dataset or a .json array is named with the row's index."""
+    path = Path(source).expanduser()
+    if not _looks_local(source) or not path.exists():
+        return f"{source!r} row index {index}"
+    for name in _json_files(path):
+        if not name.endswith(".jsonl"):
+            return f"{source!r} row index {index}"
+        lines = sum(1 for line in Path(name).read_text().splitlines() if line.strip())
+        if index < lines:
+            return f"{name} row {index + 1}"
+        index -= lines
+    return f"{source!r} row index {index}"

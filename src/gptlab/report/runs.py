@@ -17,7 +17,7 @@ from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
-from gptlab.runtime.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, event_files
+from gptlab.runtime.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
 X_AXES = ("tokens", "flops", "seconds")
@@ -127,6 +127,17 @@ def model_cost(job_dir: Path) -> ModelCost:
                      training_flops_per_token(gpt)["total"])
 
 
+def failed_jobs(sweep_dir: Path) -> list[str]:
+    """`job (overrides): kind: reason` for each job whose failure train.sweep_failures recorded."""
+    out = []
+    for job_dir in sorted((p for p in sweep_dir.iterdir() if (p / FAILURE_FILE).is_file()),
+                          key=lambda p: (len(p.name), p.name)):
+        record = json.loads((job_dir / FAILURE_FILE).read_text())
+        label = f" ({record['overrides']})" if record.get("overrides") else ""  # the overrides that differ
+        out.append(f"{job_dir.name}{label}: {record.get('kind', 'failed')}: {record.get('reason', '?')}")
+    return out
+
+
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
     if not sweep_dir.is_dir():
         raise ConfigError(f"sweep dir {sweep_dir} does not exist; pass the dir a `-m` run printed.")
@@ -134,7 +145,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
     for job_dir in sorted((p for p in sweep_dir.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name)):
         summary_path = job_dir / SUMMARY_FILE
         if not summary_path.exists():
-            continue  # a job that failed or is still running: left out, and reported as missing
+            continue  # a job that failed (listed with its reason) or is still running (listed as missing)
         summary = json.loads(summary_path.read_text())
         curve = _read_val_curve(job_dir, summary["tokens_per_step"])
         job = JobResult(job_dir, _read_overrides(job_dir), summary, curve)
@@ -144,10 +155,28 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             job.cost_error = f"{type(exc).__name__}: {exc}"
         jobs.append(job)
     if not jobs:
+        failed = failed_jobs(sweep_dir)
         raise ConfigError(
-            f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; is it a sweep dir of `train.py -m`?"
+            f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
+            + (f"every job failed: {'; '.join(failed)}" if failed else "is it a sweep dir of `train.py -m`?")
         )
     return jobs
+
+
+def drop_repeats(jobs: list[JobResult]) -> tuple[list[JobResult], list[str]]:
+    """Jobs launched with the same overrides (`seed=1,1`) are one run twice, not independent seeds: each is counted
+    once, and a note names the repeats for the report."""
+    first: dict[tuple, JobResult] = {}
+    kept, notes = [], []
+    for job in jobs:
+        key = tuple(sorted(job.overrides.items()))
+        if key in first:
+            same = ", ".join(f"{k}={v}" for k, v in key) or "no overrides"
+            notes.append(f"job {job.job_dir.name} repeats job {first[key].job_dir.name} ({same}): counted once")
+        else:
+            first[key] = job
+            kept.append(job)
+    return kept, notes
 
 
 def differing_keys(jobs: list[JobResult]) -> list[str]:
@@ -224,7 +253,7 @@ def _fmt_diff(c: Comparison | None) -> tuple[str, str]:
     if c is None:
         return "baseline", ""
     if not c.testable:
-        return f"{c.diff:+.4f} (one seed: no test)", "—"
+        return f"{c.diff:+.4f} ({c.no_test}: no test)", "—"
     return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}" + ("" if c.significant else " (n.s.)")
 
 
@@ -288,7 +317,7 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
                  band: str = "minmax") -> tuple[Path, Path]:
     """Writes ablation_report.md and val_loss.png into the sweep dir."""
     _check_options(x, band, alpha)
-    jobs = load_sweep(sweep_dir)
+    jobs, repeats = drop_repeats(load_sweep(sweep_dir))
     variants = group_variants(jobs)
     base = pick_baseline(variants, baseline)
     x_axis = x or default_x(variants)
@@ -309,19 +338,25 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     text += (f"Test: Welch's t-test (two-sided, unequal variances) of final val/loss across seeds against the "
              f"baseline, at alpha = {alpha}. Δ is the variant's mean minus the baseline's (negative: lower loss), "
              f"with its {level} confidence interval from Student's t with Welch–Satterthwaite degrees of freedom. "
-             f"A variant with one seed, or compared with a one-seed baseline, gets no test.\n\n")
+             f"A variant with one seed, or compared with a one-seed baseline, gets no test; so does a comparison "
+             f"where every seed on both sides gave the same value (zero variance).\n\n")
     if budget is not None:
         text += (f"val loss @ matched FLOPs: each variant's mean val/loss curve at {budget:.4g} training FLOPs, "
                  f"the largest every variant reached (training FLOPs = tokens × FLOPs per token, 3 × forward).\n\n")
     else:
         text += "val loss @ matched FLOPs: unavailable (a variant has no val/loss curve or no readable model).\n\n"
+    if repeats:
+        text += "Warning: repeated runs are not independent seeds.\n" + "".join(f"- {n}\n" for n in repeats) + "\n"
     text += "## Verdicts (final val/loss against the baseline)\n\n"
     verdicts = [verdict(v.label, c) for v, c in zip(variants, comps) if c is not None]
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
     text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha)
     text += "\n## Jobs\n\n" + markdown_table(jobs)
-    missing = [p.name for p in sweep_dir.iterdir()
-               if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
+    failed = failed_jobs(sweep_dir)
+    if failed:
+        text += "\n## Failed jobs (left out)\n\n" + "".join(f"- {line}\n" for line in failed)
+    missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+               and not (p / SUMMARY_FILE).exists() and not (p / FAILURE_FILE).exists()]
     if missing:
         text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
     if no_cost:

@@ -33,7 +33,8 @@ class Summary:
 
 @dataclass(frozen=True)
 class Comparison:
-    """variant − baseline. `p` and the CI are None when either side has one seed: no variance, no test."""
+    """variant − baseline. `p` and the CI are None when there is no variance to test against: either side has one
+    seed, or every seed gave the same value on both sides (`no_test` says which)."""
 
     diff: float
     ci_low: float | None = None
@@ -41,6 +42,7 @@ class Comparison:
     dof: float | None = None
     p: float | None = None
     alpha: float = 0.05
+    no_test: str = "one seed"
 
     @property
     def testable(self) -> bool:
@@ -53,6 +55,9 @@ class Comparison:
     @property
     def half_width(self) -> float | None:
         return None if self.ci_high is None else (self.ci_high - self.ci_low) / 2
+
+
+ZERO_VARIANCE = "zero variance (every seed gave the same value on both sides: repeats of one run?)"
 
 
 def welch_dof(var_a: float, n_a: int, var_b: float, n_b: int) -> float:
@@ -70,8 +75,8 @@ def compare(baseline: Sequence[float], variant: Sequence[float], alpha: float = 
         return Comparison(diff, alpha=alpha)
     var_a, var_b = float(a.var(ddof=1)), float(b.var(ddof=1))
     se = math.sqrt(var_a / len(a) + var_b / len(b))
-    if se == 0.0:  # every seed gave the same value on both sides: scipy's t is undefined (0/0)
-        return Comparison(diff, diff, diff, None, 1.0 if diff == 0.0 else 0.0, alpha)
+    if se == 0.0:  # scipy's t is 0/0 here; a p of 0 would call a difference of repeated runs significant
+        return Comparison(diff, alpha=alpha, no_test=ZERO_VARIANCE)
     dof = welch_dof(var_a, len(a), var_b, len(b))
     half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
     p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
@@ -82,7 +87,7 @@ def verdict(label: str, comparison: Comparison, digits: int = 3) -> str:
     """One line per variant, e.g. `post: +0.031 ± 0.012 (95% CI), p=0.004, significant`."""
     diff = f"{comparison.diff:+.{digits}f}"
     if not comparison.testable:
-        return f"{label}: {diff}, one seed: no test"
+        return f"{label}: {diff}, {comparison.no_test}: no test"
     level = f"{1 - comparison.alpha:.0%}"
     sig = "significant" if comparison.significant else "not significant"
     return f"{label}: {diff} ± {comparison.half_width:.{digits}f} ({level} CI), p={comparison.p:.3g}, {sig}"

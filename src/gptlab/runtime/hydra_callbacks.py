@@ -9,6 +9,7 @@ it out of outputs/multiruns/<name>/<date>/<time>.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -23,8 +24,30 @@ class AnnounceSweepDir(Callback):
         print(f"gptlab: sweep dir {config.hydra.sweep.dir}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Also names the jobs that failed (their failed.json) and then exits 1: every job has run by now."""
+        from gptlab.runtime.sweep_failures import EXIT_SOME_JOBS_FAILED, failure_report
+
         print(f"gptlab: sweep finished; its runs are in {config.hydra.sweep.dir} "
               f"(report: python scripts/ablation_report.py {config.hydra.sweep.dir})", flush=True)
+        failures = failure_report(Path(config.hydra.sweep.dir))
+        if failures is not None:
+            print(failures, file=sys.stderr, flush=True)
+            sys.exit(EXIT_SOME_JOBS_FAILED)
+
+
+class CheckSweep(Callback):
+    """A sweep whose jobs repeat a value (`seed=1,1`), or one launched into a sweep dir that holds another sweep:
+    exit 2 before Hydra writes any job's files (gptlab.runtime.sweep_identity)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from gptlab.runtime.sweep_identity import check_distinct_jobs, check_or_record_sweep
+
+        try:
+            check_distinct_jobs(config)
+            check_or_record_sweep(config)
+        except ConfigError as err:
+            print(f"gptlab: error: {err}", file=sys.stderr)
+            sys.exit(2)
 
 
 class NameSweepJobs(Callback):

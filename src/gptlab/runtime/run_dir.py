@@ -18,6 +18,8 @@ from gptlab.runtime.cli import find_config_error
 TENSORBOARD_DIR = "tensorboard"  # events: directly in it for a single run, in <overrides>/ for a sweep job
 RESOLVED_CONFIG = "config_resolved.yaml"  # the fully resolved config of the run (sample.py rebuilds from it)
 SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
+FAILURE_FILE = "failed.json"  # why a sweep job failed (diverged, refused for its values): the sweep went on
+SWEEP_CONFIG = "sweep_config.json"  # in a sweep dir: what a relaunch must match (train.sweep_identity)
 
 HYDRA_FILES = {".hydra", "train.log", RESOLVED_CONFIG}  # what a run writes before training starts
 

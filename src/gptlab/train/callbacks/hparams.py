@@ -3,26 +3,18 @@ the runs of a sweep."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Mapping
 
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.tensorboard.summary import hparams
 
+from gptlab.runtime.flat_config import flatten
+
 METRICS = ("hp/best_val_loss", "hp/best_val_bpb")  # bpb: at the best val/loss, comparable across tokenizers
 # The parts of the run config that describe the experiment (paths, callbacks and logging do not).
 GROUPS = ("model", "optimizer", "scheduler", "data", "tokenizer", "trainer")
-
-
-def flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """`{"model": {"n_layer": 4}}` -> `("model.n_layer", 4)`; what TensorBoard cannot show becomes a string."""
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            yield from flatten(value, f"{name}.")
-        elif key != "_partial_":
-            yield name, value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
 class HParamsSummary(L.Callback):
