@@ -10,7 +10,7 @@ is added when absent). In Python: `import gptlab.eval.lm_eval_adapter` and pass 
 Log-likelihoods come from gptlab.eval.scoring, the scorer of eval.py's tasks, so both give the same numbers;
 generation is greedy through the model's own `generate`. model_args: ckpt_path (required), tokenizer (bytes,
 gpt2, r50k_base, cl100k_base; default: the one the checkpoint was trained with), ranks_file; lm-eval's
---batch_size (a number; "auto" means 16) and --device (default: cuda if available, else cpu) apply too.
+--batch_size (a number; "auto" means 16) and --device (default: cuda if available, else mps, else cpu) apply too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from gptlab.cli import user_errors_exit
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
+from gptlab.devices import check_device, default_device
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import score_pairs, score_texts
 from gptlab.train.checkpoints import check_tokenizer_fits, load_model, recorded_tokenizer
@@ -47,6 +48,16 @@ def checkpoint_tokenizer(hparams: dict[str, Any], name: Optional[str] = None,
     return hydra.utils.instantiate(recorded)
 
 
+def parse_batch_size(value: Any) -> int:
+    """lm-eval passes --batch_size as typed: a number, or "auto"/"auto:N" (taken as 16 here: the scorer's batches
+    are short and fixed-size, so there is no memory search to do)."""
+    if str(value).startswith("auto"):
+        return 16
+    if str(value).isdigit() and int(value) > 0:
+        return int(value)
+    raise ConfigError(f"--batch_size={value!r} is not a positive number of requests; use e.g. --batch_size 16 or auto.")
+
+
 @register_model("gptlab")
 class GptlabLM(LM):
     """loglikelihood, loglikelihood_rolling and generate_until for a gptlab GPT of any variant."""
@@ -57,11 +68,9 @@ class GptlabLM(LM):
         self.model, hparams = load_model(ckpt_path)
         self.tokenizer = checkpoint_tokenizer(hparams, tokenizer, ranks_file)
         check_tokenizer_fits(self.tokenizer, self.model, "tokenizer")
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model.to(device).eval()
-        self._device = torch.device(device)
-        # lm-eval passes batch_size as given on its command line: a number, or "auto" (taken as the default here)
-        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
+        self._device = check_device("--device", device or default_device())
+        self.model.to(self._device).eval()
+        self.batch_size = parse_batch_size(batch_size)
 
     @property
     def tokenizer_name(self) -> str:

@@ -9,11 +9,13 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.devices import check_device
 from gptlab.errors import ConfigError
 from gptlab.eval.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
 from gptlab.train.checkpoints import load_model as load_checkpoint_model
 from gptlab.train.checkpoints import recorded_tokenizer, resolve_checkpoint
+from gptlab.train.config_check import integer, positive_int
 
 
 def is_hf_directory(path: str) -> bool:
@@ -59,10 +61,13 @@ def sample(cfg: DictConfig) -> list[str]:
     """num_samples continuations of the prompt (prompt included), decoded to text."""
     if cfg.ckpt_path is None:
         raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
+    device = check_device("device", cfg.device)  # before the model is loaded: torch's own error is an assertion
+    positive_int("num_samples", cfg.num_samples)
+    integer()("seed", cfg.seed)
     if not is_hf_directory(cfg.ckpt_path):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run dir: its newest checkpoint that loads
     model, trained_with = load_model(cfg.ckpt_path)
-    model = model.to(cfg.device)
+    model = model.to(device)
     tokenizer = load_tokenizer(cfg, trained_with)
     ids = tokenizer.encode(read_prompt(cfg))
     if not ids:
@@ -70,8 +75,8 @@ def sample(cfg: DictConfig) -> list[str]:
     if max(ids) >= model.config.vocab_size:
         raise ConfigError(f"tokenizer {tokenizer.name} produced id {max(ids)}, but the model has "
                           f"vocab_size={model.config.vocab_size}; choose the tokenizer the model was trained with.")
-    generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed)
-    idx = torch.tensor([ids] * cfg.num_samples, device=cfg.device)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    idx = torch.tensor([ids] * cfg.num_samples, device=device)
     out = model.generate(
         idx, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
         num_beams=cfg.num_beams, eos_token_id=tokenizer.eot_id if cfg.stop_at_eot else None, generator=generator,

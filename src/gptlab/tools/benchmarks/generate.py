@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.devices import check_device
 from gptlab.model import GPT, GPTConfig
 
 
@@ -31,7 +32,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = torch.device(cfg.device)
+    device = check_device("device", cfg.device)
     torch.manual_seed(cfg.seed)
     model_cfg = GPTConfig.from_dict(OmegaConf.to_container(cfg.model, resolve=True))
     if cfg.prompt_len + cfg.new_tokens > model_cfg.block_size:
