@@ -62,9 +62,12 @@ def parse_batch_size(value: Any) -> int:
 class GptlabLM(LM):
     """loglikelihood, loglikelihood_rolling and generate_until for a gptlab GPT of any variant."""
 
-    def __init__(self, ckpt_path: str, tokenizer: Optional[str] = None, ranks_file: Optional[str] = None,
-                 batch_size: Any = 16, device: Optional[str] = None, **_: Any) -> None:
+    def __init__(self, ckpt_path: Optional[str] = None, tokenizer: Optional[str] = None,
+                 ranks_file: Optional[str] = None, batch_size: Any = 16, device: Optional[str] = None,
+                 **_: Any) -> None:
         super().__init__()
+        if not ckpt_path:
+            raise ConfigError("--model_args has no ckpt_path; pass --model_args ckpt_path=<run dir or .ckpt>.")
         self.model, hparams = load_model(ckpt_path)
         self.tokenizer = checkpoint_tokenizer(hparams, tokenizer, ranks_file)
         check_tokenizer_fits(self.tokenizer, self.model, "tokenizer")
@@ -130,8 +133,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--model" not in args:
         args += ["--model", "gptlab"]
+    if not any(a == "--device" or a.startswith("--device=") for a in args):
+        args += ["--device", default_device()]  # lm-eval's own default is cuda:0, also on a machine without one
     sys.argv = [sys.argv[0], *args]
-    cli_evaluate()
+    try:
+        cli_evaluate()
+    except ValueError as err:  # lm-eval's one user error that is not its own message-and-exit: unknown --tasks
+        if not str(err).startswith("Tasks not found"):
+            raise
+        raise ConfigError(f"--tasks: {err}; `lm-eval ls tasks` lists the tasks lm-eval knows.") from err
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from gptlab.eval.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
 from gptlab.train.checkpoints import load_model as load_checkpoint_model
 from gptlab.train.checkpoints import recorded_tokenizer, resolve_checkpoint
-from gptlab.train.config_check import integer, positive_int
+from gptlab.train.config_check import boolean, check_table, integer, non_negative_int, number, optional, positive_int
 
 
 def is_hf_directory(path: str) -> bool:
@@ -42,6 +42,17 @@ def load_tokenizer(cfg: DictConfig, recorded: Any) -> Any:
     return hydra.utils.instantiate(OmegaConf.create(recorded))
 
 
+# conf/sample.yaml's numbers and switches (Hydra hands `top_k=abc` over as a string; generate would fail deep inside).
+SAMPLE = {
+    "num_samples": positive_int,
+    "max_new_tokens": non_negative_int,
+    "temperature": number(0.0),
+    "top_k": optional(positive_int),
+    "top_p": optional(number(0.0, 1.0, low_open=True)),
+    "num_beams": positive_int,
+    "stop_at_eot": boolean,
+    "seed": integer(),
+}
 DEFAULT_PROMPT = "\n"  # a fresh document: what the model writes unprompted
 
 
@@ -52,8 +63,13 @@ def read_prompt(cfg: DictConfig) -> str:
             raise ConfigError("both prompt and prompt_file are set; keep one (prompt=null or prompt_file=null).")
         path = Path(cfg.prompt_file)
         if not path.is_file():
-            raise ConfigError(f"prompt_file={cfg.prompt_file!r} does not exist.")
-        return path.read_text(encoding="utf-8")
+            problem = "is a directory" if path.is_dir() else "does not exist"
+            raise ConfigError(f"prompt_file={cfg.prompt_file!r} {problem}; give a UTF-8 text file.")
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"prompt_file={cfg.prompt_file!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
+                              "give a UTF-8 text file.") from err
     return DEFAULT_PROMPT if cfg.prompt is None else str(cfg.prompt)
 
 
@@ -62,8 +78,7 @@ def sample(cfg: DictConfig) -> list[str]:
     if cfg.ckpt_path is None:
         raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
     device = check_device("device", cfg.device)  # before the model is loaded: torch's own error is an assertion
-    positive_int("num_samples", cfg.num_samples)
-    integer()("seed", cfg.seed)
+    check_table("", {k: cfg.get(k) for k in SAMPLE}, SAMPLE)
     if not is_hf_directory(cfg.ckpt_path):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run dir: its newest checkpoint that loads
     model, trained_with = load_model(cfg.ckpt_path)

@@ -18,7 +18,7 @@ from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.train.checkpoints import check_tokenizer_fits, load_model, recorded_tokenizer
-from gptlab.train.config_check import DATA, TRAINER, boolean, check_table, positive_int
+from gptlab.train.config_check import DATA, PATHS, TRAINER, boolean, check_table, positive_int
 from gptlab.train.guards import check_devices
 from gptlab.train.module import GPTLitModule
 
@@ -33,11 +33,12 @@ def check_eval_config(cfg: DictConfig) -> None:
         node = cfg[prefix[:-1]]  # fields that interpolate the model's (set from the checkpoint below) are left out
         check_table(prefix, {k: node[k] for k in node if not OmegaConf.is_interpolation(node, k)}, table)
     check_devices(cfg.trainer)
+    check_table("paths.", {"output_dir": cfg.paths.output_dir}, PATHS)  # eval.json goes there, after the work
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     check_eval_config(cfg)
-    tasks = check_tasks(list(cfg.tasks))
+    tasks = check_tasks(cfg.tasks if isinstance(cfg.tasks, str) else list(cfg.tasks))
     if not tasks and not cfg.val_loss:
         raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
                           "or val_loss=true.")
