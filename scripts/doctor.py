@@ -12,9 +12,11 @@ import argparse
 import sys
 import time
 
+from gptlab.runtime.cli import user_errors_exit
 from gptlab.tools.doctor import run
 
 
+@user_errors_exit
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="cuda | cpu; default: cuda when available")

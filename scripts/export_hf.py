@@ -16,19 +16,25 @@ from gptlab.errors import ConfigError
 from gptlab.interop import save_pretrained
 from gptlab.interop.hf_export import export_tokenizer
 from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.config_check import writable_dir
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
+    writable_dir("out", cfg.out)  # before the checkpoint is read: a file or a read-only dir fails at once
     model, hparams = load_model(cfg.ckpt_path)
     tokenizer_cfg = cfg.get("tokenizer") or recorded_tokenizer(hparams)
     if tokenizer_cfg is None:
         raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add tokenizer=<name>.")
     tokenizer_cfg = OmegaConf.to_container(OmegaConf.create(tokenizer_cfg), resolve=True)
     tokenizer = hydra.utils.instantiate(tokenizer_cfg)
-    save_pretrained(model, cfg.out)
-    export_tokenizer(tokenizer, Path(cfg.out), tokenizer_cfg)
+    try:
+        save_pretrained(model, cfg.out)
+        export_tokenizer(tokenizer, Path(cfg.out), tokenizer_cfg)
+    except OSError as err:  # a dir that cannot be created or written (permissions, a special filesystem)
+        raise ConfigError(f"out={cfg.out!r} cannot be written ({err.strerror or err}); choose a directory you can "
+                          "write to.") from err
     print(f"wrote {cfg.out} ({model.num_parameters():,} parameters, {model.config.norm}-LN, tokenizer "
           f"{tokenizer.name}, end-of-text id {tokenizer.eot_id})")
 

@@ -8,13 +8,16 @@ from pathlib import Path
 
 from gptlab.data.ranks import DEFAULT_CACHE, fetch_gpt2_ranks
 from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.config_check import writable_dir
 
 
 @user_errors_exit
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where gpt2.tiktoken is written")
-    print(fetch_gpt2_ranks(parser.parse_args().cache_dir))
+    cache_dir = parser.parse_args().cache_dir
+    writable_dir("--cache-dir", str(cache_dir))  # a file in the way is one message, not a FileExistsError
+    print(fetch_gpt2_ranks(cache_dir))
 
 
 if __name__ == "__main__":

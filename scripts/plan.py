@@ -3,6 +3,8 @@
     python scripts/plan.py model=gpt3_175b trainer.devices=8 trainer.num_nodes=128 +tokens=300e9
 """
 
+import math
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -10,19 +12,34 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.config_check import number, positive_int
 from gptlab.runtime.planning import format_plan, make_plan
+
+
+def parse_tokens(value: object) -> float:
+    """+tokens as a number: Hydra hands `300e9` over as a string (YAML reads it so)."""
+    try:
+        tokens = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        tokens = math.nan
+    if not (math.isfinite(tokens) and tokens > 0):
+        raise ConfigError(f"tokens={value!r} is missing or not a positive number; pass the training tokens, "
+                          "e.g. +tokens=300e9.")
+    return tokens
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="plan")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
-    tokens = cfg.get("tokens")
-    if tokens is None or float(tokens) <= 0:
-        raise ConfigError("tokens is missing or not positive; pass the training tokens, e.g. +tokens=300e9.")
+    tokens = parse_tokens(cfg.get("tokens"))
+    for field, value in (("trainer.devices", cfg.trainer.devices), ("trainer.num_nodes", cfg.trainer.num_nodes),
+                         ("micro_batch", cfg.micro_batch)):
+        positive_int(field, value)
+    number(0.0, 1.0, low_open=True)("mfu", cfg.mfu)
     vocab = hydra.utils.instantiate(cfg.tokenizer).vocab_size
     model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(cfg.model, resolve=True), vocab)
     gpus = int(cfg.trainer.devices) * int(cfg.trainer.num_nodes)
-    plan = make_plan(model_cfg, float(tokens), gpus, micro_batch=cfg.micro_batch, mfu=cfg.mfu)
+    plan = make_plan(model_cfg, tokens, gpus, micro_batch=cfg.micro_batch, mfu=cfg.mfu)
     print(format_plan(plan, HydraConfig.get().runtime.choices.model, cfg.mfu, cfg.micro_batch))
 
 

@@ -18,13 +18,27 @@ from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
+from gptlab.runtime.config_check import DATA, PATHS, TRAINER, boolean, check_table, positive_int
+from gptlab.runtime.guards import check_devices
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
 
 
+def check_eval_config(cfg: DictConfig) -> None:
+    """eval.yaml's own fields and its trainer and data groups, with train's checks, before a checkpoint is read."""
+    boolean("val_loss", cfg.val_loss)
+    positive_int("task_batch_size", cfg.task_batch_size)
+    for prefix, table in (("trainer.", TRAINER), ("data.", DATA)):
+        node = cfg[prefix[:-1]]  # fields that interpolate the model's (set from the checkpoint below) are left out
+        check_table(prefix, {k: node[k] for k in node if not OmegaConf.is_interpolation(node, k)}, table)
+    check_devices(cfg.trainer)
+    check_table("paths.", {"output_dir": cfg.paths.output_dir}, PATHS)  # eval.json goes there, after the work
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    tasks = check_tasks(list(cfg.tasks))
+    check_eval_config(cfg)
+    tasks = check_tasks(cfg.tasks if isinstance(cfg.tasks, str) else list(cfg.tasks))
     if not tasks and not cfg.val_loss:
         raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
                           "or val_loss=true.")

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from gptlab.checkpoint.errors import unreadable_reason
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 
@@ -37,9 +38,8 @@ def _load(path: Path, mmap: bool) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError, IndexError... for bad files
-        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise UnreadableCheckpoint(f"it cannot be read as a checkpoint ({size:,} bytes; {reason}): it is "
-                                   "truncated, corrupt or not a PyTorch checkpoint") from err
+        raise UnreadableCheckpoint(f"it cannot be read as a checkpoint ({size:,} bytes; "
+                                   f"{unreadable_reason(path, err)})") from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise UnreadableCheckpoint("it is not a Lightning checkpoint of src/train.py (no state_dict)")
     return ckpt

@@ -10,7 +10,7 @@ is added when absent). In Python: `import gptlab.eval.lm_eval_adapter` and pass 
 Log-likelihoods come from gptlab.eval.scoring, the scorer of eval.py's tasks, so both give the same numbers;
 generation is greedy through the model's own `generate`. model_args: ckpt_path (required), tokenizer (bytes,
 gpt2, r50k_base, cl100k_base; default: the one the checkpoint was trained with), ranks_file; lm-eval's
---batch_size (a number; "auto" means 16) and --device (default: cuda if available, else cpu) apply too.
+--batch_size (a number; "auto" means 16) and --device (default: cuda if available, else mps, else cpu) apply too.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import score_pairs, score_texts
 from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.devices import check_device, default_device
 
 GENERATION_CHUNK = 32  # new tokens per generate() call between checks for a stop string
 
@@ -47,21 +48,32 @@ def checkpoint_tokenizer(hparams: dict[str, Any], name: Optional[str] = None,
     return hydra.utils.instantiate(recorded)
 
 
+def parse_batch_size(value: Any) -> int:
+    """lm-eval passes --batch_size as typed: a number, or "auto"/"auto:N" (taken as 16 here: the scorer's batches
+    are short and fixed-size, so there is no memory search to do)."""
+    if str(value).startswith("auto"):
+        return 16
+    if str(value).isdigit() and int(value) > 0:
+        return int(value)
+    raise ConfigError(f"--batch_size={value!r} is not a positive number of requests; use e.g. --batch_size 16 or auto.")
+
+
 @register_model("gptlab")
 class GptlabLM(LM):
     """loglikelihood, loglikelihood_rolling and generate_until for a gptlab GPT of any variant."""
 
-    def __init__(self, ckpt_path: str, tokenizer: Optional[str] = None, ranks_file: Optional[str] = None,
-                 batch_size: Any = 16, device: Optional[str] = None, **_: Any) -> None:
+    def __init__(self, ckpt_path: Optional[str] = None, tokenizer: Optional[str] = None,
+                 ranks_file: Optional[str] = None, batch_size: Any = 16, device: Optional[str] = None,
+                 **_: Any) -> None:
         super().__init__()
+        if not ckpt_path:
+            raise ConfigError("--model_args has no ckpt_path; pass --model_args ckpt_path=<run dir or .ckpt>.")
         self.model, hparams = load_model(ckpt_path)
         self.tokenizer = checkpoint_tokenizer(hparams, tokenizer, ranks_file)
         check_tokenizer_fits(self.tokenizer, self.model, "tokenizer")
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model.to(device).eval()
-        self._device = torch.device(device)
-        # lm-eval passes batch_size as given on its command line: a number, or "auto" (taken as the default here)
-        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
+        self._device = check_device("--device", device or default_device())
+        self.model.to(self._device).eval()
+        self.batch_size = parse_batch_size(batch_size)
 
     @property
     def tokenizer_name(self) -> str:
@@ -121,8 +133,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--model" not in args:
         args += ["--model", "gptlab"]
+    if not any(a == "--device" or a.startswith("--device=") for a in args):
+        args += ["--device", default_device()]  # lm-eval's own default is cuda:0, also on a machine without one
     sys.argv = [sys.argv[0], *args]
-    cli_evaluate()
+    try:
+        cli_evaluate()
+    except ValueError as err:  # lm-eval's one user error that is not its own message-and-exit: unknown --tasks
+        if not str(err).startswith("Tasks not found"):
+            raise
+        raise ConfigError(f"--tasks: {err}; `lm-eval ls tasks` lists the tasks lm-eval knows.") from err
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from gptlab.errors import ConfigError
 from gptlab.interop import from_pretrained
 from gptlab.interop.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
+from gptlab.runtime.config_check import boolean, check_table, integer, non_negative_int, number, optional, positive_int
+from gptlab.runtime.devices import check_device
 
 
 def is_hf_directory(path: str) -> bool:
@@ -41,6 +43,17 @@ def load_tokenizer(cfg: DictConfig, recorded: Any) -> Any:
     return hydra.utils.instantiate(OmegaConf.create(recorded))
 
 
+# conf/sample.yaml's numbers and switches (Hydra hands `top_k=abc` over as a string; generate would fail deep inside).
+SAMPLE = {
+    "num_samples": positive_int,
+    "max_new_tokens": non_negative_int,
+    "temperature": number(0.0),
+    "top_k": optional(positive_int),
+    "top_p": optional(number(0.0, 1.0, low_open=True)),
+    "num_beams": positive_int,
+    "stop_at_eot": boolean,
+    "seed": integer(),
+}
 DEFAULT_PROMPT = "\n"  # a fresh document: what the model writes unprompted
 
 
@@ -51,8 +64,13 @@ def read_prompt(cfg: DictConfig) -> str:
             raise ConfigError("both prompt and prompt_file are set; keep one (prompt=null or prompt_file=null).")
         path = Path(cfg.prompt_file)
         if not path.is_file():
-            raise ConfigError(f"prompt_file={cfg.prompt_file!r} does not exist.")
-        return path.read_text(encoding="utf-8")
+            problem = "is a directory" if path.is_dir() else "does not exist"
+            raise ConfigError(f"prompt_file={cfg.prompt_file!r} {problem}; give a UTF-8 text file.")
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"prompt_file={cfg.prompt_file!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
+                              "give a UTF-8 text file.") from err
     return DEFAULT_PROMPT if cfg.prompt is None else str(cfg.prompt)
 
 
@@ -60,10 +78,12 @@ def sample(cfg: DictConfig) -> list[str]:
     """num_samples continuations of the prompt (prompt included), decoded to text."""
     if cfg.ckpt_path is None:
         raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
+    device = check_device("device", cfg.device)  # before the model is loaded: torch's own error is an assertion
+    check_table("", {k: cfg.get(k) for k in SAMPLE}, SAMPLE)
     if not is_hf_directory(cfg.ckpt_path):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run dir: its newest checkpoint that loads
     model, trained_with = load_model(cfg.ckpt_path)
-    model = model.to(cfg.device)
+    model = model.to(device)
     tokenizer = load_tokenizer(cfg, trained_with)
     ids = tokenizer.encode(read_prompt(cfg))
     if not ids:
@@ -71,8 +91,8 @@ def sample(cfg: DictConfig) -> list[str]:
     if max(ids) >= model.config.vocab_size:
         raise ConfigError(f"tokenizer {tokenizer.name} produced id {max(ids)}, but the model has "
                           f"vocab_size={model.config.vocab_size}; choose the tokenizer the model was trained with.")
-    generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed)
-    idx = torch.tensor([ids] * cfg.num_samples, device=cfg.device)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    idx = torch.tensor([ids] * cfg.num_samples, device=device)
     out = model.generate(
         idx, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
         num_beams=cfg.num_beams, eos_token_id=tokenizer.eot_id if cfg.stop_at_eot else None, generator=generator,

@@ -100,6 +100,8 @@ def hellaswag_example(row: dict[str, Any]) -> Example:
         ctx = row["ctx"]
     if row.get("activity_label"):
         ctx = row["activity_label"] + ": " + ctx
+    if not row["endings"]:
+        raise ValueError("endings is empty")
     return Example(_clean_hellaswag(ctx), [" " + _clean_hellaswag(e) for e in row["endings"]], int(row["label"]))
 
 
@@ -110,10 +112,14 @@ def task_examples(task: str, source: str, limit: Optional[int] = None, field: st
     for i, row in enumerate(load_rows(task, source, limit, field)):
         try:
             CHECKS[task](row)
+            example = make(row)
         except ConfigError as err:
             raise ConfigError(f"task {task!r}: {locate_row(source, i)}: {err} (the schema of "
                               f"{HUB[task].dataset}); fix the row, or give another {field}.{task}.") from None
-        examples.append(make(row))
+        except (AttributeError, KeyError, TypeError, ValueError) as err:  # None where text belongs: AttributeError
+            raise ConfigError(f"task {task!r}: {locate_row(source, i)} does not have the fields of "
+                              f"{HUB[task].dataset} ({type(err).__name__}: {err}); fix {field}.{task}.") from err
+        examples.append(example)
     return examples
 
 

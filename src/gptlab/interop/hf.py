@@ -123,16 +123,30 @@ CONVERTERS: dict[str, Converter] = {
 }
 
 
+def _read_json(path: Path) -> Any:
+    """A JSON file of a Hugging Face directory; a truncated or corrupt one is a ConfigError naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ConfigError(f"{path} cannot be read as JSON ({err}): it is truncated or corrupt; export or download "
+                          "the directory again.") from err
+
+
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     """model.safetensors, pytorch_model.bin, or their sharded *.index.json form."""
     for name, load in [("model.safetensors", load_file),
                        ("pytorch_model.bin", lambda p: torch.load(p, map_location="cpu", weights_only=True))]:
         index = directory / f"{name}.index.json"
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else [name]
+        files = sorted(set(_read_json(index)["weight_map"].values())) if index.is_file() else [name]
         if all((directory / f).is_file() for f in files):
             state: dict[str, torch.Tensor] = {}
             for f in files:
-                state |= load(directory / f)
+                try:
+                    state |= load(directory / f)
+                except Exception as err:  # safetensors and torch raise several types for a file cut short
+                    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+                    raise ConfigError(f"{directory / f} cannot be read as weights ({reason}): it is truncated or "
+                                      "corrupt; export or download the directory again.") from err
             return state
     raise ConfigError(f"{directory} holds no model.safetensors or pytorch_model.bin (nor a sharded index of them).")
 
@@ -143,7 +157,9 @@ def from_pretrained(path: Union[str, Path]) -> GPT:
     config_file = directory / "config.json"
     if not config_file.is_file():
         raise ConfigError(f"{directory} is not a Hugging Face model directory: no config.json.")
-    config = json.loads(config_file.read_text())
+    config = _read_json(config_file)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{config_file} is not a JSON object of model settings; export the directory again.")
     model_type = config.get("model_type")
     if model_type not in CONVERTERS:
         raise ConfigError(f"{config_file}: model_type={model_type!r} is not supported; use one of: "

@@ -79,9 +79,31 @@ class Variant:
         return mean_curve([(job.x_values(axis), [p.loss for p in job.val_curve]) for job in self.jobs], band)
 
 
+def _unreadable(path: Path, err: Exception, what: str) -> ConfigError:
+    return ConfigError(f"{path} cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:200]}): it should "
+                       f"be {what}; restore it, or move its job dir out of the sweep dir to report without it.")
+
+
+def _read_summary(path: Path) -> dict:
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise _unreadable(path, err, "the JSON object src/train.py writes at the end of a job") from err
+    if not isinstance(summary, dict) or not isinstance(summary.get("tokens_per_step"), int):
+        raise _unreadable(path, ValueError("no tokens_per_step"), "the JSON object src/train.py writes at the end of "
+                          "a job")
+    return summary
+
+
 def _read_overrides(job_dir: Path) -> dict[str, str]:
     path = job_dir / ".hydra" / "overrides.yaml"
-    items = yaml.safe_load(path.read_text()) if path.exists() else []
+    try:
+        items = yaml.safe_load(path.read_text()) if path.exists() else []
+    except (OSError, yaml.YAMLError) as err:
+        raise _unreadable(path, err, "the list of key=value overrides Hydra writes") from err
+    if not isinstance(items, (list, type(None))) or not all(isinstance(item, str) for item in items or []):
+        raise _unreadable(path, ValueError(f"not a list of strings: {items!r}"[:200]), "the list of key=value "
+                          "overrides Hydra writes")
     return dict(item.split("=", 1) for item in items or [] if "=" in item)
 
 
@@ -146,7 +168,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
         summary_path = job_dir / SUMMARY_FILE
         if not summary_path.exists():
             continue  # a job that failed (listed with its reason) or is still running (listed as missing)
-        summary = json.loads(summary_path.read_text())
+        summary = _read_summary(summary_path)
         curve = _read_val_curve(job_dir, summary["tokens_per_step"])
         job = JobResult(job_dir, _read_overrides(job_dir), summary, curve)
         try:

@@ -22,6 +22,7 @@ from lightning.fabric.utilities.throughput import get_available_flops
 
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
 from gptlab.model.sparse_attention import attend, flex_available
+from gptlab.runtime.devices import check_device
 from gptlab.runtime.planning import activation_bytes, memory_per_gpu
 from gptlab.train.optim import adamw, weight_decay_groups
 
@@ -220,7 +221,7 @@ def ddp(report: Report) -> None:
 
 def run(device: Optional[str] = None, attention_T: Optional[int] = None, repeats: int = 3) -> Report:
     report = Report()
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = check_device("--device", device or ("cuda" if torch.cuda.is_available() else "cpu"))
     environment(report)
     attention(report, dev, attention_T or (8192 if dev.type == "cuda" else 2048), repeats=repeats)
     train_steps(report, dev, repeats=repeats)

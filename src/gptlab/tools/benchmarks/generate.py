@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.interop import save_pretrained
 from gptlab.model import GPT, GPTConfig
+from gptlab.runtime.devices import check_device
 
 
 def _timed(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[float, torch.Tensor]:
@@ -32,7 +33,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = torch.device(cfg.device)
+    device = check_device("device", cfg.device)
     torch.manual_seed(cfg.seed)
     model_cfg = GPTConfig.from_dict(OmegaConf.to_container(cfg.model, resolve=True))
     if cfg.prompt_len + cfg.new_tokens > model_cfg.block_size:
