@@ -1,16 +1,18 @@
-"""Every command of README.md, so the README cannot rot.
+"""Every command of README.md and of the docs site's pages (docs/*.md), so the docs cannot rot.
 
-Convention (also described at the end of the README): commands are the lines of indented code blocks that start
-with `python`, `pip`, `tensorboard` or `$ ` (a `$ ` line is followed by the output it must print, and exits 2);
-fenced ```python blocks are Python snippets. A comment line `<!-- readme-test: append k=v ... -->` appends its
-overrides to every `src/train.py` command after it, up to the next such comment. `<run dir>` is replaced by
-the dir of the README's plain `python src/train.py` run (the quick start's), `<dir>` by a fresh dir. Commands
-that cannot run here are listed in NOT_RUNNABLE with the reason; the 8-GPU commands run in their dry form on a
-machine with fewer GPUs (they must exit 2 naming trainer.devices).
-Nothing is skipped silently: a command that matches no rule runs.
+Convention (also described in docs/testing.md): commands are the lines of indented code blocks that start with
+`python`, `pip`, `tensorboard` or `$ ` (a `$ ` line is followed by the output it must print, and exits 2);
+fenced ```python blocks are Python snippets. Any other line of an indented code block must be a `#` comment
+(output, trees and diagrams go in fenced ```text blocks), so no command hides where the parser does not look.
+A comment line `<!-- readme-test: append k=v ... -->` appends its overrides to every `src/train.py` command
+after it in the same file, up to the next such comment. `<run dir>` is replaced by the dir of the README's plain
+`python src/train.py` run, `<dir>` by a fresh dir. Commands that cannot run here are listed in NOT_RUNNABLE with
+the reason; the 8-GPU commands run in their dry form on a machine with fewer GPUs (they must exit 2 naming
+trainer.devices). Nothing is skipped silently: a command that matches no rule runs.
 
-The fast test classifies every command and checks the config of every `src/train.py` command in-process; the
-slow one (`pytest -m slow tests/test_readme.py`) runs them all in a fresh copy of the repository.
+The fast tests classify every command and check the config of every `src/train.py` command in-process; the
+slow one (`pytest -m slow tests/test_readme.py`) runs them all in a fresh copy of the repository: README.md
+first, then the pages in the site's nav order (a command whose shell line was already run is run once).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import CHECKOUT_ENV, ROOT, compose_config, write_corpus
 
 from gptlab.errors import ConfigError
@@ -31,6 +34,8 @@ from gptlab.runtime import guards
 from gptlab.runtime.config_check import check_config
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+COMMANDS_BEFORE_THE_SITE = 64  # README.md's commands when it held all the docs (734 lines); none may be lost
 MARKER = re.compile(r"<!--\s*readme-test:\s*append\s+(.*?)\s*-->")  # a line of its own (fullmatch)
 COMMAND_STARTS = ("python ", "pip ", "tensorboard ", "$ ")
 
@@ -46,6 +51,7 @@ NOT_RUNNABLE = {
     "scripts/preemption_drill.py": "27 DDP jobs, minutes; tests/test_preemption.py runs five of them (all: -m slow)",
     "tasks=[lambada,hellaswag]": "reads LAMBADA and HellaSwag from the Hugging Face hub (network); "
                                  "tests/test_zeroshot.py runs eval.py on local copies",
+    "data=fineweb_edu": "downloads FineWeb-Edu from the Hugging Face hub (network)",
     "gptlab.eval.lm_eval_adapter": "lm-eval's tasks read their datasets from the Hugging Face hub (network); "
                                    "tests/test_lm_eval_adapter.py runs the command on a local task",
 }
@@ -54,8 +60,9 @@ DRY_FORM = {"trainer.devices=8": "trainer.devices=8"}  # without 8 GPUs: exit 2 
 
 @dataclass
 class Command:
-    text: str  # as written in the README, comment stripped
+    text: str  # as written in the page, comment stripped
     line: int
+    source: str = "README.md"  # the page, relative to the repository
     append: list[str] = field(default_factory=list)
     expect_output: str = ""  # for `$ ` examples: the lines shown after the command
     python: bool = False
@@ -95,24 +102,45 @@ def strip_comment(line: str) -> str:
     return line.rstrip()
 
 
-def parse_readme(text: str | None = None) -> list[Command]:
-    lines = (text if text is not None else README.read_text(encoding="utf-8")).splitlines()
-    commands: list[Command] = []
+def doc_pages() -> list[Path]:
+    """README.md, then docs/ in the site's nav order (then any page the nav misses, which test_docs_site fails)."""
+    def pages(node) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        items = node.values() if isinstance(node, dict) else node
+        return [page for item in items for page in pages(item)]
+
+    nav = [DOCS / page for page in pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])]
+    return [README, *nav, *sorted(set(DOCS.rglob("*.md")) - set(nav))]
+
+
+@dataclass
+class Page:
+    commands: list[Command]
+    strays: list[str]  # lines of indented code blocks that are neither a command, its output nor a comment
+
+
+def parse_markdown(text: str, source: str = "README.md") -> Page:
+    lines = text.splitlines()
+    page = Page([], [])
     append: list[str] = []
     i = 0
     while i < len(lines):
         line = lines[i]
+        in_code_block = line.startswith("    ") and i > 0 and (not lines[i - 1].strip()
+                                                             or lines[i - 1].startswith("    "))
         marker = MARKER.fullmatch(line.strip())
         if marker:
             append = marker.group(1).split()
-        elif line.startswith("```python"):
+        elif line.startswith("```"):
             start, body = i + 1, []
             i += 1
             while not lines[i].startswith("```"):
                 body.append(lines[i])
                 i += 1
-            commands.append(Command("\n".join(body), start + 1, python=True))
-        elif line.startswith("    ") and line.strip().startswith(COMMAND_STARTS):
+            if line.startswith("```python"):
+                page.commands.append(Command("\n".join(body), start + 1, source, python=True))
+        elif in_code_block and line.strip().startswith(COMMAND_STARTS):
             stripped = line.strip()
             while stripped.endswith("\\"):  # a continued command
                 i += 1
@@ -122,11 +150,25 @@ def parse_readme(text: str | None = None) -> list[Command]:
                 while i + 1 < len(lines) and lines[i + 1].startswith("    ") and lines[i + 1].strip()[:1] != "$":
                     i += 1
                     shown.append(lines[i].strip())
-                commands.append(Command(stripped[2:], i + 1, list(append), expect_output="\n".join(shown)))
+                page.commands.append(Command(stripped[2:], i + 1, source, list(append),
+                                             expect_output="\n".join(shown)))
             else:
-                commands.append(Command(strip_comment(stripped), i + 1, list(append)))
+                page.commands.append(Command(strip_comment(stripped), i + 1, source, list(append)))
+        elif in_code_block and line.strip() and not line.strip().startswith("#"):
+            page.strays.append(f"{source} line {i + 1}: {line.strip()}")
         i += 1
-    return commands
+    return page
+
+
+def parse_readme(text: str | None = None) -> list[Command]:
+    """The commands of `text`, or of README.md and every docs page."""
+    if text is not None:
+        return parse_markdown(text).commands
+    return [cmd for page in parse_pages() for cmd in page.commands]
+
+
+def parse_pages() -> list[Page]:
+    return [parse_markdown(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT))) for path in doc_pages()]
 
 
 def test_parser_convention() -> None:
@@ -148,6 +190,27 @@ print(1)
                                           'python src/train.py prompt="a # not a comment" trainer.devices=2']
     assert cmds[0].shell(None, "/o").endswith("model=nano trainer.max_steps=2")
     assert cmds[2].expect_output == "gptlab: error: model.norm" and cmds[3].python and cmds[3].text == "print(1)"
+    # A text fence is not read; a line of an indented block that is no command, output or comment is a stray.
+    page = parse_markdown("```text\n    python src/train.py\n```\n\n    sbatch run.sh\n    # a comment\n", "x.md")
+    assert page.commands == [] and page.strays == ["x.md line 5: sbatch run.sh"]
+
+
+def test_no_command_hides_from_the_parser() -> None:
+    strays = [stray for page in parse_pages() for stray in page.strays]
+    assert not strays, "indented code lines that are no command (fence them as ```text):\n" + "\n".join(strays)
+
+
+def test_no_command_was_lost_when_the_readme_became_a_site() -> None:
+    assert len(parse_readme()) >= COMMANDS_BEFORE_THE_SITE
+
+
+def test_every_training_command_is_capped() -> None:
+    """A `src/train.py` command that trains has a readme-test marker before it in its page, so the slow test
+    trains a few steps, not a full run or sweep."""
+    uncapped = [f"{cmd.source} line {cmd.line}: {cmd.text}" for cmd in parse_readme()
+                if "src/train.py" in cmd.text and not cmd.not_runnable and not cmd.expect_output
+                and not any(arg.startswith("trainer.max_steps=") for arg in cmd.append)]
+    assert not uncapped, "add a <!-- readme-test: append trainer.max_steps=... --> line before:\n" + "\n".join(uncapped)
 
 
 def train_overrides(cmd: Command) -> list[str]:
@@ -166,7 +229,6 @@ def train_overrides(cmd: Command) -> list[str]:
 
 def test_every_readme_command_is_classified_and_its_config_valid(monkeypatch) -> None:
     commands = parse_readme()
-    assert len(commands) >= 25, "the parser found too few README commands"
     checked = 0
     for cmd in commands:
         if cmd.not_runnable or cmd.python or not cmd.text.startswith("python src/train.py"):
@@ -175,7 +237,7 @@ def test_every_readme_command_is_classified_and_its_config_valid(monkeypatch) ->
         if cmd.expect_output:
             with pytest.raises(ConfigError) as err:
                 check_config(cfg)
-            assert cmd.expect_output.removeprefix("gptlab: error: ") == str(err.value), cmd.text
+            assert cmd.expect_output.removeprefix("gptlab: error: ") == str(err.value), (cmd.source, cmd.text)
             continue
         check_config(cfg)
         if cmd.dry_form:
@@ -219,25 +281,30 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks, monkeypatch) -> None:
     monkeypatch.chdir(repo)  # placeholders such as <date>/<time> are looked up relative to the launch dir
     env = {**CHECKOUT_ENV, "PYTHONPATH": str(repo / "src")}
     out_dir = str(tmp_path / "hf")
-    report, failures = [], []
+    failures: list[str] = []
+    already_run: dict[str, str] = {}  # a shell line run before (the README repeats some pages' commands)
     plain_run: str | None = None  # <run dir>: the dir of the plain `python src/train.py` run
     for cmd in parse_readme():
+        where = f"{cmd.source} line {cmd.line}"
         if cmd.not_runnable:
-            report.append(f"not run  {cmd.text[:70]}: {cmd.not_runnable}")
-            print(report[-1], flush=True)
+            print(f"not run  {where}: {cmd.text[:70]}: {cmd.not_runnable}", flush=True)
             continue
+        shell = cmd.text if cmd.python else cmd.shell(plain_run, out_dir)
+        if shell in already_run:
+            print(f"ran      {where}: {cmd.text[:70]} (as {already_run[shell]})", flush=True)
+            continue
+        already_run[shell] = where
         before = {p for p in repo.rglob("*")}
         if cmd.python:
             proc = subprocess.run([sys.executable, "-c", cmd.text], cwd=repo, env=env, capture_output=True, text=True,
                                   timeout=600)
         else:
-            shell = cmd.shell(plain_run, out_dir).replace("python ", f"{sys.executable} ", 1)
             try:
-                proc = subprocess.run(["bash", "-c", shell], cwd=repo, env=env, capture_output=True, text=True,
-                                      timeout=900)
+                proc = subprocess.run(["bash", "-c", shell.replace("python ", f"{sys.executable} ", 1)], cwd=repo,
+                                      env=env, capture_output=True, text=True, timeout=900)
             except subprocess.TimeoutExpired:
-                report.append(f"TIMEOUT  {cmd.text[:70]}")
-                failures.append(f"README line {cmd.line}: {cmd.text}\ntook over 900 s")
+                print(f"TIMEOUT  {where}: {cmd.text[:70]}", flush=True)
+                failures.append(f"{where}: {cmd.text}\ntook over 900 s")
                 continue
         output = proc.stdout + proc.stderr
         if cmd.text == "python src/train.py" and plain_run is None:
@@ -252,8 +319,7 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks, monkeypatch) -> None:
             ok = ok and output.count("gptlab: sweep dir") == 1 and "sweep finished" in output
         if "debug=fast_dev_run" in cmd.text:
             ok = ok and {p for p in repo.rglob("*") if "__pycache__" not in p.parts} <= before
-        report.append(f"{'ok' if ok else 'FAILED':<8} {cmd.text[:70]} (exit {proc.returncode})")
-        print(report[-1], flush=True)
+        print(f"{'ok' if ok else 'FAILED':<8} {where}: {cmd.text[:70]} (exit {proc.returncode})", flush=True)
         if not ok:
-            failures.append(f"README line {cmd.line}: {cmd.text}\nexit {proc.returncode}\n{output[-3000:]}")
+            failures.append(f"{where}: {cmd.text}\nexit {proc.returncode}\n{output[-3000:]}")
     assert not failures, "\n\n".join(failures)
