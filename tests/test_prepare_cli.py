@@ -39,7 +39,7 @@ def test_sigkilled_prepare_resumes_to_the_same_bytes(tmp_path):
 
     script = [sys.executable, str(ROOT / "scripts" / "prepare_data.py")]
     victim = subprocess.Popen([*script, *args(tmp_path / "killed")], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+                              stderr=subprocess.DEVNULL, env=helpers.CHECKOUT_ENV)  # this checkout's gptlab
     progress = tmp_path / "killed" / "bytes" / "progress.json"
     deadline = time.time() + 120
     while not progress.exists() and victim.poll() is None and time.time() < deadline:

@@ -20,6 +20,7 @@ import numpy as np
 from gptlab.atomic import atomic_write_text
 from gptlab.data.ranks import sha256_file
 from gptlab.data.shards import ShardedTokens, ShardHeader, open_shard, read_header, token_dtype, write_shard
+from gptlab.data.source_files import changes, file_identity
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.tokenizers import Tokenizer, fingerprint
 from gptlab.errors import ConfigError
@@ -27,6 +28,7 @@ from gptlab.errors import ConfigError
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+SOURCE_FILES = "source_files"  # key of the manifest: data.source_files.file_identity
 
 
 def tokenizer_identity(tokenizer: Tokenizer) -> dict[str, Any]:
@@ -112,12 +114,19 @@ def prepare(
     out = prepared_dir(cache_dir, tokenizer)
     key = {"format": FORMAT, "source": source.describe(), "tokenizer": tokenizer_identity(tokenizer),
            "val_fraction": val_fraction, "shard_tokens": shard_tokens}
+    files = file_identity(source)
     manifest_path = out / "manifest.json"
     if manifest_path.is_file():
         manifest = read_json(manifest_path)
         if {k: manifest.get(k) for k in key} != key:
             raise _mismatch(manifest_path, manifest, key)
-        return manifest
+        changed = changes(manifest.get(SOURCE_FILES), files)
+        if not changed:
+            return manifest
+        log.warning("the source of %s changed since it was prepared (%s); preparing it again", out,
+                    "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else ""))
+        _remove_prepared(out, manifest)
+    key[SOURCE_FILES] = files  # in progress.json's key too: a half-done run over older files is not resumed
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob(".*.tmp"):  # left by a run killed while writing; never renamed into place
         stale.unlink()
@@ -141,6 +150,15 @@ def prepare(
             bar.update(sum(n for _, n in encoded.values()))
     writer.flush()
     return _finish(out, key, source, state)
+
+
+def _remove_prepared(out: Path, manifest: dict[str, Any]) -> None:
+    """The manifest first (the dir is then incomplete, as during a first prepare), then the shards it lists:
+    only files prepare wrote."""
+    (out / "manifest.json").unlink()
+    for split in SPLITS:
+        for shard in manifest.get("splits", {}).get(split, {}).get("shards", []):
+            (out / Path(shard["file"]).name).unlink(missing_ok=True)
 
 
 def _finish(out: Path, key: dict[str, Any], source: Any, state: dict) -> dict[str, Any]:

@@ -88,6 +88,9 @@ def llama_inexpressible(cfg: GPTConfig) -> str:
     for name, value in wanted:
         if getattr(cfg, name) != value:
             return f"model.{name}={getattr(cfg, name)!r}: Llama needs {value!r}"
+    if cfg.rotary_dim != cfg.head_dim:  # an odd head_dim leaves its last dimension unrotated (rope.py)
+        return (f"model.head_dim={cfg.head_dim}: Llama's RoPE turns every dimension of a head in pairs "
+                "(an even head_dim)")
     if any(kind != "dense" for kind in cfg.attn_pattern):
         return f"model.attn_pattern={list(cfg.attn_pattern)!r}: Llama attends densely in every layer"
     if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:

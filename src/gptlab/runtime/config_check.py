@@ -10,6 +10,7 @@ a field added there is covered without touching this file; the other groups are 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import types
@@ -21,8 +22,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
+from gptlab.runtime.option_relevance import ignored_options
+from gptlab.runtime.sweep_jobs import in_sweep_job
 
 Check = Callable[[str, Any], None]
+log = logging.getLogger(__name__)
 
 
 def _is_int(value: Any) -> bool:
@@ -288,6 +292,8 @@ def check_config(cfg: DictConfig) -> None:
             if not isinstance(node, dict) or "_target_" not in node:
                 raise _fail(f"callbacks.{name}", node, "use a callback node with a _target_, or null to drop it")
             check_table(f"callbacks.{name}.", node, CALLBACKS)
+    for warning in ignored_options(cfg, in_sweep_job()):  # refuses in a single run what has no effect at all
+        log.warning(warning)
 
 
 def names_in(tables: Iterable[dict[str, Check]]) -> set[str]:

@@ -1,0 +1,82 @@
+"""An option set where the chosen model, data store, optimizer or schedule ignores it is refused in a single run
+(a warning in a sweep job, where a shared value may apply to some jobs only), naming the option and what it needs;
+a warmup longer than the run is a warning."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from helpers import TINY, compose_config
+
+from gptlab.errors import ConfigError
+from gptlab.runtime.config_check import check_config
+from gptlab.runtime.option_relevance import RULES
+
+# (overrides, the message's start). One per row of RULES, each the smallest config that sets the option in vain.
+IGNORED = [
+    (["model.activation=swiglu", "model.mlp_layers=1"],
+     "model.activation='swiglu' has no effect: it matters only when model.mlp_layers >= 2"),
+    (["model.d_ff=64", "model.mlp_layers=1"], "model.d_ff=64 has no effect: it matters only when model.mlp_layers"),
+    (["model.rope_theta=500000"], "model.rope_theta=500000 has no effect: it matters only when model.pos_emb=rope; "
+                                  "here model.pos_emb='learned'."),
+    (["model.rope_fraction=0.25", "model.pos_emb=alibi"], "model.rope_fraction=0.25 has no effect: it matters only "
+                                                          "when model.pos_emb=rope; here model.pos_emb='alibi'."),
+    (["model.attn_window=8"], "model.attn_window=8 has no effect: it matters only when model.attn_pattern has a "
+                              "local or strided layer; here model.attn_pattern=['dense']."),
+    (["model.attn_impl=chunked"], "model.attn_impl='chunked' has no effect"),
+    (["data.shard_tokens=1000"], "data.shard_tokens=1000 has no effect: it matters only when data.store=prepared; "
+                                 "here data.store='memory'."),
+    (["data.verify_sha256=false"], "data.verify_sha256=False has no effect"),
+    (["data.val_windows=8"], "data.val_windows=8 has no effect: it matters only when data.store=streaming"),
+    (["data.store=streaming", "data.sampling=epoch"], "data.sampling='epoch' has no effect"),
+    (["data.sampling=epoch", "data.samples_per_epoch=10"], "data.samples_per_epoch=10 has no effect: it matters "
+                                                           "only when data.sampling=random"),
+    (["optimizer=sgd", "optimizer.momentum=0.0"], "optimizer.nesterov=True has no effect: it matters only when "
+                                                  "optimizer.momentum > 0; here optimizer.momentum=0.0."),
+]
+
+
+def test_every_rule_has_an_example() -> None:
+    refused = {rule.option for rule in RULES if not rule.warn}
+    assert refused == {msg.split("=", 1)[0] for _, msg in IGNORED}
+
+
+@pytest.mark.parametrize(("overrides", "message"), IGNORED)
+def test_an_ignored_option_is_refused_in_a_single_run(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_config(compose_config([*TINY, *overrides], "/tmp/unused"))
+    assert str(caught.value).startswith(message), caught.value
+    assert f"Drop {message.split('=', 1)[0]}, or change " in str(caught.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model.activation=swiglu", "model.mlp_layers=3"],  # the option's condition holds
+    ["model.rope_theta=500000", "model.pos_emb=rope"],
+    ["model.rope_theta=10000.0"],  # the neutral default, set explicitly: asks for nothing
+    ["model.attn_window=8", "model.attn_pattern=[dense,local]"],
+    ["data.store=streaming", "data.val_windows=8"],
+    ["optimizer=sgd", "optimizer.momentum=0.0", "optimizer.nesterov=false"],
+])
+def test_an_option_that_matters_passes(overrides: list[str]) -> None:
+    check_config(compose_config([*TINY, *overrides], "/tmp/unused"))
+
+
+def test_in_a_sweep_job_an_ignored_option_is_a_warning(monkeypatch, caplog) -> None:
+    monkeypatch.setattr("gptlab.runtime.sweep_jobs.in_sweep_job", lambda: True)
+    with caplog.at_level(logging.WARNING):
+        check_config(compose_config([*TINY, "model.rope_theta=500000"], "/tmp/unused"))
+    assert [r.getMessage() for r in caplog.records if "rope_theta" in r.getMessage()] == [
+        "model.rope_theta=500000 has no effect: it matters only when model.pos_emb=rope; here model.pos_emb='learned'."]
+
+
+def test_a_warmup_longer_than_the_run_is_a_warning_once(caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        check_config(compose_config([*TINY, "scheduler.warmup_steps=100", "trainer.max_steps=3"], "/tmp/unused"))
+    lines = [r.getMessage() for r in caplog.records if "warmup_steps" in r.getMessage()]
+    assert lines == ["scheduler.warmup_steps=100 never ends (the lr never reaches its peak, optimizer.lr): it "
+                     "matters only when scheduler.warmup_steps < trainer.max_steps; here trainer.max_steps=3."]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        check_config(compose_config([*TINY, "scheduler.warmup_steps=2", "trainer.max_steps=3"], "/tmp/unused"))
+    assert not [r for r in caplog.records if "warmup_steps" in r.getMessage()]
