@@ -215,3 +215,21 @@ class KillSweepJobOnce(L.Callback):
         if HydraConfig.get().job.num == self.job and trainer.global_step == self.step and not self.marker.exists():
             self.marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class PauseAtStep(L.Callback):
+    """As optimizer step `step` begins, creates `paused` and waits (up to an hour) until `resume` exists: a run
+    held mid-training, with its run dir set up, for tests of what another process may do meanwhile."""
+
+    def __init__(self, step: int, paused: str, resume: str) -> None:
+        self.step, self.paused, self.resume = step, Path(paused), Path(resume)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        import time
+
+        if trainer.global_step != self.step:
+            return
+        self.paused.touch()
+        deadline = time.monotonic() + 3600
+        while not self.resume.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)

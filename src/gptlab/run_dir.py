@@ -6,8 +6,8 @@ gptlab removes only what this process is known to have created: `note_origin` re
 creates anything, whether the run dir existed and what it held. A dir that existed (the launch dir under
 `hydra.run.dir=.`, a dir the user made, an earlier run's dir) is never removed, whatever it holds; only the setup
 entries this run added to it are. A dir this run created goes whole, with the parents it created if they are left
-empty (another run may have put its own dir beside it). A process with no record (a DDP rank > 0, a sweep job whose
-dir Hydra made before train() ran) removes nothing.
+empty (another run may have put its own dir beside it). A DDP rank > 0 removes nothing; a sweep job's dir, made by
+Hydra before train() runs, counts as existing: it stays, with its .hydra/.
 """
 
 from __future__ import annotations
@@ -114,7 +114,9 @@ def remove_created(run_dir: Path, log_file: str = "train.log") -> list[Path]:
 
 
 def say_removed(removed: list[Path]) -> None:
-    """The one line that says what gptlab removed, on stderr beside the error that made it do so."""
+    """The one line that says what gptlab removed, on stderr beside the error that made it do so (the lock file
+    this run made a moment ago goes unmentioned: it held no one's data)."""
+    removed = [p for p in removed if p.name != LOCK_FILE]
     if removed:
         print(f"gptlab: removed {', '.join(str(p) for p in removed)}, created by this run before it stopped",
               file=sys.stderr, flush=True)

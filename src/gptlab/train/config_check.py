@@ -129,7 +129,7 @@ TOP_LEVEL: dict[str, Check] = {
     "global_batch_tokens": optional(positive_int),
     "label_smoothing": number(0.0, 1.0, high_open=True),
     "ckpt_path": optional(text),
-    "resume": optional(choice("auto")),
+    "resume": optional(choice("auto", "restart")),
     "print_config": boolean,
     "check_memory": boolean,
     "float32_matmul_precision": choice("highest", "high", "medium"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -16,9 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
+from gptlab.model.accounting import count_parameters
+from gptlab.train.checkpoints import check_resumable
 from gptlab.train.config_check import check_config
 from gptlab.train.guards import check_devices, check_memory, resolve_accelerator
-from gptlab.train.resume import resume_mode
+from gptlab.train.preflight import RETAINED_CHECKPOINTS, check_free_space, checkpoint_bytes
+from gptlab.train.resume import given_checkpoint, resume_mode
 
 
 @dataclass
@@ -74,4 +78,16 @@ def check_before_run(cfg: DictConfig) -> Checked:
     check_attention_runs_here(model_cfg, cfg.trainer)
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
         check_memory(model_cfg, cfg.data.batch_size, cfg.trainer)  # before the model's tensors are allocated
+    ckpt_path = given_checkpoint(cfg)  # a file outside the run dir, so it is checked here too
+    if ckpt_path is not None:
+        check_resumable(ckpt_path, model_cfg)
+    if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
+        budget = RETAINED_CHECKPOINTS * checkpoint_bytes(count_parameters(model_cfg)["total"])
+        check_free_space(checkpoint_dirs(cfg), budget)
     return Checked(tokenizer, model_cfg)
+
+
+def checkpoint_dirs(cfg: DictConfig) -> list[Path]:
+    """Where the configured checkpoint callbacks will save (their `dirpath`)."""
+    nodes = (cfg.get("callbacks") or {}).values()
+    return [Path(node.dirpath) for node in nodes if node is not None and node.get("dirpath")]

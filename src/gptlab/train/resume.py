@@ -48,15 +48,24 @@ def _unreadable_message(output_dir: Path, problems: list[tuple[Path, str]]) -> s
             "ckpt_path=<a readable .ckpt> and a new hydra.run.dir.")
 
 
-def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
+def given_checkpoint(cfg: DictConfig) -> Optional[str]:
+    """The checkpoint `ckpt_path` names (a file, or a run dir's newest readable one); None without ckpt_path."""
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path is None:
+        return None
+    path = resolve_checkpoint(ckpt_path)
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
+    return str(path)
+
+
+def resume_checkpoint(cfg: DictConfig, output_dir: Path, warn: bool = True) -> Optional[str]:
     """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir that loads (None: start
-    fresh). Raises ConfigError for the runs it refuses (see the module docstring)."""
-    resume, ckpt_path = resume_mode(cfg), cfg.get("ckpt_path")
-    if ckpt_path is not None:
-        path = resolve_checkpoint(ckpt_path)
-        if not path.is_file():
-            raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
-        return str(path)
+    fresh). Raises ConfigError for the runs it refuses (see the module docstring). `warn`: name each newer
+    checkpoint skipped because it does not load."""
+    resume, given = resume_mode(cfg), given_checkpoint(cfg)
+    if given is not None:
+        return given
     found = checkpoints_newest_first(output_dir) if output_dir.is_dir() else []
     if resume == "restart" or not found:
         return None
@@ -70,7 +79,7 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
     for path in found:
         problem = checkpoint_problem(path)
         if problem is None:
-            for skipped, why in problems:
+            for skipped, why in problems if warn else ():
                 log.warning("skipping checkpoint %s: %s", skipped, why)
             return str(path)
         problems.append((path, problem))
@@ -79,7 +88,8 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
 
 @dataclass
 class Finished:
-    """A run dir whose newest checkpoint already reached trainer.max_steps: continuing it would train nothing."""
+    """A run that ended normally at trainer.max_steps (its summary says so) and whose newest checkpoint is there too:
+    continuing it would train nothing and only rewrite its summary."""
     checkpoint: str
     step: int
     max_steps: int
@@ -94,16 +104,17 @@ class Finished:
 
 
 def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str]) -> Optional[Finished]:
-    """Whether `resume=auto` would continue from a checkpoint that is already at trainer.max_steps."""
+    """Whether `resume=auto` would continue a finished run. A run killed after its last checkpoint but before its
+    summary is not finished: continuing it runs the final validation and writes the summary."""
     max_steps = cfg.trainer.get("max_steps", -1)
-    if resume_mode(cfg) != "auto" or ckpt_path is None or max_steps is None or max_steps < 0:
+    summary_file = output_dir / SUMMARY_FILE
+    if resume_mode(cfg) != "auto" or ckpt_path is None or max_steps is None or max_steps < 0 \
+            or not summary_file.is_file():
         return None
+    summary: dict[str, Any] = json.loads(summary_file.read_text())
     step = int(read_checkpoint(ckpt_path, mmap=True).get("global_step", 0))
-    if step < max_steps:
+    if min(step, summary.get("global_step", 0)) < max_steps:
         return None
-    summary: dict[str, Any] = {}
-    if (output_dir / SUMMARY_FILE).is_file():
-        summary = json.loads((output_dir / SUMMARY_FILE).read_text())
     return Finished(ckpt_path, step, max_steps, summary.get("best_val_loss"))
 
 

@@ -30,7 +30,7 @@ from gptlab.train.checkpoints import check_resumable, read_checkpoint
 from gptlab.train.early_checks import Checked, build_model_config, check_before_run  # noqa: F401  (its old home)
 from gptlab.train.hydra_ddp import ddp_job_scope
 from gptlab.train.module import GPTLitModule
-from gptlab.train.preflight import check_output_dirs, checkpoint_bytes
+from gptlab.train.preflight import RETAINED_CHECKPOINTS, check_output_dirs, checkpoint_bytes
 from gptlab.train.rank_watch import WATCH
 from gptlab.train.resume import finished_run, resume_checkpoint, resume_mode, start_over
 
@@ -39,7 +39,6 @@ quiet.install()
 # Lightning warns on every mid-epoch resume that the dataloader is not resumable; GPTDataModule restores
 # the data position through its own state_dict, so the warning would be wrong here.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
-RETAINED_CHECKPOINTS = 4  # best, last, preempted and one in flight: what the disk check budgets for
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:

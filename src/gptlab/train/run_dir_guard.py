@@ -53,12 +53,14 @@ class GuardRunDir(Callback):
         if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
             return
         from gptlab.train.checkpoints import check_resumable
+        from gptlab.train.config_check import writable_dir
         from gptlab.train.early_checks import check_before_run
         from gptlab.train.resume import finished_run, resume_checkpoint
 
         run_dir = Path(os.path.abspath(config.hydra.run.dir))
         task = _task_config(config, run_dir)
         try:
+            writable_dir("hydra.run.dir", config.hydra.run.dir)  # as CheckOutputDir, which may run after this
             checked = check_before_run(task)
         except Exception as err:
             if find_config_error(err) is None:
@@ -67,7 +69,7 @@ class GuardRunDir(Callback):
         if task.trainer.get("fast_dev_run"):  # writes nothing (conf/debug/fast_dev_run.yaml): nothing to hold
             return
         created_from, lock_existed = first_missing(run_dir), (run_dir / LOCK_FILE).exists()
-        run_dir.mkdir(parents=True, exist_ok=True)  # CheckOutputDir checked that it can be made
+        run_dir.mkdir(parents=True, exist_ok=True)  # writable_dir said it can be made
         try:
             self._lock = lock_run_dir(run_dir)
         except ConfigError as err:  # held by another run: what is in the dir is that run's, nothing is removed
@@ -75,7 +77,7 @@ class GuardRunDir(Callback):
         note_origin(run_dir, created_from, ignore=() if lock_existed else (LOCK_FILE,))
         log_file = f"{config.hydra.job.name}.log"
         try:
-            ckpt_path = resume_checkpoint(task, run_dir)
+            ckpt_path = resume_checkpoint(task, run_dir, warn=False)  # train() names them in its log
             if ckpt_path is not None:
                 check_resumable(ckpt_path, checked.model_cfg)
             finished = finished_run(task, run_dir, ckpt_path)
@@ -97,9 +99,12 @@ class GuardRunDir(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not owns_run_dir():
             return
+        from gptlab.train.config_check import writable_dir
+
         sweep_dir = Path(os.path.abspath(config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)  # Hydra's launcher makes it next; CheckOutputDir checked it
         try:
+            writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)  # Hydra's launcher makes it next
             self._lock = lock_run_dir(sweep_dir, field="hydra.sweep.dir")
         except ConfigError as err:
             _refuse(err)
