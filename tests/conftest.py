@@ -15,11 +15,17 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from helpers import ROOT, write_corpus  # noqa: E402
 
+SLOW_TEST_TIMEOUT_S = 4 * 3600  # the full drills and every README command: hours on a shared 2-core CPU
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `gpu` run where CUDA is present and are skipped, with the reason, where it is not."""
+    """Tests marked `slow` get a hang guard of hours instead of pyproject's 900 s (unless they set their own);
+    tests marked `gpu` run where CUDA is present and are skipped, with the reason, where it is not."""
     import torch
 
+    for item in items:
+        if "slow" in item.keywords and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT_S))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine); run `python scripts/doctor.py` on one")

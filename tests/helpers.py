@@ -103,7 +103,7 @@ def train_in_process(run_dir: Path, *overrides: str) -> float | None:
 def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     """tag -> {step: value} over every event file of the run, later files (a resumed run) winning."""
     out: dict[str, dict[int, float]] = {}
-    from gptlab.runtime.run_dir import event_files
+    from gptlab.runs.run_dir import event_files
 
     for path in event_files(run_dir):
         acc = EventAccumulator(str(path))
@@ -215,3 +215,21 @@ class KillSweepJobOnce(L.Callback):
         if HydraConfig.get().job.num == self.job and trainer.global_step == self.step and not self.marker.exists():
             self.marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class PauseAtStep(L.Callback):
+    """As optimizer step `step` begins, creates `paused` and waits (up to an hour) until `resume` exists: a run
+    held mid-training, with its run dir set up, for tests of what another process may do meanwhile."""
+
+    def __init__(self, step: int, paused: str, resume: str) -> None:
+        self.step, self.paused, self.resume = step, Path(paused), Path(resume)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        import time
+
+        if trainer.global_step != self.step:
+            return
+        self.paused.touch()
+        deadline = time.monotonic() + 3600
+        while not self.resume.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)

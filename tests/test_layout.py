@@ -8,12 +8,13 @@ packages on the same layer do not import each other:
     0  gptlab (errors, atomic, signals)    base utilities
     1  model                               the GPT as a plain nn.Module
     2  data | checkpoint | config          corpora and batches; the checkpoint file; typed config schemas
-    3  runtime                             launch, signals, run dirs, DDP glue, config checks, guards
-    4  interop                             Hugging Face in and out
-    5  eval                                zero-shot tasks, scoring, sampling
-    6  train                               the LightningModule, optimizers, callbacks that do science
-    7  apps                                what the entry scripts call
-    8  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
+    3  runs                                run dirs and sweep jobs: files, the one-run lock, resume, failures
+    4  runtime                             launch, signals, DDP glue, config checks, device and memory guards
+    5  interop                             Hugging Face in and out
+    6  eval                                zero-shot tasks, scoring, sampling
+    7  train                               the LightningModule, optimizers, callbacks that do science
+    8  apps                                what the entry scripts call
+    9  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import pytest
 from helpers import CHECKOUT_ENV, ROOT
 
 PACKAGE = ROOT / "src" / "gptlab"
-LAYER = {"gptlab": 0, "model": 1, "data": 2, "checkpoint": 2, "config": 2, "runtime": 3, "interop": 4, "eval": 5,
-         "train": 6, "apps": 7, "report": 8, "tools": 8}
+LAYER = {"gptlab": 0, "model": 1, "data": 2, "checkpoint": 2, "config": 2, "runs": 3, "runtime": 4, "interop": 5,
+         "eval": 6, "train": 7, "apps": 8, "report": 9, "tools": 9}
 FRAMEWORKS = ("lightning", "pytorch_lightning", "hydra", "omegaconf")
 MAX_FUNCTION_LINES = 60
 MAX_PACKAGE_SHARE = 0.20

@@ -63,7 +63,7 @@ def test_an_option_that_matters_passes(overrides: list[str]) -> None:
 
 
 def test_in_a_sweep_job_an_ignored_option_is_a_warning(monkeypatch, caplog) -> None:
-    monkeypatch.setattr("gptlab.runtime.sweep_jobs.in_sweep_job", lambda: True)
+    monkeypatch.setattr("gptlab.runs.sweep_jobs.in_sweep_job", lambda: True)
     with caplog.at_level(logging.WARNING):
         check_config(compose_config([*TINY, "model.rope_theta=500000"], "/tmp/unused"))
     assert [r.getMessage() for r in caplog.records if "rope_theta" in r.getMessage()] == [

@@ -8,10 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from gptlab.runs.run_dir import event_files
 from helpers import TINY, compose_tiny, run_train, scalars
 from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
-
-from gptlab.runtime.run_dir import event_files
 
 
 def _sweep_args(sweep: Path, marker: Path) -> list[str]:
@@ -74,27 +73,27 @@ def test_relaunched_sweep_skips_finished_jobs_and_continues_the_others(killed_sw
 def test_a_finished_job_returns_its_recorded_best_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:
     from gptlab.apps.train import train
 
-    monkeypatch.setattr("gptlab.runtime.sweep_jobs.in_sweep_job", lambda: True)
+    monkeypatch.setattr("gptlab.runs.sweep_jobs.in_sweep_job", lambda: True)
     (tmp_path / "run_summary.json").write_text(json.dumps({"global_step": 6, "best_val_loss": 1.25}))
     assert train(compose_tiny(tmp_path, "trainer.max_steps=6")) == 1.25  # what the sweeper gets
     assert [p.name for p in tmp_path.iterdir()] == ["run_summary.json"]
 
 
 def test_a_job_launched_with_more_steps_is_not_finished(tmp_path: Path, monkeypatch) -> None:
-    from gptlab.runtime.sweep_jobs import finished_sweep_job
+    from gptlab.runs.sweep_jobs import finished_sweep_job
 
-    monkeypatch.setattr("gptlab.runtime.sweep_jobs.in_sweep_job", lambda: True)
+    monkeypatch.setattr("gptlab.runs.sweep_jobs.in_sweep_job", lambda: True)
     (tmp_path / "run_summary.json").write_text(json.dumps({"global_step": 6, "best_val_loss": 1.25}))
     assert finished_sweep_job(compose_tiny(tmp_path, "trainer.max_steps=6"), tmp_path) is not None
     assert finished_sweep_job(compose_tiny(tmp_path, "trainer.max_steps=12"), tmp_path) is None
 
 
 def test_another_sweep_into_the_same_dir_is_refused_naming_what_differs(tmp_path: Path, monkeypatch) -> None:
+    from gptlab.runs.run_dir import RESOLVED_CONFIG
+    from gptlab.runs.sweep_jobs import check_same_sweep_job
     from omegaconf import OmegaConf
 
     from gptlab.errors import ConfigError
-    from gptlab.runtime.run_dir import RESOLVED_CONFIG
-    from gptlab.runtime.sweep_jobs import check_same_sweep_job
 
     before = compose_tiny(tmp_path, "model.norm=pre", "trainer.max_steps=6")
     (tmp_path / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(before, resolve=True))

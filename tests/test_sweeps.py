@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gptlab.runs.run_dir import event_files
 from helpers import TINY_RUN, compose_config, run_train
 
 from gptlab.report.runs import write_report
-from gptlab.runtime.run_dir import event_files
 
 SWEEP = TINY_RUN + ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1"]
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
@@ -92,9 +92,8 @@ def test_fsdp_trainer_composes_with_block_wrapping(tmp_path: Path, monkeypatch) 
     import torch
     from lightning.pytorch.strategies import FSDPStrategy
 
-    from gptlab.errors import ConfigError
+    from gptlab.errors import ConfigError, find_config_error
     from gptlab.model.block import Block
-    from gptlab.runtime.cli import find_config_error
 
     cfg = compose_config(["trainer=fsdp"], tmp_path)
     assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.strategy.sharding_strategy == "FULL_SHARD"

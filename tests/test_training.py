@@ -9,9 +9,10 @@ import hydra
 import torch
 from helpers import TINY_RUN, compose_config, run_train, scalars
 
-from gptlab.apps.train import build_model_config, train
+from gptlab.apps.train import train
 from gptlab.data import ByteTokenizer, GPTDataModule
 from gptlab.model import GPT, next_token_loss
+from gptlab.runtime.early_checks import build_model_config
 
 
 def _val_loss(model: GPT, dm: GPTDataModule) -> float:

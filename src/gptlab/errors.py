@@ -47,3 +47,13 @@ class PreemptedError(Exception):
 
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         super().__init__(f"{signal.Signals(signum).name} at step {step}; saved {checkpoint}")
+
+
+def find_config_error(err: BaseException) -> ConfigError | None:
+    """The ConfigError behind `err`, also when Hydra's instantiate wrapped it in its own exception."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ConfigError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -1,9 +1,16 @@
 """The preemption signal flag, importable before torch: src/train.py installs it first thing, so a DDP rank
-signalled while it is still importing records the signal instead of dying with half a job (stdlib only)."""
+signalled while it is still importing records the signal instead of dying with half a job (stdlib only).
+
+Only the process that installed it keeps it: a forked child (a tokenizing Pool worker, a DataLoader worker, a
+library's worker) gets the default SIGTERM/SIGUSR1 back at once (`os.register_at_fork`), because a worker that only
+records SIGTERM cannot be ended by `Pool.terminate()` and hangs its parent. One hook covers every fork, whoever
+starts it, where per-pool initializers would miss the pools of libraries and replace Lightning's DataLoader
+`worker_init_fn` (which seeds the workers). Spawned and exec'd processes start with default handlers anyway."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from typing import Any, Iterator
 
@@ -40,6 +47,13 @@ class SignalFlag:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
 
+    def forget_in_child(self) -> None:
+        """Runs in every forked child: the flag is the parent's; the child dies of SIGTERM like any process."""
+        if self.installed:
+            for signum in PREEMPTION_SIGNALS:
+                signal.signal(signum, signal.SIG_DFL)
+            self._previous, self.signum = {}, 0
+
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
         """Installed for the body; restored after only if this call installed it."""
@@ -53,3 +67,4 @@ class SignalFlag:
 
 
 FLAG = SignalFlag()  # one per process
+os.register_at_fork(after_in_child=FLAG.forget_in_child)

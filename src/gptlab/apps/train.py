@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import time
 import warnings
 from pathlib import Path
@@ -21,17 +20,24 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.apps.banner import banner_lines, vocab_warning
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
-from gptlab.checkpoint.reader import check_resumable, newest_loadable_checkpoint, read_checkpoint, resolve_checkpoint
+from gptlab.checkpoint.reader import check_resumable, read_checkpoint
 from gptlab.errors import ConfigError
-from gptlab.model import GPT, GPTConfig
-from gptlab.runtime import quiet, sweep_failures, sweep_jobs
-from gptlab.runtime.config_check import check_config
-from gptlab.runtime.guards import check_devices, check_memory
+from gptlab.model import GPT
+from gptlab.runs import sweep_failures, sweep_jobs
+from gptlab.runs.resume import finished_run, resume_checkpoint, resume_mode, start_over
+from gptlab.runs.run_dir import (
+    FAILURE_FILE,
+    RESOLVED_CONFIG,
+    SUMMARY_FILE,
+    Progress,
+    discard_on_early_error,
+)
+from gptlab.runtime import quiet
+from gptlab.runtime.early_checks import Checked, check_before_run
 from gptlab.runtime.hydra_ddp import ddp_job_scope
 from gptlab.runtime.preemption import PreemptionCheckpoint
-from gptlab.runtime.preflight import check_output_dirs, checkpoint_bytes
+from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_output_dirs, checkpoint_bytes
 from gptlab.runtime.rank_watch import WATCH
-from gptlab.runtime.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.module import GPTLitModule
@@ -41,7 +47,6 @@ quiet.install()
 # Lightning warns on every mid-epoch resume that the dataloader is not resumable; GPTDataModule restores
 # the data position through its own state_dict, so the warning would be wrong here.
 warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
-RETAINED_CHECKPOINTS = 4  # best, last, preempted and one in flight: what the disk check budgets for
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
@@ -51,12 +56,6 @@ def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
         return {}
     return {name: hydra.utils.instantiate(node) for name, node in group.items()
             if node is not None and "_target_" in node}
-
-
-def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
-    """The preset, with vocab_size taken from the tokenizer when the preset leaves it null."""
-    values = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else model_cfg
-    return GPTConfig.for_tokenizer(values, vocab_size)
 
 
 def instantiate_loggers(group: DictConfig | None) -> list[Any]:
@@ -122,30 +121,6 @@ def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], m
     return micro_batch * block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
 
 
-def resume_checkpoint(cfg: DictConfig, output_dir: Path) -> Optional[str]:
-    """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir (None: start fresh). A
-    sweep job behaves as resume=auto: a sweep launched again into its sweep dir continues its unfinished jobs."""
-    ckpt_path, resume = cfg.get("ckpt_path"), cfg.get("resume")
-    if resume is None and ckpt_path is None and sweep_jobs.in_sweep_job():
-        resume = "auto"
-    if resume not in (None, "auto"):
-        raise ConfigError(f"resume={resume!r} is not a valid choice; use null or 'auto'.")
-    if ckpt_path is not None and resume is not None:
-        raise ConfigError("set either ckpt_path=<file> or resume=auto, not both.")
-    if ckpt_path is not None:
-        path = resolve_checkpoint(ckpt_path)
-        if not path.is_file():
-            raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
-        return str(path)
-    if resume == "auto":
-        newest = newest_loadable_checkpoint(output_dir)
-        if newest is not None:
-            log.info("resume=auto: continuing from %s", newest)
-            return str(newest)
-        log.info("resume=auto: no readable checkpoint in %s yet; starting fresh", output_dir)
-    return None
-
-
 def train(cfg: DictConfig) -> Optional[float]:
     # From here a preemption signal is a flag that training acts on (callbacks/preemption.py).
     with FLAG.active(), ddp_job_scope():
@@ -171,25 +146,14 @@ def _sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[float]:
     return sweep_failures.run_recording_failure(lambda: _train(cfg), output_dir, sweep_jobs.sweep_job_name())
 
 
-def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
-    """Every check, then the objects; a ConfigError from here leaves no run dir behind."""
-    check_config(cfg)  # types and ranges of every group: a second, before anything heavy
-    launcher = int(os.environ.get("LOCAL_RANK", "0")) == 0  # ranks Lightning started itself were checked by rank 0
-    if launcher:
-        check_devices(cfg.trainer)  # before Lightning spawns a process per device
-    ckpt_path = resume_checkpoint(cfg, output_dir)
+def _prepare(cfg: DictConfig, output_dir: Path, checked: Checked, ckpt_path: Optional[str]) -> tuple:
+    """The objects of a run that passed its checks; rank 0 writes its setup files (config, banner)."""
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
-
-    tokenizer = hydra.utils.instantiate(cfg.tokenizer)
-    model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
-    if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
-        check_memory(model_cfg, cfg.data.batch_size, cfg.trainer)  # before the model's tensors are allocated
+    tokenizer, model_cfg = checked.tokenizer, checked.model_cfg
     warning = vocab_warning(model_cfg, cfg.model.get("vocab_size"), tokenizer)
     if warning:
         log.warning(warning)
-    if ckpt_path is not None:
-        check_resumable(ckpt_path, model_cfg)
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     model = GPT(model_cfg)
     module = GPTLitModule(
@@ -216,6 +180,10 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
     module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
 
     if trainer.is_global_zero and not smoke_test:
+        removed = start_over(cfg, output_dir)  # resume=restart: the earlier run's records go, named
+        if removed:
+            log.info("resume=restart: removed the earlier run's %s; training from step 0",
+                     ", ".join(str(p.relative_to(output_dir)) for p in removed))
         checkpoint_dirs = sorted({Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath}
                                  | {c.path.parent for c in callbacks if isinstance(c, PreemptionCheckpoint)})
         for leftover in remove_stale_temp_files([output_dir, *checkpoint_dirs]):
@@ -232,20 +200,33 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
 
 def _train(cfg: DictConfig) -> Optional[float]:
     output_dir = Path(cfg.paths.output_dir)
-    # A sweep job's dir stays: its failure record goes there (sweep_failures).
-    discard = contextlib.nullcontext() if sweep_jobs.in_sweep_job() \
-        else discard_on_config_error(output_dir, stop_at=Path(cfg.paths.log_dir))
-    with discard:
-        ckpt_path, model, module, trainer, datamodule, callbacks, tokens_per_step = _prepare(cfg, output_dir)
+    # A user error before the first optimizer step (a check, the data, the first checkpoint dir) leaves the launch
+    # and run dirs as they were: what this process created is removed again, and said.
+    # A sweep job's dir stays whatever happens: its failure record goes there (sweep_failures).
+    discard = contextlib.nullcontext(Progress()) if sweep_jobs.in_sweep_job() else discard_on_early_error(output_dir)
+    with discard as progress:
+        checked = check_before_run(cfg)  # the Hydra callback run_dir_guard ran them before the run dir existed
+        ckpt_path = resume_checkpoint(cfg, output_dir)
+        if ckpt_path is not None:
+            check_resumable(ckpt_path, checked.model_cfg)
+            if resume_mode(cfg) == "auto":
+                log.info("resume=auto: continuing from %s", ckpt_path)
+        finished = finished_run(cfg, output_dir, ckpt_path)
+        if finished is not None:  # resume=auto on a finished run: it stays exactly as it was
+            log.info("%s", finished.message(output_dir))
+            return finished.best_val_loss
+        ckpt_path, model, module, trainer, datamodule, callbacks, tokens_per_step = _prepare(
+            cfg, output_dir, checked, ckpt_path)
+        progress.started = lambda: trainer.global_step > 0
 
-    started = time.perf_counter()
-    # Lightning's SIGTERM handling would replace gptlab's flag with its own, which hangs DDP jobs (see
-    # callbacks/preemption.py); the flag installed by train() stays in force for the whole fit.
-    trainer._signal_connector.register_signal_handlers = lambda: None
-    WATCH.start(trainer)  # the step a lost rank's message names (gptlab.runtime.rank_watch)
-    # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    fit_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        # Lightning's SIGTERM handling would replace gptlab's flag with its own, which hangs DDP jobs (see
+        # callbacks/preemption.py); the flag installed by train() stays in force for the whole fit.
+        trainer._signal_connector.register_signal_handlers = lambda: None
+        WATCH.start(trainer)  # the step a lost rank's message names (gptlab.runtime.rank_watch)
+        # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        fit_seconds = time.perf_counter() - started
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
     final = trainer.callback_metrics.get("val/loss")

@@ -55,18 +55,30 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
                           "src/train.py), or its run dir to take the newest one that loads.") from err.__cause__
 
 
+def checkpoints_newest_first(directory: Path) -> list[Path]:
+    """Every `*.ckpt` under `directory`, newest first by the time it was completed (every checkpoint is renamed into
+    place whole)."""
+    found = (p for p in directory.rglob("*.ckpt") if p.is_file())
+    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
+
+
+def checkpoint_problem(path: Path) -> Optional[str]:
+    """Why `path` is not a loadable checkpoint (None: it loads); a cheap mmap'd load."""
+    try:
+        _load(path, mmap=True)
+    except UnreadableCheckpoint as err:
+        return str(err)
+    return None
+
+
 def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
-    """The newest `*.ckpt` under `directory` (by the time it was completed: every checkpoint is renamed into place
-    whole) that loads; each newer one that does not is skipped with a warning that names it and why."""
-    found = sorted((p for p in directory.rglob("*.ckpt") if p.is_file()), key=lambda p: p.stat().st_mtime_ns,
-                   reverse=True)
-    for path in found:
-        try:
-            _load(path, mmap=True)
-        except UnreadableCheckpoint as err:
-            log.warning("skipping checkpoint %s: %s", path, err)
-            continue
-        return path
+    """The newest `*.ckpt` under `directory` that loads; each newer one that does not is skipped with a warning that
+    names it and why."""
+    for path in checkpoints_newest_first(directory):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        log.warning("skipping checkpoint %s: %s", path, problem)
     return None
 
 

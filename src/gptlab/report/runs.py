@@ -17,7 +17,7 @@ from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
-from gptlab.runtime.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files
+from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
 X_AXES = ("tokens", "flops", "seconds")

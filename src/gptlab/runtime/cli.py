@@ -10,19 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from gptlab.errors import ConfigError, NonFiniteLossError, PreemptedError
+from gptlab.errors import NonFiniteLossError, PreemptedError, find_config_error
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def find_config_error(err: BaseException) -> ConfigError | None:
-    """The ConfigError behind `err`, also when Hydra's instantiate wrapped it in its own exception."""
-    seen: BaseException | None = err
-    while seen is not None:
-        if isinstance(seen, ConfigError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 def global_rank() -> int:

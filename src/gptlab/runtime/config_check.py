@@ -22,8 +22,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
+from gptlab.runs.sweep_jobs import in_sweep_job
 from gptlab.runtime.option_relevance import ignored_options
-from gptlab.runtime.sweep_jobs import in_sweep_job
 
 Check = Callable[[str, Any], None]
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ TOP_LEVEL: dict[str, Check] = {
     "global_batch_tokens": optional(positive_int),
     "label_smoothing": number(0.0, 1.0, high_open=True),
     "ckpt_path": optional(text),
-    "resume": optional(choice("auto")),
+    "resume": optional(choice("auto", "restart")),
     "print_config": boolean,
     "check_memory": boolean,
     "float32_matmul_precision": choice("highest", "high", "medium"),

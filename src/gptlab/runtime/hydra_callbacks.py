@@ -25,7 +25,7 @@ class AnnounceSweepDir(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Also names the jobs that failed (their failed.json) and then exits 1: every job has run by now."""
-        from gptlab.runtime.sweep_failures import EXIT_SOME_JOBS_FAILED, failure_report
+        from gptlab.runs.sweep_failures import EXIT_SOME_JOBS_FAILED, failure_report
 
         print(f"gptlab: sweep finished; its runs are in {config.hydra.sweep.dir} "
               f"(report: python scripts/ablation_report.py {config.hydra.sweep.dir})", flush=True)
@@ -37,10 +37,10 @@ class AnnounceSweepDir(Callback):
 
 class CheckSweep(Callback):
     """A sweep whose jobs repeat a value (`seed=1,1`), or one launched into a sweep dir that holds another sweep:
-    exit 2 before Hydra writes any job's files (gptlab.runtime.sweep_identity)."""
+    exit 2 before Hydra writes any job's files (gptlab.runs.sweep_identity)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from gptlab.runtime.sweep_identity import check_distinct_jobs, check_or_record_sweep
+        from gptlab.runs.sweep_identity import check_distinct_jobs, check_or_record_sweep
 
         try:
             check_distinct_jobs(config)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from gptlab.checkpoint.reader import newest_loadable_checkpoint, read_checkpoint
-from gptlab.runtime.run_dir import SUMMARY_FILE, event_files
+from gptlab.runs.run_dir import SUMMARY_FILE, event_files
 
 REPO = Path(__file__).resolve().parents[3]
 TRAIN = REPO / "src" / "train.py"

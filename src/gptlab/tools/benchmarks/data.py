@@ -9,13 +9,13 @@ import hydra
 import torch
 from hydra import compose, initialize_config_dir
 
-from gptlab.apps.train import build_model_config
 from gptlab.data import GPTDataModule
 from gptlab.data.prepare import prepare
 from gptlab.data.ranks import fetch_gpt2_ranks
 from gptlab.data.sources import BuiltinSource
 from gptlab.data.tokenizers import TiktokenTokenizer
 from gptlab.model import GPT, next_token_loss
+from gptlab.runtime.early_checks import build_model_config
 
 REPO = Path(__file__).resolve().parents[4]  # the checkout: conf/ and data/cache/ live there
 

@@ -22,8 +22,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from gptlab.apps.train import SUMMARY_FILE, build_model_config, train
+from gptlab.apps.train import train
 from gptlab.model import GPT, next_token_loss
+from gptlab.runs.run_dir import SUMMARY_FILE
+from gptlab.runtime.early_checks import build_model_config
 from gptlab.train.optim import weight_decay_groups
 
 

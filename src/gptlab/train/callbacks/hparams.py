@@ -10,7 +10,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.tensorboard.summary import hparams
 
-from gptlab.runtime.flat_config import flatten
+from gptlab.runs.flat_config import flatten
 
 METRICS = ("hp/best_val_loss", "hp/best_val_bpb")  # bpb: at the best val/loss, comparable across tokenizers
 # The parts of the run config that describe the experiment (paths, callbacks and logging do not).

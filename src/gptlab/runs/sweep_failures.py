@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from gptlab.atomic import atomic_write_text
-from gptlab.errors import NonFiniteLossError
-from gptlab.runtime.cli import find_config_error
-from gptlab.runtime.run_dir import FAILURE_FILE
+from gptlab.errors import NonFiniteLossError, find_config_error
+from gptlab.runs.run_dir import FAILURE_FILE
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

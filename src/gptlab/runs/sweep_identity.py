@@ -20,9 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.runtime.flat_config import flatten
-from gptlab.runtime.run_dir import SWEEP_CONFIG
-from gptlab.runtime.sweep_jobs import RELAUNCH_MAY_CHANGE
+from gptlab.runs.flat_config import flatten
+from gptlab.runs.run_dir import SWEEP_CONFIG
+from gptlab.runs.sweep_jobs import RELAUNCH_MAY_CHANGE
 
 
 def sweep_identity(config: DictConfig) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.errors import ConfigError
-from gptlab.runtime.flat_config import flatten
-from gptlab.runtime.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
+from gptlab.runs.flat_config import flatten
+from gptlab.runs.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
 
 
 def in_sweep_job() -> bool:

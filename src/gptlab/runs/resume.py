@@ -1,0 +1,129 @@
+"""What a run does with the run dir it is given: continue it, start it, or refuse. A run never trains from step 0
+over the records of an earlier one without being asked to, and never rewrites a finished one.
+
+`resume` values (conf/train.yaml):
+- null: a new run. Refused in a dir that already holds checkpoints (continue it with auto, or restart it).
+- auto: continue from the newest checkpoint that loads; start fresh where none was saved yet. Refused where every
+  checkpoint is unreadable (each named with why). A run whose newest checkpoint already reached trainer.max_steps
+  is finished: nothing is run and no file is touched.
+- restart: start over from step 0 in this dir; the earlier run's checkpoints, summary and TensorBoard events are
+  deleted first (and named), so its records and the new ones never mix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig
+
+from gptlab.checkpoint.reader import checkpoint_problem, checkpoints_newest_first, read_checkpoint, resolve_checkpoint
+from gptlab.errors import ConfigError, invalid_choice
+from gptlab.runs import sweep_jobs
+from gptlab.runs.run_dir import SUMMARY_FILE, event_files
+
+log = logging.getLogger(__name__)
+RESUME_CHOICES = (None, "auto", "restart")
+
+
+def resume_mode(cfg: DictConfig) -> Optional[str]:
+    """The run's `resume`: a sweep job behaves as resume=auto, so a sweep launched again continues its jobs."""
+    resume = cfg.get("resume")
+    if resume is None and cfg.get("ckpt_path") is None and sweep_jobs.in_sweep_job():
+        return "auto"
+    if resume not in RESUME_CHOICES:
+        raise invalid_choice("resume", resume, RESUME_CHOICES)
+    if cfg.get("ckpt_path") is not None and resume is not None:
+        raise ConfigError(f"set either ckpt_path=<file> or resume={resume}, not both.")
+    return resume
+
+
+def _unreadable_message(output_dir: Path, problems: list[tuple[Path, str]]) -> str:
+    listed = "; ".join(f"{path}: {why}" for path, why in problems)
+    return (f"resume=auto: no checkpoint in {output_dir} can be read ({listed}). Nothing was trained over them. "
+            "To start over in this dir (deleting them) pass resume=restart; to continue from a copy, give "
+            "ckpt_path=<a readable .ckpt> and a new hydra.run.dir.")
+
+
+def given_checkpoint(cfg: DictConfig) -> Optional[str]:
+    """The checkpoint `ckpt_path` names (a file, or a run dir's newest readable one); None without ckpt_path."""
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path is None:
+        return None
+    path = resolve_checkpoint(ckpt_path)
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
+    return str(path)
+
+
+def resume_checkpoint(cfg: DictConfig, output_dir: Path, warn: bool = True) -> Optional[str]:
+    """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir that loads (None: start
+    fresh). Raises ConfigError for the runs it refuses (see the module docstring). `warn`: name each newer
+    checkpoint skipped because it does not load."""
+    resume, given = resume_mode(cfg), given_checkpoint(cfg)
+    if given is not None:
+        return given
+    found = checkpoints_newest_first(output_dir) if output_dir.is_dir() else []
+    if resume == "restart" or not found:
+        return None
+    if resume is None:
+        raise ConfigError(
+            f"hydra.run.dir={str(output_dir)!r} already holds a run ({len(found)} checkpoint(s), newest {found[0]}); "
+            "continue it with resume=auto, start over in it with resume=restart (deletes its checkpoints, summary "
+            "and TensorBoard events), or leave hydra.run.dir out for a new run dir."
+        )
+    problems = []
+    for path in found:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            for skipped, why in problems if warn else ():
+                log.warning("skipping checkpoint %s: %s", skipped, why)
+            return str(path)
+        problems.append((path, problem))
+    raise ConfigError(_unreadable_message(output_dir, problems))
+
+
+@dataclass
+class Finished:
+    """A run that ended normally at trainer.max_steps (its summary says so) and whose newest checkpoint is there too:
+    continuing it would train nothing and only rewrite its summary."""
+    checkpoint: str
+    step: int
+    max_steps: int
+    best_val_loss: Optional[float]
+
+    def message(self, output_dir: Path) -> str:
+        best = "" if self.best_val_loss is None else f", best val/loss {self.best_val_loss:.4f}"
+        return (f"{output_dir} is finished: its newest checkpoint ({self.checkpoint}) is at step {self.step} of "
+                f"trainer.max_steps={self.max_steps}{best}; nothing was run and no file changed. To train it "
+                f"further, raise trainer.max_steps (e.g. trainer.max_steps={2 * self.max_steps} resume=auto "
+                f"hydra.run.dir={output_dir}).")
+
+
+def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str]) -> Optional[Finished]:
+    """Whether `resume=auto` would continue a finished run. A run killed after its last checkpoint but before its
+    summary is not finished: continuing it runs the final validation and writes the summary."""
+    max_steps = cfg.trainer.get("max_steps", -1)
+    summary_file = output_dir / SUMMARY_FILE
+    if resume_mode(cfg) != "auto" or ckpt_path is None or max_steps is None or max_steps < 0 \
+            or not summary_file.is_file():
+        return None
+    summary: dict[str, Any] = json.loads(summary_file.read_text())
+    step = int(read_checkpoint(ckpt_path, mmap=True).get("global_step", 0))
+    if min(step, summary.get("global_step", 0)) < max_steps:
+        return None
+    return Finished(ckpt_path, step, max_steps, summary.get("best_val_loss"))
+
+
+def start_over(cfg: DictConfig, output_dir: Path) -> list[Path]:
+    """With resume=restart, deletes the earlier run's checkpoints, summary and event files; returns them."""
+    if resume_mode(cfg) != "restart" or not output_dir.is_dir():
+        return []
+    old = [*checkpoints_newest_first(output_dir), *event_files(output_dir), output_dir / SUMMARY_FILE]
+    removed = [path for path in old if path.is_file()]
+    for path in removed:
+        path.unlink()
+    return removed

@@ -1,0 +1,93 @@
+"""Every refusal that depends only on the config and the machine, in one call that reads and writes no run dir.
+
+The Hydra callback `run_dir_guard.GuardRunDir` calls it before Hydra creates the run dir, so a typo, a model that
+cannot fit or an option this machine cannot run leaves the launch dir exactly as it was; `train()` calls it again
+for callers without Hydra (tests, a sweep's in-process jobs), where it costs ~0.1 s with the bytes tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.checkpoint.reader import check_resumable
+from gptlab.errors import ConfigError
+from gptlab.model import GPTConfig
+from gptlab.model.accounting import count_parameters
+from gptlab.runs.resume import given_checkpoint, resume_mode
+from gptlab.runtime.config_check import check_config
+from gptlab.runtime.guards import check_devices, check_memory, resolve_accelerator
+from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_free_space, checkpoint_bytes
+
+
+@dataclass
+class Checked:
+    """What the checks built on the way, so `train()` does not build it twice."""
+    tokenizer: Any
+    model_cfg: GPTConfig
+
+
+def is_launcher() -> bool:
+    """Whether this process starts the job's other ranks (Lightning started the others with LOCAL_RANK set, and
+    they were checked by this one)."""
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+
+def build_model_config(model_cfg: Any, vocab_size: int) -> GPTConfig:
+    """The preset, with vocab_size taken from the tokenizer when the preset leaves it null."""
+    values = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else model_cfg
+    return GPTConfig.for_tokenizer(values, vocab_size)
+
+
+def check_attention_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
+    """model.attn_impl=flex is refused by the attention kernel at the first forward; say it before anything runs.
+    Only local and strided layers use the choice (dense layers always take the dense kernel)."""
+    sparse = any(kind != "dense" and not (kind == "local" and model_cfg.attn_window >= model_cfg.block_size)
+                 for kind in model_cfg.attn_pattern)
+    if model_cfg.attn_impl != "flex" or not sparse:
+        return
+    if model_cfg.dropout > 0:
+        raise ConfigError(f"model.attn_impl=flex has no attention dropout (model.dropout={model_cfg.dropout}); "
+                          "set model.dropout=0.0 or use model.attn_impl=auto or chunked.")
+    if resolve_accelerator(trainer_cfg.get("accelerator", "auto")) == "cpu":
+        raise ConfigError("model.attn_impl=flex cannot train on CPU (FlexAttention has no CPU backward) and this run "
+                          f"trains on the CPU (trainer.accelerator={trainer_cfg.get('accelerator', 'auto')}); use "
+                          "model.attn_impl=auto or chunked.")
+    from gptlab.model.sparse_attention import flex_available
+
+    if not flex_available():
+        raise ConfigError("model.attn_impl=flex needs torch.nn.attention.flex_attention, which this torch lacks; "
+                          "use model.attn_impl=auto or chunked, or torch>=2.5.")
+
+
+def check_before_run(cfg: DictConfig) -> Checked:
+    """Raises ConfigError for a config this machine would refuse at any later point; builds the tokenizer and the
+    model config on the way (a missing tokenizer file is a refusal too)."""
+    check_config(cfg)  # types and ranges of every group: a second, before anything heavy
+    resume_mode(cfg)  # a bad `resume` value or resume together with ckpt_path
+    launcher = is_launcher()
+    if launcher:
+        check_devices(cfg.trainer)  # before Lightning spawns a process per device
+    tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
+    check_attention_runs_here(model_cfg, cfg.trainer)
+    if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
+        check_memory(model_cfg, cfg.data.batch_size, cfg.trainer)  # before the model's tensors are allocated
+    ckpt_path = given_checkpoint(cfg)  # a file outside the run dir, so it is checked here too
+    if ckpt_path is not None:
+        check_resumable(ckpt_path, model_cfg)
+    if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
+        budget = RETAINED_CHECKPOINTS * checkpoint_bytes(count_parameters(model_cfg)["total"])
+        check_free_space(checkpoint_dirs(cfg), budget)
+    return Checked(tokenizer, model_cfg)
+
+
+def checkpoint_dirs(cfg: DictConfig) -> list[Path]:
+    """Where the configured checkpoint callbacks will save (their `dirpath`)."""
+    nodes = (cfg.get("callbacks") or {}).values()
+    return [Path(node.dirpath) for node in nodes if node is not None and node.get("dirpath")]

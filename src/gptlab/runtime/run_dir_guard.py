@@ -1,0 +1,112 @@
+"""The Hydra callback that decides, before Hydra creates or writes the run dir, whether a run may use it.
+
+Hydra makes `hydra.run.dir` and writes `.hydra/` and the job log before `train()` sees the config, so every
+refusal made in `train()` used to leave a run dir behind (or, in a dir given with `hydra.run.dir`, overwrite the
+earlier run's `.hydra/`). `on_run_start` runs before all of that, in this order:
+1. the config and machine checks (gptlab.runtime.early_checks): a refusal there creates nothing at all;
+2. the run dir's lock (gptlab.runs.run_dir_lock): a second run into a dir in use is refused, naming the holder;
+3. what the dir holds (gptlab.runs.resume): a finished run is left as it was (exit 0), unreadable checkpoints or
+   an earlier run without resume=auto/restart are refused; what step 2 created is removed again, and said.
+A sweep holds its sweep dir's lock for the whole sweep instead (its jobs run in this process or under it).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, open_dict, read_write
+
+from gptlab.errors import ConfigError, find_config_error
+from gptlab.runs.run_dir import first_missing, note_origin, owns_run_dir, remove_created, say_removed
+from gptlab.runs.run_dir_lock import LOCK_FILE, lock_run_dir, release
+
+
+def _refuse(err: BaseException) -> NoReturn:
+    print(f"gptlab: error: {find_config_error(err)}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _task_config(config: DictConfig, run_dir: Path) -> DictConfig:
+    """The config train() will get, resolvable before Hydra's run_job sets it up (the same two steps it takes:
+    the runtime output dir, then HydraConfig, which `${hydra:...}` interpolations read)."""
+    with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+        config.hydra.runtime.output_dir = str(run_dir)
+    HydraConfig.instance().set_config(config)
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    return task
+
+
+class GuardRunDir(Callback):
+    def __init__(self) -> None:
+        self._lock: Optional[int] = None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
+            return
+        from gptlab.checkpoint.reader import check_resumable
+        from gptlab.runs.resume import finished_run, resume_checkpoint
+        from gptlab.runtime.config_check import writable_dir
+        from gptlab.runtime.early_checks import check_before_run
+
+        run_dir = Path(os.path.abspath(config.hydra.run.dir))
+        task = _task_config(config, run_dir)
+        try:
+            writable_dir("hydra.run.dir", config.hydra.run.dir)  # as CheckOutputDir, which may run after this
+            checked = check_before_run(task)
+        except Exception as err:
+            if find_config_error(err) is None:
+                raise
+            _refuse(err)
+        if task.trainer.get("fast_dev_run"):  # writes nothing (conf/debug/fast_dev_run.yaml): nothing to hold
+            return
+        created_from, lock_existed = first_missing(run_dir), (run_dir / LOCK_FILE).exists()
+        run_dir.mkdir(parents=True, exist_ok=True)  # writable_dir said it can be made
+        try:
+            self._lock = lock_run_dir(run_dir)
+        except ConfigError as err:  # held by another run: what is in the dir is that run's, nothing is removed
+            _refuse(err)
+        note_origin(run_dir, created_from, ignore=() if lock_existed else (LOCK_FILE,))
+        log_file = f"{config.hydra.job.name}.log"
+        try:
+            ckpt_path = resume_checkpoint(task, run_dir, warn=False)  # train() names them in its log
+            if ckpt_path is not None:
+                check_resumable(ckpt_path, checked.model_cfg)
+            finished = finished_run(task, run_dir, ckpt_path)
+        except Exception as err:
+            if find_config_error(err) is None:
+                raise
+            say_removed(remove_created(run_dir, log_file))
+            _refuse(err)
+        if finished is not None:
+            say_removed(remove_created(run_dir, log_file))
+            print(f"gptlab: {finished.message(run_dir)}", flush=True)
+            sys.exit(0)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._lock is not None:
+            release(self._lock)
+            self._lock = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not owns_run_dir():
+            return
+        from gptlab.runtime.config_check import writable_dir
+
+        sweep_dir = Path(os.path.abspath(config.hydra.sweep.dir))
+        try:
+            writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)  # Hydra's launcher makes it next
+            self._lock = lock_run_dir(sweep_dir, field="hydra.sweep.dir")
+        except ConfigError as err:
+            _refuse(err)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.on_run_end(config)

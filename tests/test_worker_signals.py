@@ -1,0 +1,98 @@
+"""A worker process gptlab forks must die of SIGTERM even though its parent records SIGTERM as a preemption flag
+(gptlab.signals): a worker that inherited the flag handler could not be ended by `Pool.terminate()`, and a test
+(and a user's `data=text_files` run) hung for 12+ minutes. Each case really blocks a worker and signals it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from helpers import CHECKOUT_ENV
+
+# The parent installs the flag as src/train.py does, then starts a worker that writes its pid and blocks on a lock
+# it already holds, as the hung pool worker did.
+BLOCKING_WORKER = textwrap.dedent("""
+    import os, sys, threading
+    from pathlib import Path
+    from gptlab.signals import FLAG
+
+    FLAG.install()
+    PID_FILE = Path(sys.argv[2])
+
+    def block():
+        tmp = PID_FILE.with_suffix(".tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.rename(PID_FILE)
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()  # never returns: only a signal that ends the process ends it
+
+    class BlockingTokenizer:
+        eot_id = 0
+        def encode(self, text):
+            block()
+
+    class BlockingDataset:
+        def __len__(self):
+            return 4
+        def __getitem__(self, i):
+            block()
+
+    if sys.argv[1] == "pool":
+        from gptlab.data.split import encode_batches
+        list(encode_batches(iter([["a document"]]), BlockingTokenizer(), 0.5, num_proc=2))
+    else:
+        from torch.utils.data import DataLoader
+        next(iter(DataLoader(BlockingDataset(), num_workers=1)))
+""")
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for its parent to reap it (the parent here is blocked on purpose)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds  # a generous hang guard, not a measurement
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+@pytest.mark.parametrize("kind", ["pool", "dataloader"])
+def test_sigterm_ends_a_blocked_worker(tmp_path: Path, kind: str) -> None:
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, "-c", BLOCKING_WORKER, kind, str(pid_file)], env=CHECKOUT_ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert _wait_for(pid_file.exists, 120), f"the worker never started: {parent.poll()}"
+        worker = int(pid_file.read_text())
+        assert worker != parent.pid and not _dead(worker)
+        os.kill(worker, signal.SIGTERM)
+        assert _wait_for(lambda: _dead(worker), 60), f"{kind} worker {worker} survived SIGTERM"
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)  # the parent waits for the lost task forever by design
+        parent.wait()
+
+
+def test_the_parent_still_records_sigterm() -> None:
+    """The hook only acts in children: the process that installed the flag keeps recording signals."""
+    from gptlab.signals import FLAG
+
+    with FLAG.active():
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while not FLAG.signum and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert FLAG.consume() == signal.SIGTERM
