@@ -1,6 +1,8 @@
 """Summarise a sweep: `python scripts/ablation_report.py <sweep dir>` writes ablation_report.md and
 val_loss.png into that dir and prints the report. Jobs that differ only in `seed` are one variant; each
-variant is compared with the baseline by Welch's t-test across seeds.
+variant is compared with the baseline by Welch's t-test across seeds. A sweep over the learning rate too
+(`optimizer.lr=1e-3,3e-3,1e-2`, or hparams_search=lr_grid) gets the LR-tuned report: each variant's LR-sensitivity
+curve, and verdicts at each variant's own best LR (lr_sensitivity.png instead of val_loss.png).
 
     python src/train.py -m experiment=ablate_norm seed=1,2,3
     python scripts/ablation_report.py <sweep dir> --baseline model.norm=pre --alpha 0.05 --x flops --band std
@@ -24,8 +26,11 @@ def main() -> None:
     parser.add_argument("--x", choices=X_AXES, default=None,
                         help="plot's x axis (default: flops when the variants' FLOPs per token differ, else tokens)")
     parser.add_argument("--band", choices=BANDS, default="minmax", help="shaded band: min–max over seeds or ±1 std")
+    parser.add_argument("--lr-key", default="optimizer.lr",
+                        help="the override whose values are the LR grid (default optimizer.lr)")
     args = parser.parse_args()
-    table, plot = write_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x, band=args.band)
+    table, plot = write_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x, band=args.band,
+                               lr_key=args.lr_key)
     print(table.read_text())
     print(f"wrote {table} and {plot}")
 

@@ -113,15 +113,20 @@ def _tokenizer_vocab(tokenizer_cfg: dict) -> int:
     return _VOCAB_CACHE[key]
 
 
-def model_cost(job_dir: Path) -> ModelCost:
-    """Parameters and training FLOPs per token of the model a job trained, from its resolved config."""
+def job_model(job_dir: Path) -> GPTConfig:
+    """The model config a job trained, from its resolved config."""
     path = job_dir / RESOLVED_CONFIG
     if not path.exists():
         raise ConfigError(f"{path} is missing")
     cfg = yaml.safe_load(path.read_text())
     model = dict(cfg["model"])
     vocab = model["vocab_size"] if model.get("vocab_size") is not None else _tokenizer_vocab(cfg["tokenizer"])
-    gpt = GPTConfig.for_tokenizer(model, vocab)
+    return GPTConfig.for_tokenizer(model, vocab)
+
+
+def model_cost(job_dir: Path) -> ModelCost:
+    """Parameters and training FLOPs per token of the model a job trained, from its resolved config."""
+    gpt = job_model(job_dir)
     counts = count_parameters(gpt)
     return ModelCost(counts["total"], counts["total"] - counts["embedding"] - counts["position"],
                      training_flops_per_token(gpt)["total"])
@@ -155,9 +160,10 @@ def differing_keys(jobs: list[JobResult]) -> list[str]:
     return [k for k in keys if len({job.overrides.get(k) for job in jobs}) > 1]
 
 
-def group_variants(jobs: list[JobResult]) -> list[Variant]:
-    """One variant per setting of the differing overrides other than `seed`, in the order of their first job."""
-    keys = [k for k in differing_keys(jobs) if k != SEED_KEY]
+def group_variants(jobs: list[JobResult], axes: tuple[str, ...] = (SEED_KEY,)) -> list[Variant]:
+    """One variant per setting of the differing overrides other than `axes` (the seed; for an LR-tuned or ladder
+    report also the LR or the size), in the order of their first job."""
+    keys = [k for k in differing_keys(jobs) if k not in axes]
     variants: dict[tuple, Variant] = {}
     for job in jobs:
         setting = tuple(job.overrides.get(k, "") for k in keys)
@@ -284,13 +290,24 @@ def _check_options(x: str | None, band: str, alpha: float) -> None:
         raise ConfigError(f"--alpha {alpha} must lie strictly between 0 and 1 (e.g. 0.05).")
 
 
+def missing_jobs_note(sweep_dir: Path) -> str:
+    missing = [p.name for p in sweep_dir.iterdir()
+               if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
+    return f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n" if missing else ""
+
+
 def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
-                 band: str = "minmax") -> tuple[Path, Path]:
-    """Writes ablation_report.md and val_loss.png into the sweep dir."""
+                 band: str = "minmax", lr_key: str = "optimizer.lr") -> tuple[Path, Path]:
+    """Writes ablation_report.md and val_loss.png into the sweep dir; a sweep over `lr_key` gets the LR-tuned
+    report and lr_sensitivity.png instead (gptlab.tools.lr_report)."""
     from gptlab.tools.report_plot import plot_val_loss
 
     _check_options(x, band, alpha)
     jobs = load_sweep(sweep_dir)
+    if lr_key in differing_keys(jobs):
+        from gptlab.tools.lr_report import write_lr_report  # it builds on this module
+
+        return write_lr_report(sweep_dir, jobs, lr_key, baseline, alpha)
     variants = group_variants(jobs)
     base = pick_baseline(variants, baseline)
     x_axis = x or default_x(variants)
@@ -322,10 +339,7 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
     text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha)
     text += "\n## Jobs\n\n" + markdown_table(jobs)
-    missing = [p.name for p in sweep_dir.iterdir()
-               if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
-    if missing:
-        text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
+    text += missing_jobs_note(sweep_dir)
     if no_cost:
         text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"
     band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"

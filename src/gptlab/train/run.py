@@ -18,11 +18,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, NonFiniteLossError
 from gptlab.model import GPT, GPTConfig
 from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
 from gptlab.signals import FLAG
-from gptlab.train import quiet, sweep_jobs
+from gptlab.train import ladder, quiet, sweep_jobs  # noqa: F401 - ladder registers its resolver
 from gptlab.train.banner import banner_lines, vocab_warning
 from gptlab.train.callbacks import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
@@ -228,7 +228,21 @@ def _train(cfg: DictConfig) -> Optional[float]:
     trainer._signal_connector.register_signal_handlers = lambda: None
     WATCH.start(trainer)  # the step a lost rank's message names (gptlab.train.rank_watch)
     # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except NonFiniteLossError as err:
+        if not sweep_jobs.in_sweep_job():
+            raise
+        # An LR grid's highest LRs are expected to diverge: the sweep goes on, and the report counts the job as
+        # diverged (gptlab.tools.lr_tuning caps its loss at the loss at initialization) instead of missing.
+        log.warning("sweep job %s diverged (%s); the sweep goes on", output_dir, err)
+        if trainer.is_global_zero:
+            summary = {"name": cfg.name, "parameters": model.num_parameters(), "diverged": str(err),
+                       "best_val_loss": None, "final_val_loss": None, "best_val_bpb": None, "final_val_bpb": None,
+                       "global_step": trainer.global_step, "tokens_per_step": tokens_per_step,
+                       "tokens_seen": trainer.global_step * tokens_per_step, "tokens_per_sec": None}
+            atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
+        return None
     fit_seconds = time.perf_counter() - started
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)

@@ -64,7 +64,7 @@ def check_same_sweep_job(cfg: DictConfig, output_dir: Path) -> None:
 
 def finished_sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[dict[str, Any]]:
     """The run_summary.json of this sweep job's earlier launch if that launch finished: a summary is written only
-    when fit ends normally (not on a kill, preemption, NaN or error), and its global_step must have reached this
+    when fit ends normally or diverges (not on a kill, preemption or error), and its global_step must have reached this
     launch's trainer.max_steps (a job launched again with more steps continues from its checkpoint instead). A
     run bounded by epochs (max_steps=-1) is finished when it wrote its summary."""
     path = output_dir / SUMMARY_FILE
@@ -72,4 +72,6 @@ def finished_sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[dict[str, 
         return None
     summary = json.loads(path.read_text())
     max_steps = cfg.trainer.get("max_steps", -1)
+    if "diverged" in summary:  # its NaN recurs from the same checkpoint and seed: done, as an outcome
+        return summary
     return summary if max_steps is None or max_steps < 0 or summary.get("global_step", 0) >= max_steps else None
