@@ -297,17 +297,26 @@ def missing_jobs_note(sweep_dir: Path) -> str:
 
 
 def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
-                 band: str = "minmax", lr_key: str = "optimizer.lr") -> tuple[Path, Path]:
-    """Writes ablation_report.md and val_loss.png into the sweep dir; a sweep over `lr_key` gets the LR-tuned
-    report and lr_sensitivity.png instead (gptlab.tools.lr_report)."""
+                 band: str = "minmax", lr_key: str = "optimizer.lr", size_key: str = "+ladder",
+                 target_flops: float | None = None, n_boot: int = 1000) -> tuple[Path, Path]:
+    """Writes ablation_report.md and val_loss.png into the sweep dir. A sweep over `lr_key` gets the LR-tuned
+    report (gptlab.tools.lr_report), one over `size_key` the scaling-ladder report (gptlab.tools.ladder_report)."""
     from gptlab.tools.report_plot import plot_val_loss
 
     _check_options(x, band, alpha)
     jobs = load_sweep(sweep_dir)
-    if lr_key in differing_keys(jobs):
-        from gptlab.tools.lr_report import write_lr_report  # it builds on this module
+    swept = differing_keys(jobs)
+    if lr_key in swept and size_key in swept:
+        raise ConfigError(f"this sweep varies both {lr_key} and {size_key}: report one LR per ladder (tune the LR "
+                          f"first, then run the ladder at each variant's best LR).")
+    if lr_key in swept:
+        from gptlab.tools.lr_report import write_lr_report  # both build on this module
 
         return write_lr_report(sweep_dir, jobs, lr_key, baseline, alpha)
+    if size_key in swept:
+        from gptlab.tools.ladder_report import write_ladder_report
+
+        return write_ladder_report(sweep_dir, jobs, size_key, baseline, target_flops, n_boot)
     variants = group_variants(jobs)
     base = pick_baseline(variants, baseline)
     x_axis = x or default_x(variants)
