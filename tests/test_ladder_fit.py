@@ -44,12 +44,12 @@ def test_multiplier_and_its_interval_recover_the_truth() -> None:
     target = 10 * COMPUTE[-1]
     at = [*COMPUTE, target]
     intervals = bootstrap_multipliers(ladder(TRUTH, 0.004, rng_seed=1), ladder(variant, 0.004, rng_seed=2), at,
-                                      n_boot=300)
+                                      n_boot=200)
     for c, iv in zip(at, intervals):
         assert iv.low <= m_true <= iv.high, (c, iv)
         assert 1.5 < iv.point < 2.6 and iv.low < iv.point < iv.high
     assert intervals[-1].high - intervals[-1].low > intervals[2].high - intervals[2].low  # wider far out
-    same = bootstrap_multipliers(ladder(TRUTH, 0.004, rng_seed=1), ladder(TRUTH, 0.004, rng_seed=3), at, n_boot=300)
+    same = bootstrap_multipliers(ladder(TRUTH, 0.004, rng_seed=1), ladder(TRUTH, 0.004, rng_seed=3), at, n_boot=200)
     assert all(iv.low <= 1.0 <= iv.high for iv in same)  # no difference: the interval holds 1
 
 

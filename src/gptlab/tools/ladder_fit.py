@@ -94,7 +94,7 @@ class Interval:
     point: float
     low: float
     high: float
-    failed: int  # bootstrap samples whose fit failed or whose multiplier is infinite (left out of the interval)
+    failed: int  # bootstrap samples whose fit failed (left out); an infinite m stays in, as a large value
 
 
 def _resample(rungs: Sequence[Rung], rng: np.random.Generator) -> list[Rung]:
@@ -124,8 +124,10 @@ def bootstrap_multipliers(baseline: Sequence[Rung], variant: Sequence[Rung], at:
     out = []
     for j, point in enumerate(points):
         column = samples[:, j]
-        good = column[np.isfinite(column)]
-        low, high = (np.percentile(good, [tail, 100 - tail]) if len(good) else (math.nan, math.nan))
+        good = column[~np.isnan(column)]
+        # inverted_cdf picks sample values, no interpolation: an infinite m (inf − inf) would turn into NaN
+        low, high = (np.percentile(good, [tail, 100 - tail], method="inverted_cdf") if len(good)
+                     else (math.nan, math.nan))
         out.append(Interval(point, float(low), float(high), n_boot - len(good)))
     return out
 

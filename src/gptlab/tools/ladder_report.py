@@ -53,7 +53,7 @@ def rungs_of(variant: Variant, size_key: str) -> list[Rung]:
 
 
 def _fmt_m(value: float) -> str:
-    return "∞ (below the baseline's floor E)" if not np.isfinite(value) else f"{value:.3g}x"
+    return "∞" if np.isinf(value) else "—" if np.isnan(value) else f"{value:.3g}x"
 
 
 def write_ladder_report(sweep_dir: Path, jobs: list[JobResult], size_key: str, baseline: str | None,
@@ -103,10 +103,15 @@ def write_ladder_report(sweep_dir: Path, jobs: list[JobResult], size_key: str, b
         intervals = bootstrap_multipliers(rungs[base.label], rungs[v.label], at, n_boot=n_boot)
         for i, (c, iv) in enumerate(zip(at, intervals)):
             where = rungs[v.label][i].size if i < len(at) - 1 else f"target{' — ' + far if far else ''}"
-            failed = f" ({iv.failed} of {n_boot} resamples unfit/∞)" if iv.failed else ""
+            failed = f" ({iv.failed} of {n_boot} resamples did not fit)" if iv.failed else ""
             mult_rows.append([v.label, where, f"{c:.3g}", _fmt_m(iv.point),
                               f"[{_fmt_m(iv.low)}, {_fmt_m(iv.high)}]{failed}"])
     text += _markdown(["variant", "at", "FLOPs", "multiplier", "95% interval"], mult_rows)
+    if any("∞" in cell for row in mult_rows for cell in row):
+        floor = laws[base.label].e
+        text += (f"\n∞: the variant's loss there lies below the baseline's fitted floor E_b = {floor:.4f}, "
+                 f"which no compute reaches on the baseline's law; read it as \"more than any finite multiplier the "
+                 f"ladder can state\", and check E_b's fit (more or bigger rungs pin it down).\n")
     text += (f"\nThe target is {target:.3g} FLOPs ({target / largest:.3g}x the largest rung; --target-flops to set "
              f"it). Beyond {FAR:g}x the largest rung a number is marked EXTRAPOLATED: the fit has no evidence there.\n")
     text += "\n## Jobs\n\n" + markdown_table(jobs) + missing_jobs_note(sweep_dir)
@@ -118,7 +123,7 @@ def write_ladder_report(sweep_dir: Path, jobs: list[JobResult], size_key: str, b
 
 def plot_ladder(rungs: dict[str, list[Rung]], laws: dict[str, PowerLaw], target: float, title: str,
                 path: Path) -> None:
-    """Each seed's final loss against FLOPs (log-log), each variant's fit to the target with its bootstrap band."""
+    """Each seed's final loss against FLOPs (log x), each variant's fit to the target with its bootstrap band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,7 +146,6 @@ def plot_ladder(rungs: dict[str, list[Rung]], laws: dict[str, PowerLaw], target:
     largest = max(r[-1].compute for r in rungs.values())
     ax.axvline(largest, color="grey", linestyle=":", linewidth=1, label="largest rung")
     ax.set_xscale("log")
-    ax.set_yscale("log")
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("final val/loss (nats per token)")
     ax.set_title(f"{title}: scaling ladder, fits with 95% seed-bootstrap bands")
