@@ -78,3 +78,25 @@ def test_a_diverged_sweep_job_is_recorded_and_the_sweep_goes_on(tmp_path: Path) 
     assert "diverged" not in summaries[1] and summaries[1]["global_step"] == 3
     again = run_train(args, cwd=tmp_path, timeout=300, threads=1)  # relaunched: the diverged job counts as done
     assert again.returncode == 0 and (again.stderr + again.stdout).count("already finished") == 2
+
+
+def sweeper_params(*overrides: str) -> dict[str, str]:
+    from helpers import CONF_DIR
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+            return dict(cfg.hydra.sweeper.params)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_lr_grid_crosses_an_experiments_variants_and_ablate_muon_tunes_both_optimizers() -> None:
+    params = sweeper_params("experiment=ablate_norm", "hparams_search=lr_grid")
+    assert params == {"model.norm": "pre,post", "optimizer.lr": "1e-3,3e-3,1e-2"}
+    params = sweeper_params("experiment=ablate_muon")
+    assert params["optimizer"] == "adamw,muon" and len(params["optimizer.lr"].split(",")) >= 3
+    assert len(params["seed"].split(",")) >= 4  # enough to hold seeds out of the LR selection

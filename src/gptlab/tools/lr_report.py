@@ -66,6 +66,10 @@ def _lr_table(variants: list[Variant], runs: list[LrRun], results: list[TunedRes
     return _markdown(header, rows)
 
 
+def _seeds(seeds: tuple[str, ...]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}"
+
+
 def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baseline: str | None,
                     alpha: float) -> tuple[Path, Path]:
     """Writes ablation_report.md and lr_sensitivity.png into the sweep dir."""
@@ -83,8 +87,8 @@ def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baselin
              f"{', '.join(f'{lr:g}' for lr in grid)}) × seeds {', '.join(seeds)}. Baseline: {base.label}"
              f"{' (--baseline)' if baseline else ' (the first variant; --baseline k=v to choose)'}.\n\n")
     if split.disjoint:
-        text += (f"Each variant's best LR is the one with the lowest mean final val/loss on seeds "
-                 f"{', '.join(split.select)}; the verdicts compare best against best on the other seeds, "
+        text += (f"Each variant's best LR is the one with the lowest mean final val/loss on "
+                 f"{_seeds(split.select)}; the verdicts compare best against best on the other seeds, "
                  f"{', '.join(split.test)}, so the selection's luck does not carry into the test.\n\n")
     else:
         text += (f"Too few seeds to hold some out (3 or more are needed): the best LR is picked and tested on the "
