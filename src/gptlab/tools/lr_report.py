@@ -49,7 +49,9 @@ def init_loss(job: JobResult) -> float:
 
 def _lr_table(variants: list[Variant], runs: list[LrRun], results: list[TunedResult], metric: str) -> str:
     grid = sorted({r.lr for r in runs})
-    header = ["variant", *(f"lr={lr:g}" for lr in grid), "best LR (selection seeds)", "LR sensitivity"]
+    # The best LR and the sensitivity are of the loss: stated once, in the loss table.
+    header = ["variant", *(f"lr={lr:g}" for lr in grid)] + (["best LR (selection seeds)", "LR sensitivity"]
+                                                             if metric == "loss" else [])
     rows = []
     for v, res in zip(variants, results):
         points = {p.lr: p for p in lr_curve([r for r in runs if r.variant == v.label])}
@@ -62,7 +64,7 @@ def _lr_table(variants: list[Variant], runs: list[LrRun], results: list[TunedRes
                 cell += f" ({p.diverged} diverged)"
             cells.append(cell)
         best = f"{res.best.lr:g}" + (f" (grid's {res.best.edge}: widen)" if res.best.edge else "")
-        rows.append([v.label, *cells, best, f"{res.sensitivity:.4f}"])
+        rows.append([v.label, *cells, *([best, f"{res.sensitivity:.4f}"] if metric == "loss" else [])])
     return _markdown(header, rows)
 
 
