@@ -18,7 +18,7 @@ GRID = ("1e-3", "3e-3", "1e-2")
 
 
 def lr_sweep(tmp_path: Path) -> Path:
-    """pre: bowl around 3e-3; post: best at the grid's top (1e-2); post at 1e-2 diverged on seed 4."""
+    """pre: bowl around 3e-3; post: best at the grid's top (1e-2); post at 1e-2 diverged on seeds 3 and 4."""
     sweep, index = tmp_path / "sweep", 0
     for norm, best in (("pre", 3e-3), ("post", 3e-2)):
         for lr in GRID:
@@ -26,8 +26,11 @@ def lr_sweep(tmp_path: Path) -> Path:
                 final = 3.0 + (math.log10(float(lr)) - math.log10(best)) ** 2 + 0.01 * seed
                 extra = {"diverged": "train/loss is nan at step 3", "final_val_loss": None} \
                     if (norm, lr, seed) == ("post", "1e-2", 4) else {"final_val_bpb": final / math.log(2)}
-                make_job(sweep, index, {"model.norm": norm, "optimizer.lr": lr, "seed": str(seed)},
-                         [final + 0.5, final], extra=extra)
+                job = make_job(sweep, index, {"model.norm": norm, "optimizer.lr": lr, "seed": str(seed)},
+                               [final + 0.5, final], extra=extra)
+                if (norm, lr, seed) == ("post", "1e-2", 3):  # diverged, recorded as a failure instead (main's form)
+                    (job / "run_summary.json").unlink()
+                    (job / "failed.json").write_text(json.dumps({"kind": "diverged", "reason": "loss is inf"}))
                 index += 1
     return sweep
 
@@ -42,12 +45,13 @@ def test_lr_sweep_gets_the_lr_tuned_report(tmp_path: Path) -> None:
     assert lines["- model.norm=pre (baseline)"].endswith("best LR 0.003")
     post = lines["- model.norm=post"]
     assert "NOT an optimum: best LR 0.01 is the highest of the grid: widen the grid toward higher LRs" in post
-    # Held-out seeds 3, 4 at the best LRs: post's seed 4 diverged and counts as L0 = ln(257).
+    # Held-out seeds 3, 4 at the best LRs: post diverged on both, each counted as L0 = ln(257); equal values
+    # on one side make Welch's test degenerate, so only the difference is checked.
     pre_test = [3.0 + 0.03, 3.0 + 0.04]
-    post_test = [3.0 + (math.log10(1e-2) - math.log10(3e-2)) ** 2 + 0.03, math.log(257)]
-    assert f"{sum(post_test) / 2 - sum(pre_test) / 2:+.3f} ±" in post
+    assert f"{math.log(257) - sum(pre_test) / 2:+.3f}" in post
     row = next(r for r in out.splitlines() if r.startswith("| model.norm=post |")).split(" | ")
-    assert "(1 diverged)" in row[3] and "(grid's highest: widen)" in row[4]
+    assert "(2 diverged)" in row[3] and "(grid's highest: widen)" in row[4]
+    assert "Jobs without a finished run" not in out  # the failure record is read, not reported missing
     assert "## Final val bpb against LR" in out
     assert (sweep / "lr_sensitivity.png").stat().st_size > 5000 and (sweep / "ablation_report.md").exists()
 

@@ -4,6 +4,7 @@ verdicts compare each variant at its own best LR (gptlab.tools.lr_tuning holds t
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gptlab.tools.reporting import (
     markdown_table,
     missing_jobs_note,
     pick_baseline,
+    read_overrides,
 )
 
 
@@ -39,6 +41,22 @@ def lr_runs(variants: list[Variant], lr_key: str) -> list[LrRun]:
             runs.append(LrRun(v.label, lr, job.overrides.get(SEED_KEY, "default"), loss,
                               job.summary.get("final_val_bpb")))
     return runs
+
+
+# A sweep job's failure record (gptlab.runtime.sweep_failures on main writes it; kind "diverged" for a NaN loss).
+FAILURE_FILE = "failed.json"
+
+
+def diverged_jobs(sweep_dir: Path) -> list[JobResult]:
+    """Jobs that diverged and left a failure record instead of a run summary: in an LR grid they are results
+    (capped at L0), not missing jobs."""
+    out = []
+    for job_dir in sorted(p for p in sweep_dir.iterdir() if (p / FAILURE_FILE).is_file()):
+        record = json.loads((job_dir / FAILURE_FILE).read_text())
+        if record.get("kind") == "diverged":
+            summary = {"diverged": record.get("reason", "diverged"), "final_val_loss": None, "best_val_loss": None}
+            out.append(JobResult(job_dir, read_overrides(job_dir), summary, []))
+    return out
 
 
 def init_loss(job: JobResult) -> float:
@@ -76,6 +94,8 @@ def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baselin
                     alpha: float) -> tuple[Path, Path]:
     """Writes ablation_report.md and lr_sensitivity.png into the sweep dir."""
     table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "lr_sensitivity.png"
+    diverged = diverged_jobs(sweep_dir)
+    jobs = jobs + diverged
     variants = group_variants(jobs, axes=(SEED_KEY, lr_key))
     base = pick_baseline(variants, baseline)
     runs = lr_runs(variants, lr_key)
@@ -115,7 +135,7 @@ def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baselin
         text += "\n## Final val bpb against LR (mean ± std over all seeds)\n\n"
         text += _lr_table(variants, runs, results, "bpb")
     text += "\n## Jobs\n\n" + markdown_table(jobs)
-    text += missing_jobs_note(sweep_dir)
+    text += missing_jobs_note(sweep_dir, {j.job_dir.name for j in diverged})
     text += f"\n![final val/loss against the learning rate, ±1 std over seeds]({plot_path.name})\n"
     atomic_write_text(table_path, text)
     plot_lr_curves(runs, results, cap, name, plot_path)

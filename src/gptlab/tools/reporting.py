@@ -79,7 +79,7 @@ class Variant:
         return mean_curve([(job.x_values(axis), [p.loss for p in job.val_curve]) for job in self.jobs], band)
 
 
-def _read_overrides(job_dir: Path) -> dict[str, str]:
+def read_overrides(job_dir: Path) -> dict[str, str]:
     path = job_dir / ".hydra" / "overrides.yaml"
     items = yaml.safe_load(path.read_text()) if path.exists() else []
     return dict(item.split("=", 1) for item in items or [] if "=" in item)
@@ -142,7 +142,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             continue  # a job that failed or is still running: left out, and reported as missing
         summary = json.loads(summary_path.read_text())
         curve = _read_val_curve(job_dir, summary["tokens_per_step"])
-        job = JobResult(job_dir, _read_overrides(job_dir), summary, curve)
+        job = JobResult(job_dir, read_overrides(job_dir), summary, curve)
         try:
             job.cost = model_cost(job_dir)
         except Exception as exc:  # noqa: BLE001 - any unreadable old config: the report goes on without the cost
@@ -275,9 +275,9 @@ def markdown_table(jobs: list[JobResult]) -> str:
     """One row per job, seed included: the raw numbers behind each variant's mean."""
     keys = differing_keys(jobs)
     header = ["job", *keys, "parameters", "best val/loss", "final val/loss", "tokens/s"]
-    rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), f"{job.summary['parameters']:,}",
+    rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), _fmt(job.summary.get("parameters"), ","),
              _fmt(job.summary["best_val_loss"], ".4f"), _fmt(job.summary["final_val_loss"], ".4f"),
-             _fmt(job.summary["tokens_per_sec"], ",.0f")] for job in jobs]
+             _fmt(job.summary.get("tokens_per_sec"), ",.0f")] for job in jobs]
     return _markdown(header, rows)
 
 
@@ -290,9 +290,10 @@ def _check_options(x: str | None, band: str, alpha: float) -> None:
         raise ConfigError(f"--alpha {alpha} must lie strictly between 0 and 1 (e.g. 0.05).")
 
 
-def missing_jobs_note(sweep_dir: Path) -> str:
-    missing = [p.name for p in sweep_dir.iterdir()
-               if p.is_dir() and not (p / SUMMARY_FILE).exists() and not p.name.startswith(".")]
+def missing_jobs_note(sweep_dir: Path, counted: set[str] = frozenset()) -> str:
+    """The job dirs without a run summary, but those in `counted` (a report that reads them otherwise)."""
+    missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not (p / SUMMARY_FILE).exists()
+               and not p.name.startswith(".") and p.name not in counted]
     return f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n" if missing else ""
 
 
