@@ -1,6 +1,10 @@
 """Summarise a sweep: `python scripts/ablation_report.py <sweep dir>` writes ablation_report.md and
 val_loss.png into that dir and prints the report. Jobs that differ only in `seed` are one variant; each
-variant is compared with the baseline by Welch's t-test across seeds.
+variant is compared with the baseline by Welch's t-test across seeds. A sweep over the learning rate too
+(`optimizer.lr=1e-3,3e-3,1e-2`, or hparams_search=lr_grid) gets the LR-tuned report: each variant's LR-sensitivity
+curve, and verdicts at each variant's own best LR (lr_sensitivity.png instead of val_loss.png). A sweep over model
+sizes (`+ladder=w16,w24,w32,w48`, experiment=ladder_gpt2_to_llama) gets the scaling-ladder report: L(C) fits and
+each variant's compute multiplier with bootstrap intervals (scaling_ladder.png).
 
     python src/train.py -m experiment=ablate_norm seed=1,2,3
     python scripts/ablation_report.py <sweep dir> --baseline model.norm=pre --alpha 0.05 --x flops --band std
@@ -11,7 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gptlab.report.runs import BANDS, X_AXES, write_report
+from gptlab.errors import ConfigError
+from gptlab.report.runs import BANDS, X_AXES
+from gptlab.report.sweep import write_sweep_report
 from gptlab.runtime.cli import user_errors_exit
 
 
@@ -24,8 +30,22 @@ def main() -> None:
     parser.add_argument("--x", choices=X_AXES, default=None,
                         help="plot's x axis (default: flops when the variants' FLOPs per token differ, else tokens)")
     parser.add_argument("--band", choices=BANDS, default="minmax", help="shaded band: min–max over seeds or ±1 std")
+    parser.add_argument("--lr-key", default="optimizer.lr",
+                        help="the override whose values are the LR grid (default optimizer.lr)")
+    parser.add_argument("--size-key", default="+ladder",
+                        help="the override whose values are a scaling ladder's sizes (default +ladder)")
+    parser.add_argument("--target-flops", type=float, default=None,
+                        help="ladder: the compute to extrapolate the multiplier to (default 10x the largest rung; "
+                             "beyond that it is marked EXTRAPOLATED)")
+    parser.add_argument("--boot", type=int, default=1000, help="ladder: bootstrap resamples (default 1000)")
     args = parser.parse_args()
-    table, plot = write_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x, band=args.band)
+    if args.boot < 10:
+        raise ConfigError(f"--boot {args.boot}: use at least 10 bootstrap resamples (1000 for a 95% interval).")
+    if args.target_flops is not None and not args.target_flops > 0:
+        raise ConfigError(f"--target-flops {args.target_flops}: use a positive number of FLOPs, e.g. 1e15.")
+    table, plot = write_sweep_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x, band=args.band,
+                                     lr_key=args.lr_key, size_key=args.size_key, target_flops=args.target_flops,
+                                     n_boot=args.boot)
     print(table.read_text())
     print(f"wrote {table} and {plot}")
 

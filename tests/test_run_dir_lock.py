@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from gptlab.runs.run_dir_lock import LOCK_FILE, lock_run_dir, release
 from helpers import CHECKOUT_ENV, TINY_RUN, TRAIN_SCRIPT, run_train
 
 from gptlab.errors import ConfigError
+from gptlab.runs.run_dir_lock import LOCK_FILE, lock_run_dir, release
 
 RUN = [*TINY_RUN, "trainer.max_steps=2", "data.store=memory"]
 

@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE
 from helpers import TINY, run_train
 
 from gptlab.report.runs import write_report
+from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE
 
 # Job 0 diverges at step 1 (scores scaled by 1e30), job 1 is refused (a negative scale), job 2 trains.
 SCALES = "model.attn_scale=1e30,-1.0,null"

@@ -8,9 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gptlab.runs.run_dir import event_files
 from helpers import TINY, compose_tiny, run_train, scalars
 from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+from gptlab.runs.run_dir import event_files
 
 
 def _sweep_args(sweep: Path, marker: Path) -> list[str]:
@@ -89,11 +90,11 @@ def test_a_job_launched_with_more_steps_is_not_finished(tmp_path: Path, monkeypa
 
 
 def test_another_sweep_into_the_same_dir_is_refused_naming_what_differs(tmp_path: Path, monkeypatch) -> None:
-    from gptlab.runs.run_dir import RESOLVED_CONFIG
-    from gptlab.runs.sweep_jobs import check_same_sweep_job
     from omegaconf import OmegaConf
 
     from gptlab.errors import ConfigError
+    from gptlab.runs.run_dir import RESOLVED_CONFIG
+    from gptlab.runs.sweep_jobs import check_same_sweep_job
 
     before = compose_tiny(tmp_path, "model.norm=pre", "trainer.max_steps=6")
     (tmp_path / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(before, resolve=True))

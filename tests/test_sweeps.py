@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gptlab.runs.run_dir import event_files
 from helpers import TINY_RUN, compose_config, run_train
 
 from gptlab.report.runs import write_report
+from gptlab.runs.run_dir import event_files
 
 SWEEP = TINY_RUN + ["trainer.max_steps=6", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1"]
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from gptlab.runs.run_dir import event_files
 from helpers import TINY, compose_tiny, run_script, scalars, train_in_process
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.model import training_flops_per_token
+from gptlab.runs.run_dir import event_files
 from gptlab.runtime.early_checks import build_model_config
 
 RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "global_batch_tokens=256"]  # 2 x 4 x 32

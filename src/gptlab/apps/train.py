@@ -32,7 +32,10 @@ from gptlab.runs.run_dir import (
     Progress,
     discard_on_early_error,
 )
-from gptlab.runtime import quiet
+from gptlab.runtime import (
+    ladder_steps,  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
+    quiet,
+)
 from gptlab.runtime.early_checks import Checked, check_before_run
 from gptlab.runtime.hydra_ddp import ddp_job_scope
 from gptlab.runtime.preemption import PreemptionCheckpoint

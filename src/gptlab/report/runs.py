@@ -95,7 +95,7 @@ def _read_summary(path: Path) -> dict:
     return summary
 
 
-def _read_overrides(job_dir: Path) -> dict[str, str]:
+def read_overrides(job_dir: Path) -> dict[str, str]:
     path = job_dir / ".hydra" / "overrides.yaml"
     try:
         items = yaml.safe_load(path.read_text()) if path.exists() else []
@@ -135,15 +135,20 @@ def _tokenizer_vocab(tokenizer_cfg: dict) -> int:
     return _VOCAB_CACHE[key]
 
 
-def model_cost(job_dir: Path) -> ModelCost:
-    """Parameters and training FLOPs per token of the model a job trained, from its resolved config."""
+def job_model(job_dir: Path) -> GPTConfig:
+    """The model config a job trained, from its resolved config."""
     path = job_dir / RESOLVED_CONFIG
     if not path.exists():
         raise ConfigError(f"{path} is missing")
     cfg = yaml.safe_load(path.read_text())
     model = dict(cfg["model"])
     vocab = model["vocab_size"] if model.get("vocab_size") is not None else _tokenizer_vocab(cfg["tokenizer"])
-    gpt = GPTConfig.for_tokenizer(model, vocab)
+    return GPTConfig.for_tokenizer(model, vocab)
+
+
+def model_cost(job_dir: Path) -> ModelCost:
+    """Parameters and training FLOPs per token of the model a job trained, from its resolved config."""
+    gpt = job_model(job_dir)
     counts = count_parameters(gpt)
     return ModelCost(counts["total"], counts["total"] - counts["embedding"] - counts["position"],
                      training_flops_per_token(gpt)["total"])
@@ -170,7 +175,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             continue  # a job that failed (listed with its reason) or is still running (listed as missing)
         summary = _read_summary(summary_path)
         curve = _read_val_curve(job_dir, summary["tokens_per_step"])
-        job = JobResult(job_dir, _read_overrides(job_dir), summary, curve)
+        job = JobResult(job_dir, read_overrides(job_dir), summary, curve)
         try:
             job.cost = model_cost(job_dir)
         except Exception as exc:  # noqa: BLE001 - any unreadable old config: the report goes on without the cost
@@ -206,9 +211,10 @@ def differing_keys(jobs: list[JobResult]) -> list[str]:
     return [k for k in keys if len({job.overrides.get(k) for job in jobs}) > 1]
 
 
-def group_variants(jobs: list[JobResult]) -> list[Variant]:
-    """One variant per setting of the differing overrides other than `seed`, in the order of their first job."""
-    keys = [k for k in differing_keys(jobs) if k != SEED_KEY]
+def group_variants(jobs: list[JobResult], axes: tuple[str, ...] = (SEED_KEY,)) -> list[Variant]:
+    """One variant per setting of the differing overrides other than `axes` (the seed; for an LR-tuned or ladder
+    report also the LR or the size), in the order of their first job."""
+    keys = [k for k in differing_keys(jobs) if k not in axes]
     variants: dict[tuple, Variant] = {}
     for job in jobs:
         setting = tuple(job.overrides.get(k, "") for k in keys)
@@ -320,13 +326,13 @@ def markdown_table(jobs: list[JobResult]) -> str:
     """One row per job, seed included: the raw numbers behind each variant's mean."""
     keys = differing_keys(jobs)
     header = ["job", *keys, "parameters", "best val/loss", "final val/loss", "tokens/s"]
-    rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), f"{job.summary['parameters']:,}",
+    rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), _fmt(job.summary.get("parameters"), ","),
              _fmt(job.summary["best_val_loss"], ".4f"), _fmt(job.summary["final_val_loss"], ".4f"),
-             _fmt(job.summary["tokens_per_sec"], ",.0f")] for job in jobs]
+             _fmt(job.summary.get("tokens_per_sec"), ",.0f")] for job in jobs]
     return _markdown(header, rows)
 
 
-def _check_options(x: str | None, band: str, alpha: float) -> None:
+def check_options(x: str | None, band: str, alpha: float) -> None:
     if x is not None and x not in X_AXES:
         raise ConfigError(f"--x {x!r} is not one of {', '.join(X_AXES)}.")
     if band not in BANDS:
@@ -335,10 +341,24 @@ def _check_options(x: str | None, band: str, alpha: float) -> None:
         raise ConfigError(f"--alpha {alpha} must lie strictly between 0 and 1 (e.g. 0.05).")
 
 
+def missing_jobs_note(sweep_dir: Path, counted: set[str] = frozenset()) -> str:
+    """The failed jobs with their reasons, and the job dirs with neither a run summary nor a failure record (killed
+    or still running), but those in `counted` (a report that reads them otherwise)."""
+    text = ""
+    failed = [line for line in failed_jobs(sweep_dir) if line.split(":", 1)[0].split(" (", 1)[0] not in counted]
+    if failed:
+        text += "\n## Failed jobs (left out)\n\n" + "".join(f"- {line}\n" for line in failed)
+    missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not (p / SUMMARY_FILE).exists()
+               and not (p / FAILURE_FILE).exists() and not p.name.startswith(".") and p.name not in counted]
+    if missing:
+        text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
+    return text
+
+
 def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
                  band: str = "minmax") -> tuple[Path, Path]:
     """Writes ablation_report.md and val_loss.png into the sweep dir."""
-    _check_options(x, band, alpha)
+    check_options(x, band, alpha)
     jobs, repeats = drop_repeats(load_sweep(sweep_dir))
     variants = group_variants(jobs)
     base = pick_baseline(variants, baseline)
@@ -374,13 +394,7 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
     text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha)
     text += "\n## Jobs\n\n" + markdown_table(jobs)
-    failed = failed_jobs(sweep_dir)
-    if failed:
-        text += "\n## Failed jobs (left out)\n\n" + "".join(f"- {line}\n" for line in failed)
-    missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
-               and not (p / SUMMARY_FILE).exists() and not (p / FAILURE_FILE).exists()]
-    if missing:
-        text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
+    text += missing_jobs_note(sweep_dir)
     if no_cost:
         text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"
     band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"

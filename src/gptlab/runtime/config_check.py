@@ -24,6 +24,7 @@ from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.runs.sweep_jobs import in_sweep_job
 from gptlab.runtime.option_relevance import ignored_options
+from gptlab.runtime.strategies import check_optimizer_fits_strategy
 
 Check = Callable[[str, Any], None]
 log = logging.getLogger(__name__)
@@ -167,6 +168,8 @@ OPTIMIZER: dict[str, Check] = {
     "nesterov": boolean,
     "fused": optional(boolean),
     "beta2_decay": number(-1.0, 0.0),
+    "ns_steps": positive_int,
+    "adjust_lr_fn": optional(choice("original", "match_rms_adamw")),
 }
 SCHEDULER: dict[str, Check] = {
     "warmup_steps": non_negative_int,
@@ -287,6 +290,9 @@ def check_config(cfg: DictConfig) -> None:
     for prefix, table in (("tokenizer.", TOKENIZER), ("data.", DATA), ("optimizer.", OPTIMIZER),
                           ("scheduler.", SCHEDULER), ("trainer.", TRAINER), ("paths.", PATHS)):
         check_table(prefix, _plain(cfg.get(prefix[:-1])), table)
+    strategy = cfg.trainer.get("strategy") if "trainer" in cfg else None
+    check_optimizer_fits_strategy((cfg.get("optimizer") or {}).get("_target_"),
+                                  strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy)
     for name, node in (_plain(cfg.get("callbacks")) or {}).items():
         if node is not None:
             if not isinstance(node, dict) or "_target_" not in node:

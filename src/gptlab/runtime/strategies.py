@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from lightning.pytorch.strategies import FSDPStrategy
@@ -24,3 +24,11 @@ def fsdp(activation_checkpointing: bool = True, **kwargs: Any) -> FSDPStrategy:
         activation_checkpointing_policy={Block} if activation_checkpointing else None,
         **kwargs,
     )
+
+
+def check_optimizer_fits_strategy(optimizer_target: Optional[str], strategy_target: Optional[str]) -> None:
+    """Muon orthogonalizes whole matrices; FSDP hands each rank a flat shard of them, so refuse before training."""
+    if optimizer_target and optimizer_target.endswith(".muon") and strategy_target and "fsdp" in strategy_target:
+        raise ConfigError("optimizer=muon cannot run under trainer=fsdp: FSDP shards each weight matrix across "
+                          "ranks and Muon's Newton–Schulz step needs the whole matrix. Use trainer=ddp (each rank "
+                          "holds full matrices) or optimizer=adamw with FSDP.")

@@ -16,7 +16,7 @@ from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.errors import ConfigError, NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
-from gptlab.train.optim import weight_decay_groups
+from gptlab.train.optim import param_groups
 
 
 def logging_step(trainer: L.Trainer) -> bool:
@@ -212,7 +212,8 @@ class GPTLitModule(L.LightningModule):
             # Lightning refuses to clip gradients of a fused optimizer under mixed precision (the fused step
             # unscales internally), so "fused where supported" means fp32 runs only.
             extra["fused"] = False
-        optimizer = self.optimizer_factory(weight_decay_groups(self.model, keywords.get("weight_decay", 0.0)), **extra)
+        groups = param_groups(self.optimizer_factory, self.model, keywords.get("weight_decay", 0.0))
+        optimizer = self.optimizer_factory(groups, **extra)
         if self.scheduler_factory is None:
             return optimizer
         total_steps = self.trainer.max_steps

@@ -7,7 +7,7 @@ step counter and resuming lands on the same lr.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -28,6 +28,13 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay, "name": "decay"},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "name": "no_decay"},
     ]
+
+
+def param_groups(factory: Callable[..., Optimizer], model: nn.Module, weight_decay: float) -> list[dict]:
+    """The groups an optimizer factory is called with: its function's own `param_groups(model, weight_decay)`
+    when it has one (Muon splits hidden matrices from embeddings and head), else `weight_decay_groups`."""
+    func = getattr(factory, "func", factory)  # a Hydra `_partial_` is a functools.partial
+    return getattr(func, "param_groups", weight_decay_groups)(model, weight_decay)
 
 
 def adamw(

@@ -1,0 +1,157 @@
+"""An ablation at each variant's own best learning rate: LR-sensitivity curves, Wortsman et al.'s sensitivity,
+best-LR selection on one set of seeds and the best-vs-best test on the others, and an edge-of-grid flag.
+
+Comparing two variants at one shared LR measures the LR as much as the variant (Wortsman et al. 2023, "Small-scale
+proxies for large-scale Transformer training instabilities"). Pure functions of `LrRun` records, so every number
+the report prints is checked on plain data (tests/test_lr_tuning.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gptlab.report.stats import Comparison, Summary, compare
+
+
+@dataclass(frozen=True)
+class LrRun:
+    """One finished job: its variant, LR and seed, and its final val loss and bpb (None: diverged)."""
+
+    variant: str
+    lr: float
+    seed: str
+    loss: float | None
+    bpb: float | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return self.loss is None or not math.isfinite(self.loss)
+
+
+@dataclass(frozen=True)
+class LrPoint:
+    """A variant at one LR over the seeds given: loss and bpb of the runs that finished, and how many diverged."""
+
+    lr: float
+    loss: Summary | None
+    bpb: Summary | None
+    diverged: int
+
+
+def capped(run: LrRun, cap: float) -> float:
+    """min(loss, L0): a diverged run, or one worse than the untrained model, counts as the loss at init."""
+    return cap if run.diverged else min(run.loss, cap)
+
+
+def lr_curve(runs: Sequence[LrRun]) -> list[LrPoint]:
+    """One variant's runs as a curve over its LR grid, lowest LR first (the sensitivity plot and table)."""
+    points = []
+    for lr in sorted({r.lr for r in runs}):
+        at = [r for r in runs if r.lr == lr]
+        ok = [r for r in at if not r.diverged]
+        points.append(LrPoint(lr, Summary.of([r.loss for r in ok]), Summary.of([r.bpb for r in ok]),
+                              len(at) - len(ok)))
+    return points
+
+
+def grid_losses(runs: Sequence[LrRun], cap: float) -> dict[float, float]:
+    """Per LR, the mean over seeds of the capped final loss."""
+    return {lr: float(np.mean([capped(r, cap) for r in runs if r.lr == lr])) for lr in sorted({r.lr for r in runs})}
+
+
+def sensitivity(runs: Sequence[LrRun], cap: float) -> float:
+    """Wortsman et al. 2023's LR sensitivity: E_lr[min(L(lr), L0) − min_lr L(lr)] over the grid, L(lr) the mean
+    final loss over seeds and L0 the loss at initialization (the cap for diverged runs). 0 means every LR of the
+    grid is as good as the best; lower is more robust. Comparable between variants only on the same grid."""
+    losses = grid_losses(runs, cap)
+    best = min(losses.values())
+    return float(np.mean([v - best for v in losses.values()]))
+
+
+@dataclass(frozen=True)
+class SeedSplit:
+    """Seeds the best LR is picked on, and seeds the best-vs-best test uses; `disjoint` False when they are the
+    same seeds (too few for both), which makes the comparison optimistic (the winner's curse)."""
+
+    select: tuple[str, ...]
+    test: tuple[str, ...]
+
+    @property
+    def disjoint(self) -> bool:
+        return not set(self.select) & set(self.test)
+
+
+def split_seeds(seeds: Sequence[str]) -> SeedSplit:
+    """The first ⌊n/2⌋ seeds (in sorted order) select, the rest (≥ 2, enough for Welch's test) test; with fewer
+    than 3 seeds both use all of them."""
+    ordered = tuple(sorted(set(seeds), key=lambda s: (len(s), s)))  # 2 before 10
+    if len(ordered) < 3:
+        return SeedSplit(ordered, ordered)
+    k = len(ordered) // 2
+    return SeedSplit(ordered[:k], ordered[k:])
+
+
+@dataclass(frozen=True)
+class BestLr:
+    lr: float
+    loss: float  # mean capped loss on the selection seeds
+    edge: str | None  # "lowest" / "highest" when the best is the grid's end: the optimum is not bracketed
+    grid: tuple[float, ...]
+
+    @property
+    def widen(self) -> str | None:
+        """What to do about an edge optimum, or None."""
+        if self.edge is None:
+            return None
+        side = "lower" if self.edge == "lowest" else "higher"
+        return f"best LR {self.lr:g} is the {self.edge} of the grid: widen the grid toward {side} LRs"
+
+
+def best_lr(runs: Sequence[LrRun], seeds: Sequence[str], cap: float) -> BestLr:
+    """The LR with the lowest mean capped loss on `seeds`; a tie goes to the lower LR (the safer one)."""
+    chosen = [r for r in runs if r.seed in set(seeds)]
+    if not chosen:
+        raise ValueError(f"no run of variant {runs[0].variant if runs else '?'} has a seed in {list(seeds)}")
+    losses = grid_losses(chosen, cap)
+    grid = tuple(sorted({r.lr for r in runs}))
+    lr = min(losses, key=lambda k: (losses[k], k))
+    edge = None if len(grid) < 2 else "lowest" if lr == grid[0] else "highest" if lr == grid[-1] else None
+    return BestLr(lr, losses[lr], edge, grid)
+
+
+@dataclass(frozen=True)
+class TunedResult:
+    """A variant at its own best LR, tested against the baseline at the baseline's best LR on `split.test`."""
+
+    variant: str
+    best: BestLr
+    sensitivity: float
+    test_losses: tuple[float, ...]  # capped final losses at the best LR on the test seeds
+    comparison: Comparison | None  # None for the baseline itself
+
+
+def tuned_comparison(runs: Sequence[LrRun], baseline: str, cap: float, alpha: float = 0.05
+                     ) -> tuple[SeedSplit, list[TunedResult]]:
+    """Every variant (in order of first appearance) at its best LR on the selection seeds, against the baseline's
+    best on the test seeds (Welch, gptlab.report.stats.compare)."""
+    split = split_seeds([r.seed for r in runs])
+    variants = list(dict.fromkeys(r.variant for r in runs))
+    if baseline not in variants:
+        raise ValueError(f"baseline {baseline!r} is not one of the variants {variants}")
+    results: dict[str, tuple[BestLr, float, tuple[float, ...]]] = {}
+    for v in variants:
+        mine = [r for r in runs if r.variant == v]
+        best = best_lr(mine, split.select, cap)
+        test = tuple(capped(r, cap) for r in mine if r.lr == best.lr and r.seed in set(split.test))
+        results[v] = (best, sensitivity(mine, cap), test)
+    base_test = results[baseline][2]
+    out = []
+    for v in variants:
+        best, sens, test = results[v]
+        comp = None if v == baseline or not test or not base_test else compare(base_test, test, alpha)
+        out.append(TunedResult(v, best, sens, test, comp))
+    return split, out

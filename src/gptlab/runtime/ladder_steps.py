@@ -1,0 +1,44 @@
+"""The scaling ladder's token rule, as an OmegaConf resolver: `trainer.max_steps: ${gptlab.ladder_steps:20}` trains
+each size for 20 tokens per non-embedding parameter (Chinchilla's compute-optimal ratio is ~20 per parameter).
+Hydra interpolation cannot multiply, and the parameter count depends on the composed model, hence a resolver.
+Importing this module registers it (gptlab.apps.train does, so every training entry point has it)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.errors import ConfigError
+from gptlab.model import GPTConfig
+from gptlab.model.accounting import count_parameters
+
+RESOLVER = "gptlab.ladder_steps"
+
+
+def non_embedding_parameters(model: dict[str, Any], vocab_size: int) -> int:
+    """Kaplan et al. 2020's N: parameters without the token embedding, the learned position table and an untied
+    head, so a tied and an untied model of one size get the same tokens (the report's `non-embedding` column
+    counts an untied head in, as it is compute)."""
+    counts = count_parameters(GPTConfig.for_tokenizer(model, vocab_size))
+    return counts["total"] - counts["embedding"] - counts["position"] - counts["head"]
+
+
+def ladder_steps(tokens_per_param: float, *, _root_: DictConfig) -> int:
+    """Optimizer steps that show the model tokens_per_param × N tokens: ⌈ratio · N / tokens per step⌉, with tokens
+    per step = global_batch_tokens, else data.batch_size × model.block_size (one device, no accumulation)."""
+    if not isinstance(tokens_per_param, (int, float)) or isinstance(tokens_per_param, bool) or tokens_per_param <= 0:
+        raise ConfigError(f"ladder_tokens_per_param={tokens_per_param!r} must be a positive number of tokens per "
+                          "non-embedding parameter (e.g. 20).")
+    model = OmegaConf.to_container(_root_.model, resolve=True)
+    vocab = model.get("vocab_size")
+    if vocab is None:
+        from hydra.utils import instantiate
+
+        vocab = instantiate(_root_.tokenizer).vocab_size
+    per_step = _root_.get("global_batch_tokens") or _root_.data.batch_size * model["block_size"]
+    return max(1, math.ceil(tokens_per_param * non_embedding_parameters(model, vocab) / per_step))
+
+
+OmegaConf.register_new_resolver(RESOLVER, ladder_steps, replace=True)
