@@ -17,12 +17,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
+from gptlab.train import quiet
 from gptlab.train.checkpoints import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.train.config_check import DATA, PATHS, TRAINER, boolean, check_table, positive_int
 from gptlab.train.guards import check_devices
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
+quiet.install()  # as train.py: no device lines, logger adverts or Lightning's internal deprecations
 
 
 def check_eval_config(cfg: DictConfig) -> None:
@@ -75,5 +77,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         if tasks:
             print(format_table({k: v for k, v in metrics.items() if not k.startswith("val/")}))
         print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))
-        atomic_write_text(Path(cfg.paths.output_dir) / "eval.json", json.dumps(metrics, indent=2) + "\n")
+        written = Path(cfg.paths.output_dir).absolute() / "eval.json"
+        atomic_write_text(written, json.dumps(metrics, indent=2) + "\n")
+        log.info("wrote %s", written)
     return metrics
