@@ -15,7 +15,8 @@ from typing import Iterator
 
 from gptlab.cli import find_config_error
 
-TENSORBOARD_DIR = "tensorboard"  # events: directly in it for a single run, in <overrides>/ for a sweep job
+# Events: in <run name>/ for a single run (directly in it in runs made before), in <overrides>/ for a sweep job.
+TENSORBOARD_DIR = "tensorboard"
 RESOLVED_CONFIG = "config_resolved.yaml"  # the fully resolved config of the run (sample.py rebuilds from it)
 SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 
