@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from helpers import TINY_MODEL, run_train
+from helpers import TINY_MODEL, run_train, train_in_process
 
 from gptlab.train.continuation import expected_warnings_silenced
 
@@ -84,3 +84,33 @@ def test_only_the_expected_warnings_are_silenced(tmp_path: Path) -> None:
                 for message in (not_empty, moved, "something else"):
                     warnings.warn(message, UserWarning, stacklevel=1)
         assert {str(w.message) for w in caught} == {not_empty, moved, "something else"} - silenced, ckpt
+
+
+def test_tensorboard_first_screen_from_the_event_files(tmp_path: Path) -> None:
+    """What TensorBoard shows first: no Lightning `epoch` chart, the run named by the run's name, and HParams values
+    of their own types (a boolean a bool, not 1.0)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    from gptlab.run_dir import event_files
+
+    run = tmp_path / "run"
+    train_in_process(run, "trainer.max_steps=2")
+    (events,) = event_files(run)
+    assert events.parent == run / "tensorboard" / "train"  # `tensorboard --logdir <run dir>` lists tensorboard/train
+    acc = EventAccumulator(str(events), size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "epoch" not in tags and {"train/loss", "val/loss"} <= set(tags)
+    content = acc.PluginTagToContent("hparams")
+    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    values = session.hparams
+    assert values["check_memory"].WhichOneof("kind") == "bool_value" and values["check_memory"].bool_value is True
+    batch_size = values["data.batch_size"]
+    assert batch_size.WhichOneof("kind") == "number_value" and batch_size.number_value == 4
+    assert values["model.norm"].WhichOneof("kind") == "string_value"
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    types = {info.name: info.type for info in experiment.hparam_infos}
+    assert types["check_memory"] == api_pb2.DATA_TYPE_BOOL and types["model.tie_weights"] == api_pb2.DATA_TYPE_BOOL
+    assert types["data.batch_size"] == api_pb2.DATA_TYPE_FLOAT64 and types["model.norm"] == api_pb2.DATA_TYPE_STRING
+    assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss", "hp/best_val_bpb"]
