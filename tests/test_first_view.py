@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from helpers import TINY_MODEL, run_train, train_in_process
+from helpers import TINY_MODEL, run_script, run_train, train_in_process
 
 from gptlab.train.continuation import expected_warnings_silenced
 
@@ -114,3 +114,16 @@ def test_tensorboard_first_screen_from_the_event_files(tmp_path: Path) -> None:
     assert types["check_memory"] == api_pb2.DATA_TYPE_BOOL and types["model.tie_weights"] == api_pb2.DATA_TYPE_BOOL
     assert types["data.batch_size"] == api_pb2.DATA_TYPE_FLOAT64 and types["model.norm"] == api_pb2.DATA_TYPE_STRING
     assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss", "hp/best_val_bpb"]
+
+
+def test_eval_is_quiet_and_says_where_eval_json_went(runs: dict) -> None:
+    run_dir = runs["a"][0]
+    out_dir = run_dir.parent / "eval_out"
+    proc = run_script("src/eval.py", [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={out_dir}",
+                                      *[o for o in RUN if o.startswith(("data.", "trainer.limit_val"))],
+                                      "trainer.accelerator=cpu"], cwd=run_dir.parent, check=True)
+    output = proc.stdout + proc.stderr
+    for noise in ("GPU available", "Tip:", "LeafSpec", "Validation", "limit_val_batches=1.0"):
+        assert noise not in output, output
+    assert f"wrote {out_dir / 'eval.json'}" in output and (out_dir / "eval.json").is_file()
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["val/loss"] > 0  # the JSON line stays stdout's last

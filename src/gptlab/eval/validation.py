@@ -76,8 +76,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                      metrics["val/ppl"], metrics["val/bpb"])
         if tasks:
             print(format_table({k: v for k, v in metrics.items() if not k.startswith("val/")}))
-        print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))
         written = Path(cfg.paths.output_dir).absolute() / "eval.json"
         atomic_write_text(written, json.dumps(metrics, indent=2) + "\n")
         log.info("wrote %s", written)
+        print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))  # last: scripts read stdout's last line
     return metrics
