@@ -126,19 +126,26 @@ def test_fetched_ranks_are_found_without_a_flag(gpt2_ranks, tmp_path, monkeypatc
         TiktokenTokenizer("gpt2")
 
 
-def test_download_error_is_printed_whole(monkeypatch, tmp_path) -> None:
+def test_download_error_is_one_clause_naming_the_host(monkeypatch, tmp_path) -> None:
+    """Without a network, gptlab's message names the host it could not reach, not urllib3's whole chain."""
+    import requests
     import tiktoken
 
     tail = "x" * 400 + " END-OF-MESSAGE"
 
     def offline(name):
-        raise ConnectionError(f"Failed to resolve 'openaipublic.blob.core.windows.net' {tail}")
+        raise requests.ConnectionError(f"HTTPSConnectionPool(host='openaipublic.blob.core.windows.net', port=443): "
+                                       f"Max retries exceeded (Caused by NameResolutionError({tail}))")
 
     monkeypatch.setattr(tiktoken, "get_encoding", offline)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as err:
         TiktokenTokenizer("gpt2")
-    assert str(err.value).endswith("END-OF-MESSAGE") and "fetch_gpt2_ranks.py" in str(err.value)
+    message = str(err.value)
+    assert "(no network: openaipublic.blob.core.windows.net could not be reached)" in message
+    assert "END-OF-MESSAGE" not in message and "NameResolutionError" not in message and "\n" not in message
+    assert str(tmp_path / "data" / "cache" / "tiktoken" / "gpt2.tiktoken") in message  # where it looked, absolute
+    assert "fetch_gpt2_ranks.py" in message
 
 
 def test_progress_bar_counts_optimizer_steps_of_the_whole_run(tmp_path, capsys) -> None:

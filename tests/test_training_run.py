@@ -35,7 +35,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _events(run_dir: Path) -> EventAccumulator:
     (path,) = event_files(run_dir)
-    assert path.parent == run_dir / "tensorboard"  # a single run's events: no subdir (only sweep jobs get one)
+    assert path.parent == run_dir / "tensorboard" / "train"  # a single run's events, named for TensorBoard by its name
     acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
     acc.Reload()
     return acc

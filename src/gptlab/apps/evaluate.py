@@ -18,11 +18,13 @@ from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
+from gptlab.runtime import quiet
 from gptlab.runtime.config_check import DATA, PATHS, TRAINER, boolean, check_table, positive_int
 from gptlab.runtime.guards import check_devices
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
+quiet.install()  # as train.py: no device lines, logger adverts or Lightning's internal deprecations
 
 
 def check_eval_config(cfg: DictConfig) -> None:
@@ -74,6 +76,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                      metrics["val/ppl"], metrics["val/bpb"])
         if tasks:
             print(format_table({k: v for k, v in metrics.items() if not k.startswith("val/")}))
-        print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))
-        atomic_write_text(Path(cfg.paths.output_dir) / "eval.json", json.dumps(metrics, indent=2) + "\n")
+        written = Path(cfg.paths.output_dir).absolute() / "eval.json"
+        atomic_write_text(written, json.dumps(metrics, indent=2) + "\n")
+        log.info("wrote %s", written)
+        print(json.dumps({"ckpt_path": str(cfg.ckpt_path), **metrics}))  # last: scripts read stdout's last line
     return metrics

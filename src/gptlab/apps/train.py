@@ -36,6 +36,7 @@ from gptlab.runtime import (
     ladder_steps,  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
     quiet,
 )
+from gptlab.runtime.continuation import expected_warnings_silenced
 from gptlab.runtime.early_checks import Checked, check_before_run
 from gptlab.runtime.hydra_ddp import ddp_job_scope
 from gptlab.runtime.preemption import PreemptionCheckpoint
@@ -43,6 +44,7 @@ from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_output_dirs, ch
 from gptlab.runtime.rank_watch import WATCH
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.final_validation import FinalValidation
+from gptlab.train.callbacks.training_clock import TrainingClock
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
@@ -61,10 +63,11 @@ def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
             if node is not None and "_target_" in node}
 
 
-def instantiate_loggers(group: DictConfig | None) -> list[Any]:
-    """The loggers; a sweep job's TensorBoard run gets the job's differing overrides as its version (its subdir
-    under <run dir>/tensorboard/), so TensorBoard's run list says which job is which without the HParams tab."""
-    name = sweep_jobs.sweep_job_name()
+def instantiate_loggers(group: DictConfig | None, run_name: str) -> list[Any]:
+    """The loggers; a TensorBoard run gets a version (its subdir under <run dir>/tensorboard/) that TensorBoard's run
+    list shows: a sweep job's differing overrides, so it says which job is which without the HParams tab, and a
+    single run's name (cfg.name: train, or the experiment's), not a bare `tensorboard`."""
+    name = sweep_jobs.sweep_job_name() or run_name
     loggers = []
     for node in (group or {}).values():
         if node is None or "_target_" not in node:
@@ -168,11 +171,11 @@ def _prepare(cfg: DictConfig, output_dir: Path, checked: Checked, ckpt_path: Opt
         nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
         token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
     )  # model.compile=true: the module compiles the forward that training and validation call
-    callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation()]
+    callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation(), TrainingClock()]
     smoke_test = bool(cfg.trainer.get("fast_dev_run"))
     if smoke_test:  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files (README)
         callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
-    loggers = instantiate_loggers(cfg.get("logger"))
+    loggers = instantiate_loggers(cfg.get("logger"), str(cfg.name))
     # callbacks.progress_bar=null means no bar, not Lightning's own default bar in its place.
     no_bar = {} if any(isinstance(c, ProgressBar) for c in callbacks) or "enable_progress_bar" in cfg.trainer \
         else {"enable_progress_bar": False}
@@ -228,7 +231,9 @@ def _train(cfg: DictConfig) -> Optional[float]:
         trainer._signal_connector.register_signal_handlers = lambda: None
         WATCH.start(trainer)  # the step a lost rank's message names (gptlab.runtime.rank_watch)
         # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        checkpoint_dirs = [c.dirpath for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
+        with expected_warnings_silenced(ckpt_path, checkpoint_dirs):
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         fit_seconds = time.perf_counter() - started
 
     checkpoint = next((c for c in callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "val/loss"), None)
@@ -238,7 +243,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
     candidates = [float(c) for c in candidates if c is not None]
     best = min(candidates) if candidates else None
     if trainer.is_global_zero and not trainer.fast_dev_run:
-        throughput = trainer.callback_metrics.get("throughput/tokens_per_sec")  # the callback's windowed rate
+        clock = next(c for c in callbacks if isinstance(c, TrainingClock))
         summary = {
             "name": cfg.name,
             "parameters": model.num_parameters(),
@@ -251,7 +256,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
             "tokens_per_step": tokens_per_step,
             "tokens_seen": trainer.global_step * tokens_per_step,
             "fit_seconds": fit_seconds,
-            "tokens_per_sec": None if throughput is None else float(throughput),
+            "tokens_per_sec": clock.tokens_per_sec(trainer.global_step, tokens_per_step),  # see TrainingClock
         }
         atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
     if best is not None and not trainer.fast_dev_run:

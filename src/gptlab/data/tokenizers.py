@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -112,6 +113,17 @@ def default_ranks_file(encoding: str) -> Optional[Path]:
     return next((directory / f"{n}.tiktoken" for n in names if (directory / f"{n}.tiktoken").is_file()), None)
 
 
+def download_failure(err: Exception) -> str:
+    """tiktoken's download error in one clause. A network failure names the host it could not reach: urllib3's
+    chained message repeats it over ~500 characters of pool and resolver internals."""
+    text = str(err)
+    host = re.search(r"host='([^']+)'|resolve '([^']+)'", text)
+    if isinstance(err, OSError):  # requests' ConnectionError and Timeout are OSErrors, as are the builtin ones
+        where = next(g for g in host.groups() if g) if host else "the download server"
+        return f"no network: {where} could not be reached"
+    return f"{type(err).__name__}: {(text.strip().splitlines() or [''])[0][:200]}"
+
+
 class TiktokenTokenizer:
     """A tiktoken BPE encoding. Documents are encoded as ordinary text: a literal "<|endoftext|>" inside a
     document is just characters, and only the corpus joins documents with the real end-of-text id."""
@@ -129,11 +141,12 @@ class TiktokenTokenizer:
             try:
                 self._enc = tiktoken.get_encoding(encoding)
             except Exception as err:  # tiktoken raises requests' errors, or ValueError on a bad hash
+                looked = Path(os.environ.get("GPTLAB_RANKS_DIR", DEFAULT_RANKS_DIR)).absolute() / f"{encoding}.tiktoken"
                 raise ConfigError(
-                    f"tiktoken could not download the ranks of tokenizer.encoding={encoding!r} and found none in "
-                    f"{os.environ.get('GPTLAB_RANKS_DIR', DEFAULT_RANKS_DIR)}/{encoding}.tiktoken. For gpt2/r50k_base, "
+                    f"tiktoken could not download the ranks of tokenizer.encoding={encoding!r} "
+                    f"({download_failure(err)}) and found none in {looked}. For gpt2/r50k_base, "
                     "`python scripts/fetch_gpt2_ranks.py` fetches the file there from PyPI; otherwise set "
-                    f"tokenizer.ranks_file=<path to {encoding}.tiktoken>. tiktoken said: {type(err).__name__}: {err}"
+                    f"tokenizer.ranks_file=<path to {encoding}.tiktoken>."
                 ) from err
         self.name = encoding
         self.vocab_size = self._enc.n_vocab

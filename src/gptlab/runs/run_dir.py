@@ -23,7 +23,8 @@ from typing import Callable, Iterable, Iterator, Optional
 from gptlab.errors import find_config_error
 from gptlab.runs.run_dir_lock import LOCK_FILE
 
-TENSORBOARD_DIR = "tensorboard"  # events: directly in it for a single run, in <overrides>/ for a sweep job
+# Events: in <run name>/ for a single run (directly in it in runs made before), in <overrides>/ for a sweep job.
+TENSORBOARD_DIR = "tensorboard"
 RESOLVED_CONFIG = "config_resolved.yaml"  # the fully resolved config of the run (sample.py rebuilds from it)
 SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scripts/ablation_report.py
 FAILURE_FILE = "failed.json"  # why a sweep job failed (diverged, refused for its values): the sweep went on

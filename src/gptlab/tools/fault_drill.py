@@ -37,6 +37,11 @@ RUN_OVERRIDES = [
 ]
 
 
+def event_names(events: Path) -> set[str]:
+    """The event files under a run's tensorboard/ (one subdir deep since runs are named there)."""
+    return {str(p.relative_to(events)) for p in events.rglob("events.out.tfevents.*")}
+
+
 @dataclass
 class DrillResult:
     steps: int
@@ -195,7 +200,7 @@ class Drill:
 
     def kill_at_random(self, proc: subprocess.Popen, events: Path, before: set[str], mean_seconds: float) -> bool:
         """SIGKILL at a random moment once this attempt has begun training (its event file exists)."""
-        while proc.poll() is None and not (events.is_dir() and set(os.listdir(events)) - before):
+        while proc.poll() is None and not (event_names(events) - before):
             time.sleep(0.01)
         deadline = time.monotonic() + self.rng.uniform(0.2, 1.8) * mean_seconds
         while proc.poll() is None and time.monotonic() < deadline:
@@ -213,7 +218,7 @@ class Drill:
         tmp_before = {str(p) for p in all_files(self.tmpdir)}
         for i in range(kills + 1):
             last_kill = i == kills
-            before = set(os.listdir(events)) if events.is_dir() else set()
+            before = event_names(events)
             proc = self.start(run_dir, "resume=auto")
             if last_kill:
                 proc.wait()

@@ -8,9 +8,9 @@ from typing import Mapping
 import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
-from torch.utils.tensorboard.summary import hparams
 
 from gptlab.runs.flat_config import flatten
+from gptlab.train.tensorboard_summaries import hparams_summaries
 
 METRICS = ("hp/best_val_loss", "hp/best_val_bpb")  # bpb: at the best val/loss, comparable across tokenizers
 # The parts of the run config that describe the experiment (paths, callbacks and logging do not).
@@ -26,7 +26,7 @@ class HParamsSummary(L.Callback):
         run = pl_module.hparams.get("run") or {}
         params = dict(flatten({k: v for k, v in run.items() if k in GROUPS or not isinstance(v, Mapping)}))
         params.pop("ckpt_path", None)
-        summaries = hparams(params, dict.fromkeys(METRICS, 0.0))  # the values are not written: this only names them
+        summaries = hparams_summaries(params, METRICS)  # names the metrics; their values are the logged scalars
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does

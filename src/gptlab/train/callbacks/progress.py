@@ -2,7 +2,9 @@
 
 Lightning's bar counts micro-batches of a pseudo-epoch and restarts every epoch, which says nothing about when
 a run of max_steps ends. This bar spans `trainer.max_steps` (continuing from the resumed step), so tqdm's ETA is
-the run's ETA. The loss is read (a device sync) only when the bar is redrawn.
+the run's ETA. The loss is read (a device sync) only when the bar is redrawn. Its `val` is redrawn after every
+validation, so the bar ends on the last one (the run's final val/loss), and it is closed (its line ended) when
+training stops on an exception, so what gptlab prints then starts on a line of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class StepProgressBar(ProgressBar):
         self._bar: Optional[tqdm] = None
         self._enabled = True
         self._last = (0, 0.0)  # (step, time) of the last redraw, for tokens/s
+        self._postfix: dict[str, str] = {}
 
     def disable(self) -> None:
         self._enabled = False
@@ -49,20 +52,30 @@ class StepProgressBar(ProgressBar):
         now = time.perf_counter()
         steps, seconds = step - self._last[0], now - self._last[1]
         tokens_per_step = getattr(pl_module, "tokens_per_step", None)
-        postfix = {}
+        postfix = self._postfix
         loss = outputs.get("loss") if isinstance(outputs, dict) else None
         if loss is not None:  # Lightning divides it by the accumulated micro-batches; show the batch's own loss
             postfix["loss"] = f"{float(loss) * trainer.accumulate_grad_batches:.3f}"
         if tokens_per_step and seconds > 0:
             postfix["tok/s"] = f"{steps * tokens_per_step / seconds:,.0f}"
-        val = trainer.callback_metrics.get("val/loss")
-        if val is not None:
-            postfix["val"] = f"{float(val):.3f}"
         bar.set_postfix(postfix, refresh=False)
         bar.update(step - bar.n)
         self._last = (step, now)
 
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        val = trainer.callback_metrics.get("val/loss")  # this validation's: Lightning updates it before this hook
+        if self._bar is None or trainer.sanity_checking or val is None:
+            return
+        self._postfix["val"] = f"{float(val):.3f}"
+        self._bar.set_postfix(self._postfix, refresh=True)
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._close()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._close()  # a preemption or a NaN: gptlab's message then starts on its own line
+
+    def _close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None

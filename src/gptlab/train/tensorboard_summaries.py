@@ -1,0 +1,35 @@
+"""HParams summaries with each value's own type, built from TensorBoard's protos.
+
+torch's `torch.utils.tensorboard.summary.hparams` tests `isinstance(v, (int, float))` before `bool`, so every
+boolean is written as the number 1.0 or 0.0 (HParams then shows `check_memory 1.0000`), and declares every
+number a float. Here booleans are bool values of type DATA_TYPE_BOOL, strings strings, and numbers numbers
+(protobuf's Value has no integer kind).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from tensorboard.compat.proto import summary_pb2
+from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+from tensorboard.plugins.hparams import summary_v2 as hp
+
+
+def _data_type(value: Any) -> int:
+    if isinstance(value, bool):
+        return api_pb2.DATA_TYPE_BOOL
+    if isinstance(value, (int, float)):
+        return api_pb2.DATA_TYPE_FLOAT64
+    return api_pb2.DATA_TYPE_STRING
+
+
+def hparams_summaries(params: Mapping[str, Any], metrics: Iterable[str]) -> list[summary_pb2.Summary]:
+    """The experiment (each hparam's name and type, the metric tags) and this run's session values."""
+    experiment = api_pb2.Experiment(
+        hparam_infos=[api_pb2.HParamInfo(name=k, type=_data_type(v)) for k, v in params.items()],
+        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in metrics],
+    )
+    summary = summary_pb2.Summary()
+    summary.value.add(tag=metadata.EXPERIMENT_TAG, tensor=metadata.NULL_TENSOR,
+                      metadata=metadata.create_summary_metadata(plugin_data_pb2.HParamsPluginData(experiment=experiment)))
+    return [summary, hp.hparams_pb(dict(params))]

@@ -1,0 +1,129 @@
+"""What a user sees first tells the truth: the progress bar ends on the run's final val/loss, run_summary.json
+always has a measured tokens_per_sec, continuing a run prints none of Lightning's expected warnings, and a
+preemption's line starts on a line of its own."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+from helpers import TINY_MODEL, run_script, run_train, train_in_process
+
+from gptlab.runtime.continuation import expected_warnings_silenced
+
+# The bar redrawn every step, validation every 2 steps; the default throughput window (20) never fills.
+RUN = [*TINY_MODEL, "data.batch_size=4", "trainer.accelerator=cpu", "trainer.val_check_interval=2",
+       "trainer.limit_val_batches=2", "trainer.enable_model_summary=false", "callbacks.progress_bar.refresh_rate=1",
+       "callbacks.text_samples.max_new_tokens=4"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """a: 3 steps; b: a continued in its own dir (resume=auto) and SIGTERMed; c: a continued in a new dir."""
+    root = tmp_path_factory.mktemp("first_view")
+    a, c = root / "a", root / "c"
+    first = run_train([f"hydra.run.dir={a}", *RUN, "trainer.max_steps=3"], cwd=root, check=True)
+    last = a / "checkpoints" / "last.ckpt"
+    step_of_last = 3
+    killed = run_train([f"hydra.run.dir={a}", *RUN, "trainer.max_steps=6", "resume=auto",
+                        "+callbacks.kill._target_=helpers.KillAtStep", "+callbacks.kill.step=4",
+                        "+callbacks.kill.signal_name=SIGTERM"], cwd=root)
+    continued = run_train([f"hydra.run.dir={c}", *RUN, "trainer.max_steps=7", f"ckpt_path={last}"], cwd=root,
+                          check=True)
+    return {"a": (a, first), "b": killed, "c": (c, continued), "resumed_at": step_of_last}
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run_summary.json").read_text())
+
+
+def test_the_bar_ends_on_the_final_validation(runs: dict) -> None:
+    run_dir, proc = runs["a"]
+    shown = re.findall(r"val=(\d+\.\d+)", proc.stderr)
+    assert shown, proc.stderr[-2000:]
+    final = summary(run_dir)["final_val_loss"]
+    assert shown[-1] == f"{final:.3f}"  # validations at steps 2 and 3 (the last): the bar shows step 3's
+
+
+def test_tokens_per_sec_is_measured_for_short_and_continued_runs(runs: dict) -> None:
+    for key, steps in (("a", 3), ("c", 7 - runs["resumed_at"])):
+        values = summary(runs[key][0])
+        rate = values["tokens_per_sec"]
+        assert isinstance(rate, float) and rate > 0, (key, values)
+        # Training seconds exclude validation and start-up, so the rate is at least the whole fit's average.
+        assert rate >= steps * values["tokens_per_step"] / values["fit_seconds"], (key, values)
+
+
+def test_continuing_prints_no_expected_lightning_warnings(runs: dict) -> None:
+    killed, continued = runs["b"], runs["c"][1]
+    assert "exists and is not empty" not in killed.stderr, killed.stderr[-3000:]  # resume=auto in its own dir
+    assert "The dirpath has changed" not in continued.stderr, continued.stderr[-3000:]  # ckpt_path, a new dir
+
+
+def test_the_preempted_line_starts_on_its_own_line(runs: dict) -> None:
+    killed = runs["b"]
+    assert killed.returncode == 143, killed.stderr[-3000:]
+    lines = killed.stderr.split("\n")
+    assert any(line.startswith("gptlab: preempted (SIGTERM") for line in lines), killed.stderr[-3000:]
+    assert "train:" in killed.stderr  # the bar was there, and was ended before the message
+
+
+def test_only_the_expected_warnings_are_silenced(tmp_path: Path) -> None:
+    here, elsewhere = tmp_path / "run" / "checkpoints", tmp_path / "other" / "checkpoints"
+    not_empty = f"Checkpoint directory {here} exists and is not empty."
+    moved = (f"The dirpath has changed from '{elsewhere}' to '{here}', therefore `best_model_score` ... won't be "
+             "reloaded. Only `best_model_path` will be reloaded.")
+    for ckpt, silenced in [(here / "last.ckpt", {not_empty, moved}), (elsewhere / "last.ckpt", {moved}),
+                           (None, set())]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with expected_warnings_silenced(None if ckpt is None else str(ckpt), [here]):
+                for message in (not_empty, moved, "something else"):
+                    warnings.warn(message, UserWarning, stacklevel=1)
+        assert {str(w.message) for w in caught} == {not_empty, moved, "something else"} - silenced, ckpt
+
+
+def test_tensorboard_first_screen_from_the_event_files(tmp_path: Path) -> None:
+    """What TensorBoard shows first: no Lightning `epoch` chart, the run named by the run's name, and HParams values
+    of their own types (a boolean a bool, not 1.0)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    from gptlab.runs.run_dir import event_files
+
+    run = tmp_path / "run"
+    train_in_process(run, "trainer.max_steps=2")
+    (events,) = event_files(run)
+    assert events.parent == run / "tensorboard" / "train"  # `tensorboard --logdir <run dir>` lists tensorboard/train
+    acc = EventAccumulator(str(events), size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "epoch" not in tags and {"train/loss", "val/loss"} <= set(tags)
+    content = acc.PluginTagToContent("hparams")
+    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    values = session.hparams
+    assert values["check_memory"].WhichOneof("kind") == "bool_value" and values["check_memory"].bool_value is True
+    batch_size = values["data.batch_size"]
+    assert batch_size.WhichOneof("kind") == "number_value" and batch_size.number_value == 4
+    assert values["model.norm"].WhichOneof("kind") == "string_value"
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    types = {info.name: info.type for info in experiment.hparam_infos}
+    assert types["check_memory"] == api_pb2.DATA_TYPE_BOOL and types["model.tie_weights"] == api_pb2.DATA_TYPE_BOOL
+    assert types["data.batch_size"] == api_pb2.DATA_TYPE_FLOAT64 and types["model.norm"] == api_pb2.DATA_TYPE_STRING
+    assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss", "hp/best_val_bpb"]
+
+
+def test_eval_is_quiet_and_says_where_eval_json_went(runs: dict) -> None:
+    run_dir = runs["a"][0]
+    out_dir = run_dir.parent / "eval_out"
+    proc = run_script("src/eval.py", [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={out_dir}",
+                                      *[o for o in RUN if o.startswith(("data.", "trainer.limit_val"))],
+                                      "trainer.accelerator=cpu"], cwd=run_dir.parent, check=True)
+    output = proc.stdout + proc.stderr
+    for noise in ("GPU available", "Tip:", "LeafSpec", "Validation", "limit_val_batches=1.0"):
+        assert noise not in output, output
+    assert f"wrote {out_dir / 'eval.json'}" in output and (out_dir / "eval.json").is_file()
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["val/loss"] > 0  # the JSON line stays stdout's last
