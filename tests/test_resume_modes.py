@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN, load_checkpoint, run_train, train_in_process
 
+from gptlab.runs.run_dir_lock import LOCK_FILE
+
 RUN = [*TINY_RUN, "trainer.max_steps=2", "trainer.val_check_interval=2", "data.store=memory"]
 
 
 def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*"))}
+    """Every path with its content hash; the lock file only by name (each run that takes the lock writes its own
+    pid and command there, see gptlab.runs.run_dir_lock)."""
+    return {str(p.relative_to(root)): "dir" if p.is_dir() else "lock" if p.name == LOCK_FILE else
+            hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))}
 
 
 @pytest.fixture(scope="module")

@@ -98,9 +98,9 @@ class Finished:
     def message(self, output_dir: Path) -> str:
         best = "" if self.best_val_loss is None else f", best val/loss {self.best_val_loss:.4f}"
         return (f"{output_dir} is finished: its newest checkpoint ({self.checkpoint}) is at step {self.step} of "
-                f"trainer.max_steps={self.max_steps}{best}; nothing was run and no file changed. To train it "
-                f"further, raise trainer.max_steps (e.g. trainer.max_steps={2 * self.max_steps} resume=auto "
-                f"hydra.run.dir={output_dir}).")
+                f"trainer.max_steps={self.max_steps}{best}; nothing was run and its files were left as they were. "
+                f"To train it further, raise trainer.max_steps (e.g. trainer.max_steps={2 * self.max_steps} "
+                f"resume=auto hydra.run.dir={output_dir}).")
 
 
 def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str]) -> Optional[Finished]:
