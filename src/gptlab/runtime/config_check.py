@@ -22,7 +22,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.runs.sweep_jobs import in_sweep_job
+from gptlab.runs import sweep_jobs
 from gptlab.runtime.option_relevance import ignored_options
 from gptlab.runtime.strategies import check_optimizer_fits_strategy
 
@@ -298,7 +298,7 @@ def check_config(cfg: DictConfig) -> None:
             if not isinstance(node, dict) or "_target_" not in node:
                 raise _fail(f"callbacks.{name}", node, "use a callback node with a _target_, or null to drop it")
             check_table(f"callbacks.{name}.", node, CALLBACKS)
-    for warning in ignored_options(cfg, in_sweep_job()):  # refuses in a single run what has no effect at all
+    for warning in ignored_options(cfg, sweep_jobs.in_sweep_job()):  # refuses in a single run what has no effect at all
         log.warning(warning)
 
 

@@ -65,9 +65,21 @@ def check_attention_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
                           "use model.attn_impl=auto or chunked, or torch>=2.5.")
 
 
+# Configs this process has already passed, by their text: the Hydra callback checks before the run dir exists and
+# train() checks again (for callers without Hydra); the second time costs nothing and repeats no warning.
+_PASSED: dict[str, Checked] = {}
+
+
 def check_before_run(cfg: DictConfig) -> Checked:
     """Raises ConfigError for a config this machine would refuse at any later point; builds the tokenizer and the
     model config on the way (a missing tokenizer file is a refusal too)."""
+    key = OmegaConf.to_yaml(cfg)
+    if key not in _PASSED:
+        _PASSED[key] = _check_before_run(cfg)
+    return _PASSED[key]
+
+
+def _check_before_run(cfg: DictConfig) -> Checked:
     check_config(cfg)  # types and ranges of every group: a second, before anything heavy
     resume_mode(cfg)  # a bad `resume` value or resume together with ckpt_path
     launcher = is_launcher()
