@@ -20,6 +20,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import gptlab.config  # noqa: F401  (registers the schemas that conf/ names)
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 CONF_DIR = ROOT / "conf"

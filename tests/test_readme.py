@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from helpers import CHECKOUT_ENV, ROOT, compose_config, write_corpus
 
+from gptlab.config.check import check as check_config
 from gptlab.errors import ConfigError
 from gptlab.train import guards
-from gptlab.train.config_check import check_config
 
 README = ROOT / "README.md"
 MARKER = re.compile(r"<!--\s*readme-test:\s*append\s+(.*?)\s*-->")  # a line of its own (fullmatch)

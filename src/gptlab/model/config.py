@@ -21,45 +21,71 @@ ATTN_KINDS = ("dense", "local", "strided")  # which keys a layer's queries see: 
 ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
 
 
+def _f(default: Any, help: str) -> Any:
+    """A field with its user documentation, written once: gptlab.config's reference page and the comments of
+    conf/model/base.yaml are checked against it."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class GPTConfig:
     """Symbols follow [S0]: d=vocab_size, T=block_size, D=n_embd, H=n_head, M=n_layer."""
 
-    vocab_size: Optional[int] = None  # d; None = take it from the tokenizer
-    block_size: int = 256  # T, the longest context
-    n_layer: int = 4  # M
-    n_head: int = 4  # H
-    n_embd: int = 128  # D
-    head_dim: Optional[int] = None  # D_K; None = n_embd // n_head
-    v_head_dim: Optional[int] = None  # D_V; None = head_dim
-    d_ff: Optional[int] = None  # hidden width of the MLP; None = 4 * n_embd
-    mlp_layers: int = 2  # L, linear layers in the MLP
-    norm: str = "pre"  # pre (GPT-2/3, eq. 9) | post (GPT-1, original Transformer)
-    final_norm: Optional[bool] = None  # None = True for pre-LN (eq. 10), False for post-LN
-    pos_emb: str = "learned"  # learned (eq. 2) | sinusoidal | none | rope (RoFormer) | alibi (Press et al.)
-    tie_weights: bool = True  # W_head = E_1^T
-    activation: str = "gelu_tanh"  # gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated, Shazeer 2020)
-    attn_bias: bool = True  # biases of the Q/K/V and output projections
-    qkv_bias: Optional[bool] = None  # Q/K/V biases alone; None = attn_bias (GPT-Neo: False, with out bias)
-    mlp_bias: bool = True  # biases b_i of the MLP layers
-    dropout: float = 0.0  # on embeddings, attention probabilities and residual branches
-    layer_norm_eps: float = 1e-5
+    vocab_size: Optional[int] = _f(None, "d; null = take it from the tokenizer")
+    block_size: int = _f(256, "T, context length")
+    n_layer: int = _f(4, "M, number of blocks")
+    n_head: int = _f(4, "H, attention heads")
+    n_embd: int = _f(128, "D, residual width")
+    head_dim: Optional[int] = _f(None, "D_K per head; null = n_embd // n_head")
+    v_head_dim: Optional[int] = _f(None, "D_V per head; null = head_dim")
+    d_ff: Optional[int] = _f(
+        None,
+        "MLP hidden width; null = 4 * n_embd, or for swiglu/geglu 8/3 * n_embd rounded to a multiple of 64 (same "
+        "parameters as the 4 * n_embd ungated MLP: 3 matrices instead of 2)"
+    )
+    mlp_layers: int = _f(2, "L, linear layers in the MLP (2 in GPT-2/3)")
+    norm: str = _f("pre", "pre (GPT-2/3, eq. 9) | post (GPT-1, original Transformer)")
+    final_norm: Optional[bool] = _f(None, "null = true for pre-LN (eq. 10), false for post-LN")
+    pos_emb: str = _f(
+        "learned", "learned (eq. 2) | sinusoidal | none | rope (rotary, RoFormer) | alibi (linear biases)"
+    )
+    tie_weights: bool = _f(True, "head shares the token embedding (W_head = E_1^T)")
+    activation: str = _f(
+        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)"
+    )
+    attn_bias: bool = _f(True, "biases in the Q/K/V and output projections")
+    qkv_bias: Optional[bool] = _f(
+        None, "biases on Q/K/V alone; null = attn_bias (GPT-Neo: false, bias on the output only)"
+    )
+    mlp_bias: bool = _f(True, "biases in the MLP layers")
+    dropout: float = _f(0.0, "embeddings, attention probabilities, residual branches")
+    layer_norm_eps: float = _f(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)")
     # Sparse attention ([S3], GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
-    attn_pattern: list[str] = field(default_factory=lambda: ["dense"])  # dense | local | strided, cycled
-    attn_window: int = 256  # w: local sees i - w < j <= i; strided sees j <= i with w | (i - j)
-    attn_impl: str = "auto"  # auto | sdpa | chunked | flex: how local/strided layers are computed
-    attn_scale: Optional[float] = None  # score scale; None = 1/sqrt(D_K) (eq. 5), GPT-Neo uses 1.0
+    attn_pattern: list[str] = _f(
+        ["dense"], "kinds cycled over layers: dense | local | strided, e.g. [dense, local] as GPT-3"
+    )
+    attn_window: int = _f(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0")
+    attn_impl: str = _f("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex (GPU)")
+    attn_scale: Optional[float] = _f(None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0")
     # Post-GPT-3 toggles (GPT-2 -> LLaMA and the speedrun tricks); all off = GPT-2/3 exactly.
-    norm_type: str = "layernorm"  # layernorm | rmsnorm (Zhang & Sennrich 2019), for every norm of the model
-    rope_theta: float = 10000.0  # RoPE base: pair i of a head rotates by p * theta^(-2i/R)
-    rope_fraction: float = 1.0  # share of each head's D_K that rotates (partial rotary, GPT-NeoX/J use 0.25)
-    qk_norm: bool = False  # normalise each head's queries and keys (norm_type, learned gain) before Q K^T
-    z_loss: float = 0.0  # PaLM's auxiliary loss coefficient: + z_loss * mean(log^2 Z); training only (1e-4 in PaLM)
-    logit_softcap: Optional[float] = None  # logits -> c * tanh(logits / c) (Gemma 2 uses 30); None = no cap
+    norm_type: str = _f(
+        "layernorm", "layernorm | rmsnorm (no mean, no bias), for every norm: pre, post, final and qk_norm"
+    )
+    rope_theta: float = _f(10000.0, "RoPE base (pos_emb=rope): pair i of a head turns by position * theta^(-2i/R)")
+    rope_fraction: float = _f(1.0, "share of each head's dims RoPE rotates, R = fraction * head_dim (GPT-J/NeoX: 0.25)")
+    qk_norm: bool = _f(False, "normalise each head's queries and keys (norm_type, learned gain) before Q K^T")
+    z_loss: float = _f(0.0, "PaLM auxiliary loss: + z_loss * mean(log^2 Z) on the training loss (PaLM: 1e-4); 0 = off")
+    logit_softcap: Optional[float] = _f(
+        None, "cap the output logits at c * tanh(logits / c) (Gemma 2: 30); null = no cap"
+    )
     # How the model runs, not what it computes: the same weights and outputs either way.
-    activation_checkpointing: bool = False  # recompute each block in backward instead of storing activations
-    compile: bool = False  # the training entry point wraps the model with torch.compile
-    pad_vocab_to: Optional[int] = None  # round the embedding/head rows up to a multiple of this (64: 50257 → 50304)
+    activation_checkpointing: bool = _f(False, "recompute each block in backward: less memory, ~1/3 more compute")
+    compile: bool = _f(False, "torch.compile the model for training (first steps are slow while it compiles)")
+    pad_vocab_to: Optional[int] = _f(
+        None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d"
+    )
 
     def __post_init__(self) -> None:
         self._validate()

@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
+from gptlab.config.check import check
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
@@ -28,7 +29,6 @@ from gptlab.train.callbacks import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.checkpoint_io import AtomicCheckpointIO
 from gptlab.train.checkpoints import check_resumable, newest_loadable_checkpoint, read_checkpoint, resolve_checkpoint
-from gptlab.train.config_check import check_config
 from gptlab.train.guards import check_devices, check_memory
 from gptlab.train.hydra_ddp import ddp_job_scope
 from gptlab.train.module import GPTLitModule
@@ -153,7 +153,7 @@ def train(cfg: DictConfig) -> Optional[float]:
 
 def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
     """Every check, then the objects; a ConfigError from here leaves no run dir behind."""
-    check_config(cfg)  # types and ranges of every group: a second, before anything heavy
+    check(cfg)  # appended keys, ranges and cross-field rules (Hydra checked the types): before anything heavy
     launcher = int(os.environ.get("LOCAL_RANK", "0")) == 0  # ranks Lightning started itself were checked by rank 0
     if launcher:
         check_devices(cfg.trainer)  # before Lightning spawns a process per device
