@@ -12,12 +12,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli import user_errors_exit
+from gptlab.config.entry import main as gptlab_main
 from gptlab.errors import ConfigError
 from gptlab.eval.hf_export import export_tokenizer
 from gptlab.train.checkpoints import load_model, recorded_tokenizer
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")
+@gptlab_main(config_name="export_hf")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     model, hparams = load_model(cfg.ckpt_path)

@@ -8,12 +8,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.cli import user_errors_exit
+from gptlab.config.entry import main as gptlab_main
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.tools.planning import format_plan, make_plan
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="plan")
+@gptlab_main(config_name="plan")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     tokens = cfg.get("tokens")

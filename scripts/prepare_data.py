@@ -7,14 +7,14 @@ and is a no-op when the shards are complete. See conf/prepare_data.yaml.
 
 import logging
 
-import hydra
 from omegaconf import DictConfig
 
 from gptlab.cli import user_errors_exit
+from gptlab.config.entry import main as gptlab_main
 from gptlab.data.prepare_cli import prepare_from_config
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")
+@gptlab_main(config_name="prepare_data")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

@@ -26,6 +26,8 @@ from gptlab.model import GPTConfig
 
 KNOWN = set(SCHEMAS.values()) | set(BY_TARGET.values()) | {Runtime}
 NAMED_NODES = ("callbacks", "logger")  # groups that are dicts of named constructor nodes
+# Constructor arguments that gptlab's code passes (the parameter groups, the tokenizer, the callbacks...).
+PASSED_BY_GPTLAB = {"params", "tokenizer", "optimizer", "total_steps", "callbacks", "logger", "plugins"}
 
 
 def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> None:
@@ -69,16 +71,23 @@ def check_node(prefix: str, node: DictConfig) -> None:
 
 
 def check_appended(prefix: str, node: DictConfig, schema: type, extra: list[str]) -> None:
-    """Keys added with `+`: a constructor argument (checked where gptlab knows its range), else refused."""
-    params = target_parameters(node) if "_target_" in node else None
+    """Keys added with `+`: an argument of the node's constructor (checked where gptlab knows its range), else
+    refused naming the closest. A constructor that takes **kwargs (or cannot be imported) decides itself."""
+    target = node.get("_target_")
+    params = target_parameters(node) if target is not None else set()
+    if params is None:
+        return
     for key in extra:
-        if params is not None and key in params:
+        if key in params and key not in PASSED_BY_GPTLAB:
             rule = getattr(schema, "appended", {}).get(key)
             if rule is not None:
                 rule(f"{prefix}{key}", plain(node[key]))
             continue
-        known = params if params is not None else schema_fields(schema)
-        raise ConfigError(unknown_key(f"{prefix}{key}", known))
+        settings = [k for k in schema_fields(schema) if k not in ("_target_", "_partial_")]
+        if key in PASSED_BY_GPTLAB:
+            raise ConfigError(f"{prefix}{key} is passed by gptlab itself; drop it from the config.")
+        raise ConfigError(unknown_key(f"{prefix}{key}", settings, target=target,
+                                      candidates=(params or set()) - PASSED_BY_GPTLAB))
 
 
 def check_model(node: Any) -> None:

@@ -39,18 +39,22 @@ def renamed(full_key: str) -> Optional[str]:
             f"use {new}=... instead.")
 
 
-def unknown_key(full_key: str, known: Iterable[str], extra: str = "") -> str:
-    """The message for a key a node does not have: the closest known key, and every key it has."""
+def unknown_key(full_key: str, known: Iterable[str], extra: str = "", target: Optional[str] = None,
+                candidates: Iterable[str] = ()) -> str:
+    """The message for a key a node does not have: the closest of its keys (and of its constructor's arguments,
+    `candidates`), and the keys it has."""
     moved = renamed(full_key)
     if moved:
         return moved
     parent, _, key = full_key.rpartition(".")
     prefix = f"{parent}." if parent else ""
-    known = sorted(str(k) for k in known)
-    where = parent or "the top level of the config"
-    hint = extra or did_you_mean(key, known, prefix)  # a constructor argument the user meant needs no other guess
-    return (f"{full_key} is not a key of {where}.{hint} "
-            f"Its keys: {', '.join(known)}.")
+    known = sorted(str(k) for k in known if parent or k != "hydra")  # Hydra's own node is not the user's
+    if target:
+        what = f"{full_key} is not an argument of {target}."
+    else:
+        what = f"{full_key} is not a key of {parent or 'the top level of the config'}."
+    hint = extra or did_you_mean(key, [*known, *candidates], prefix)  # a constructor argument needs no other guess
+    return f"{what}{hint} Its keys: {', '.join(known)}."
 
 
 def describe(hint: Any) -> str:
