@@ -64,7 +64,7 @@ def test_memory_guard_refuses_with_numbers_and_knobs(monkeypatch) -> None:
     message = str(err.value)
     est = estimate_memory(cfg, 32, two_cpu_ranks, "cpu")
     assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "8 process(es)" in message
-    for knob in ("data.batch_size=16", "model.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
+    for knob in ("data.batch_size=16", "runtime.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
         assert knob in message
 
 

@@ -3,6 +3,7 @@ option meant for a group, the new name of a renamed key, the type a value must h
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import types
@@ -61,20 +62,43 @@ def describe(hint: Any) -> str:
     """A type annotation as a user reads it: 'an integer or null'."""
     if typing.get_origin(hint) in (Union, types.UnionType):
         return " or ".join("null" if a is type(None) else describe(a) for a in typing.get_args(hint))
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
     if typing.get_origin(hint) is list or hint is list:
         args = typing.get_args(hint)
-        return f"a list of {describe(args[0])}s, e.g. [a, b]" if args else "a list, e.g. [a, b]"
+        plural = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
+        return f"a list of {plural.get(args[0], 'values')}, e.g. [a, b]" if args else "a list, e.g. [a, b]"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
     return names.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def wrong_type(err: ValidationError) -> str:
-    schema = err.object_type
-    hint = None
-    if isinstance(schema, type) and err.key is not None:
-        hint = typing.get_type_hints(schema).get(str(err.key))
+    """A value of the wrong type, worded as the field's own check words it (its range too), else by its type."""
+    schema, key, value = err.object_type, str(err.key), err.value
+    own = own_check_message(schema, key, str(err.full_key), value)
+    if own:
+        return own
+    hint = typing.get_type_hints(schema).get(key) if isinstance(schema, type) else None
     wanted = f"use {describe(hint)}" if hint is not None else first_line(err.msg)
-    return f"{err.full_key}={err.value!r} is invalid: {wanted}."
+    return f"{err.full_key}={value!r} is invalid: {wanted}."
+
+
+def own_check_message(schema: Any, key: str, full_key: str, value: Any) -> Optional[str]:
+    """The message the field's range check (or GPTConfig's validation) gives `value`, if it refuses it."""
+    from gptlab.config.fields import check_of
+    from gptlab.errors import ConfigError
+    from gptlab.model import GPTConfig
+
+    try:
+        if schema is GPTConfig and full_key == f"model.{key}":
+            GPTConfig(**{"vocab_size": 1, key: value})
+        elif dataclasses.is_dataclass(schema):
+            rule = {f.name: check_of(f) for f in dataclasses.fields(schema)}.get(key)
+            if rule is not None:
+                rule(full_key, value)
+    except ConfigError as refused:
+        return str(refused)
+    except (TypeError, ValueError, AttributeError):  # GPTConfig's arithmetic on a value of another type
+        return None
+    return None
 
 
 def missing_option(err: MissingConfigException) -> str:

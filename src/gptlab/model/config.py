@@ -1,7 +1,9 @@
 """GPTConfig: every architecture toggle of docs/model.md as one flat dataclass.
 
 The fields are flat so a Hydra override stays short (`model.norm=post`), and `conf/model/*.yaml`
-holds exactly these fields, so `GPTConfig(**cfg.model)` builds it directly.
+holds exactly these fields, so `GPTConfig(**cfg.model)` builds it directly. It is also the model group's
+schema (gptlab.config registers it with Hydra): each field's type, default and help are declared here once.
+How the model runs (compile, activation checkpointing) is the trainer's `runtime`, not part of this config.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")  # their MLP layers before an activation produce 2 x d_ff: gate and value
 ATTN_KINDS = ("dense", "local", "strided")  # which keys a layer's queries see: sparse_attention.py
 ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
+
+
+# Fields GPTConfig had until runtime choices moved to the trainer's side (the run config's `runtime` node).
+RUNTIME_FIELDS_BEFORE = ("compile", "activation_checkpointing")
 
 
 def _f(default: Any, help: str) -> Any:
@@ -80,9 +86,6 @@ class GPTConfig:
     logit_softcap: Optional[float] = _f(
         None, "cap the output logits at c * tanh(logits / c) (Gemma 2: 30); null = no cap"
     )
-    # How the model runs, not what it computes: the same weights and outputs either way.
-    activation_checkpointing: bool = _f(False, "recompute each block in backward: less memory, ~1/3 more compute")
-    compile: bool = _f(False, "torch.compile the model for training (first steps are slow while it compiles)")
     pad_vocab_to: Optional[int] = _f(
         None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d"
     )
@@ -204,8 +207,10 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> GPTConfig:
-        """Build from a plain mapping (a Hydra node or a checkpoint), rejecting unknown keys by name."""
+        """Build from a plain mapping (a Hydra node or a checkpoint), rejecting unknown keys by name. Checkpoints
+        written before the runtime flags left the architecture still carry them: they are dropped."""
         known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in values.items() if k not in RUNTIME_FIELDS_BEFORE}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown model field(s) {unknown}; known fields: {sorted(known)}.")

@@ -28,6 +28,9 @@ class GPT(nn.Module):
         if cfg.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
         self.config = cfg
+        # How it runs, not what it computes (the trainer's runtime.activation_checkpointing): recompute each block
+        # in backward instead of keeping its activations. Not in GPTConfig, so checkpoints never record it.
+        self.activation_checkpointing = False
         self.tok_emb = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # E_1
         if cfg.pos_emb == "learned":
             self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)  # E_2 (eq. 2)
@@ -82,7 +85,7 @@ class GPT(nn.Module):
         (D x d) is the largest matmul of a small model."""
         x = self.embed(idx, start_pos=caches[0].length if caches else 0)
         for i, block in enumerate(self.blocks):
-            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 # Keep only each block's input; its activations are recomputed in backward (memory for time).
                 x = checkpoint(block, x, use_reentrant=False)
             else:

@@ -39,15 +39,16 @@ class GPTLitModule(L.LightningModule):
         run_config: Optional[dict[str, Any]] = None,
         nonfinite_check_every: int = 10,
         token_bytes: Optional[torch.Tensor] = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.model = model
-        # model.compile: training and validation call the compiled forward; sampling (model.generate, a new
+        # runtime.compile: training and validation call the compiled forward; sampling (model.generate, a new
         # length every token) calls the plain model and never compiles. dynamic=False on purpose: a run has
         # two shapes (the micro-batch and the last partial val batch), each compiled once, and static shapes
         # give inductor the most to fuse. A function, not an nn.Module, so the state_dict keys stay the model's.
         self.forward_fn: Callable[[torch.Tensor], torch.Tensor] = (
-            torch.compile(model.forward, dynamic=False) if model.config.compile else model.forward
+            torch.compile(model.forward, dynamic=False) if compile else model.forward
         )
         every = nonfinite_check_every
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:

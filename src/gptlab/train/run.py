@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.config.check import check
+from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
@@ -162,9 +163,11 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
 
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    runtime = Runtime(**cfg.get("runtime", {}))  # how the model runs: compile, activation checkpointing
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)  # before anything slow: fail fast
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
-        check_memory(model_cfg, cfg.data.batch_size, cfg.trainer)  # before the model's tensors are allocated
+        check_memory(model_cfg, cfg.data.batch_size, cfg.trainer,  # before the model's tensors are allocated
+                     activation_checkpointing=runtime.activation_checkpointing)
     warning = vocab_warning(model_cfg, cfg.model.get("vocab_size"), tokenizer)
     if warning:
         log.warning(warning)
@@ -172,6 +175,7 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
         check_resumable(ckpt_path, model_cfg)
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     model = GPT(model_cfg)
+    model.activation_checkpointing = runtime.activation_checkpointing
     module = GPTLitModule(
         model,
         optimizer=hydra.utils.instantiate(cfg.optimizer),
@@ -180,7 +184,8 @@ def _prepare(cfg: DictConfig, output_dir: Path) -> tuple:
         run_config=OmegaConf.to_container(cfg, resolve=True),
         nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
         token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
-    )  # model.compile=true: the module compiles the forward that training and validation call
+        compile=runtime.compile,  # the module compiles the forward that training and validation call
+    )
     callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation()]
     smoke_test = bool(cfg.trainer.get("fast_dev_run"))
     if smoke_test:  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files (README)
