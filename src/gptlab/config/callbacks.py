@@ -73,7 +73,7 @@ class LossSpikeGuard:
                                            c.optional(c.number(0.0, low_open=True)))
     window: int = setting(100, "accepted step losses the mean and std are taken over", c.integer(2))
     min_history: int = setting(20, "no skipping before this many losses are in the window", c.integer(2))
-    max_consecutive: int = setting(10, "this many skips in a row stop the run", c.positive_int)
+    max_consecutive: int = setting(10, "this many skips in a row stop the run", c.integer(2))
 
 
 @dataclass

@@ -61,7 +61,7 @@ def check_node(prefix: str, node: DictConfig) -> None:
     if schema is None:
         return
     fields = schema_fields(schema)
-    extra = [k for k in node.keys() if k not in fields]
+    extra = [k for k in node.keys() if k not in fields and (prefix or k != "hydra")]  # Hydra's node, in a callback
     if extra:
         check_appended(prefix, node, schema, extra)
     for name, f in fields.items():

@@ -12,19 +12,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, is_int, is_number
 
 Check = Callable[[str, Any], None]
-
-
-def is_int(value: Any) -> bool:
-    """An integer that is not a bool (YAML's true is an int to Python)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """A finite int or float that is not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def fail(field: str, value: Any, wanted: str) -> ConfigError:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
-from gptlab.errors import ConfigError, invalid_choice
+from gptlab.errors import ConfigError, invalid_choice, is_int, is_number, require_int
 
 NORMS = ("pre", "post")
 POS_EMBS = ("learned", "sinusoidal", "none", "rope", "alibi")
@@ -120,8 +120,7 @@ class GPTConfig:
         positive += [f for f in optional if getattr(self, f) is not None]
         for name in positive:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"model.{name}={value!r} must be a positive integer.")
+            require_int(f"model.{name}", value)
         if self.head_dim is None and self.n_embd % self.n_head:
             raise ConfigError(
                 f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
@@ -139,7 +138,7 @@ class GPTConfig:
             raise invalid_choice("model.norm_type", self.norm_type, NORM_TYPES)
         for name, low, high in [("rope_theta", 0.0, None), ("rope_fraction", 0.0, 1.0)]:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
+            if not is_number(value) or not value > low:
                 raise ConfigError(f"model.{name}={value!r} must be a number > {low}.")
             if high is not None and value > high:
                 raise ConfigError(f"model.{name}={value!r} must be in (0, {high}].")
@@ -151,10 +150,10 @@ class GPTConfig:
         if not isinstance(self.qk_norm, bool):
             raise ConfigError(f"model.qk_norm={self.qk_norm!r} must be true or false.")
         z = self.z_loss
-        if isinstance(z, bool) or not isinstance(z, (int, float)) or not z >= 0:
+        if not is_number(z) or not z >= 0:
             raise ConfigError(f"model.z_loss={z!r} must be a number >= 0 (0 = off; PaLM uses 1e-4).")
         cap = self.logit_softcap
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+        if cap is not None and not (is_number(cap) and cap > 0):
             raise ConfigError(f"model.logit_softcap={cap!r} must be a positive number (Gemma 2: 30), or null.")
 
     @property
@@ -180,14 +179,14 @@ class GPTConfig:
                     f"{', '.join(ATTN_KINDS)}."
                 )
         window = self.attn_window
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        if not is_int(window) or window < 1:
             raise ConfigError(
                 f"model.attn_window={window!r} must be a positive integer (the band width w; GPT-Neo uses 256)."
             )
         if self.attn_impl not in ATTN_IMPLS:
             raise invalid_choice("model.attn_impl", self.attn_impl, ATTN_IMPLS)
         scale = self.attn_scale
-        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
+        if scale is not None and not (is_number(scale) and scale > 0):
             raise ConfigError(f"model.attn_scale={scale!r} must be a positive number, or null for 1/sqrt(D_K).")
 
     @property

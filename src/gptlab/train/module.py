@@ -12,7 +12,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics import MeanMetric, SumMetric
 
-from gptlab.errors import ConfigError, NonFiniteLossError
+from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
 from gptlab.train.optim import weight_decay_groups
@@ -50,9 +50,7 @@ class GPTLitModule(L.LightningModule):
         self.forward_fn: Callable[[torch.Tensor], torch.Tensor] = (
             torch.compile(model.forward, dynamic=False) if compile else model.forward
         )
-        every = nonfinite_check_every
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ConfigError(f"nonfinite_check_every={nonfinite_check_every!r} must be a positive integer (steps).")
+        require_int("nonfinite_check_every", nonfinite_check_every, 1, "a positive integer (steps)")
         self.nonfinite_check_every = nonfinite_check_every
         # (step, loss) of every training step since the last check_finite: the losses stay on the device until then
         self._unchecked_losses: list[tuple[int, torch.Tensor]] = []

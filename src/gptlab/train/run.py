@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.config.check import check
 from gptlab.config.schemas import Runtime
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, is_int
 from gptlab.model import GPT, GPTConfig
 from gptlab.run_dir import RESOLVED_CONFIG, SUMMARY_FILE, discard_on_config_error
 from gptlab.signals import FLAG
@@ -95,7 +95,7 @@ def previous_best(ckpt_path: Optional[str]) -> Optional[float]:
 def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
     """How many micro-batches each device accumulates so one optimizer step sees `global_batch_tokens` tokens."""
     per_pass = micro_batch * block_size * devices * nodes
-    valid = isinstance(global_batch_tokens, int) and not isinstance(global_batch_tokens, bool)
+    valid = is_int(global_batch_tokens)
     if not valid or global_batch_tokens < per_pass or global_batch_tokens % per_pass:
         nearest = max(1, round(global_batch_tokens / per_pass)) * per_pass if valid else per_pass
         raise ConfigError(
