@@ -33,7 +33,7 @@ REFUSED = [
     (["+trainer.max_step=3"], ["trainer.max_step is not an argument of lightning.pytorch.Trainer.",
                                "Did you mean trainer.max_steps?"]),
     (["data.block_size=512", "model.block_size=256"], ["data.block_size=512 is longer than model.block_size=256"]),
-    (["trainer.max_steps=abc"], ["trainer.max_steps='abc' is invalid: use an integer."]),
+    (["trainer.max_steps=abc"], ["trainer.max_steps='abc' is invalid: use an integer >= 1."]),
     (["model.tie_weights=maybe"], ["model.tie_weights='maybe' is invalid: use true or false."]),
     (["model=nanoo"], ["conf/model/ has no option nanoo.", "Did you mean model=nano?"]),
     (["model.compile=true"], ["model.compile is now runtime.compile"]),
