@@ -205,3 +205,16 @@ def test_reference_page_is_generated_from_the_schemas() -> None:
         for name in schema_fields(schema):
             if not name.startswith("_") and not (schema is s.Train and name in GROUP_FIELDS):
                 assert f"| `{name}` |" in committed, name
+
+
+def test_runtime_flags_reach_the_model_and_module(tmp_path) -> None:
+    """runtime.* is wired to the GPT and its LightningModule, and never enters the model config checkpoints keep."""
+    from gptlab.train.run import _prepare
+
+    cfg = compose_config([*TINY, "runtime.activation_checkpointing=true", "runtime.compile=true"], tmp_path)
+    _, model, module, *_ = _prepare(cfg, tmp_path)
+    assert model.activation_checkpointing is True
+    assert module.forward_fn is not model.forward  # torch.compile's wrapper (compiles lazily, at the first call)
+    assert not {"compile", "activation_checkpointing"} & set(module.hparams["model"])
+    _, plain, plain_module, *_ = _prepare(compose_config(TINY, tmp_path / "plain"), tmp_path / "plain")
+    assert plain.activation_checkpointing is False and plain_module.forward_fn == plain.forward
