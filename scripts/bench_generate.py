@@ -5,14 +5,14 @@
     python scripts/bench_generate.py device=cuda
 """
 
-import hydra
 from omegaconf import DictConfig
 
+from gptlab.config.entry import main as gptlab_main
 from gptlab.runtime.cli import user_errors_exit
 from gptlab.tools.benchmarks.generate import report, run
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="bench_generate")
+@gptlab_main(config_name="bench_generate")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     print(report(cfg, run(cfg)))

@@ -8,12 +8,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.entry import main as gptlab_main
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import parameter_table
 from gptlab.runtime.cli import user_errors_exit
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="count_params")
+@gptlab_main(config_name="count_params")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     vocab = hydra.utils.instantiate(cfg.tokenizer).vocab_size

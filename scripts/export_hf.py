@@ -12,14 +12,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import load_model, recorded_tokenizer
+from gptlab.config.checks import writable_dir
+from gptlab.config.entry import main as gptlab_main
 from gptlab.errors import ConfigError
 from gptlab.interop import save_pretrained
 from gptlab.interop.hf_export import export_tokenizer
 from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.config_check import writable_dir
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="export_hf")
+@gptlab_main(config_name="export_hf")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     writable_dir("out", cfg.out)  # before the checkpoint is read: a file or a read-only dir fails at once

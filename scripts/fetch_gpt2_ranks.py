@@ -6,9 +6,9 @@ Usage: python scripts/fetch_gpt2_ranks.py [--cache-dir DIR]   (default data/cach
 import argparse
 from pathlib import Path
 
+from gptlab.config.checks import writable_dir
 from gptlab.data.ranks import DEFAULT_CACHE, fetch_gpt2_ranks
 from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.config_check import writable_dir
 
 
 @user_errors_exit

@@ -9,10 +9,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.checks import number, positive_int
+from gptlab.config.entry import main as gptlab_main
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.config_check import number, positive_int
 from gptlab.runtime.planning import format_plan, make_plan
 
 
@@ -28,7 +29,7 @@ def parse_tokens(value: object) -> float:
     return tokens
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="plan")
+@gptlab_main(config_name="plan")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     tokens = parse_tokens(cfg.get("tokens"))

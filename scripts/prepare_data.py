@@ -7,19 +7,19 @@ and is a no-op when the shards are complete. See conf/prepare_data.yaml.
 
 import logging
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from gptlab.apps.prepare_data import prepare_from_config
+from gptlab.config.check import check_node
+from gptlab.config.entry import main as gptlab_main
 from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.config_check import DATA, check_table
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="prepare_data")
+@gptlab_main(config_name="prepare_data")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    check_table("data.", OmegaConf.to_container(cfg.data, resolve=True), DATA)  # train's checks, before any work
+    check_node("data.", cfg.data)  # train's checks, before any work
     print(prepare_from_config(cfg))
 
 

@@ -3,14 +3,14 @@ See conf/eval.yaml."""
 
 from typing import Optional
 
-import hydra
 from omegaconf import DictConfig
 
 from gptlab.apps.evaluate import evaluate
+from gptlab.config.entry import main as gptlab_main
 from gptlab.runtime.cli import user_errors_exit
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="eval")
+@gptlab_main(config_name="eval")
 @user_errors_exit
 def main(cfg: DictConfig) -> Optional[float]:
     return evaluate(cfg).get("val/loss")  # for sweepers; None with val_loss=false

@@ -1,13 +1,13 @@
 """Sample from a trained model: `python src/sample.py ckpt_path=<ckpt or HF dir> prompt="..."`. See conf/sample.yaml."""
 
-import hydra
 from omegaconf import DictConfig
 
+from gptlab.config.entry import main as gptlab_main
 from gptlab.eval.sampling import sample
 from gptlab.runtime.cli import user_errors_exit
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="sample")
+@gptlab_main(config_name="sample")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     for i, text in enumerate(sample(cfg)):

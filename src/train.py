@@ -7,10 +7,10 @@ FLAG.install()  # first, before the slow imports: a preemption signal from here 
 import warnings  # noqa: E402
 from typing import Optional  # noqa: E402
 
-import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from gptlab.apps.train import train  # noqa: E402
+from gptlab.config.entry import main as gptlab_main  # noqa: E402
 from gptlab.runtime.cli import user_errors_exit  # noqa: E402
 
 # conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
@@ -18,7 +18,7 @@ from gptlab.runtime.cli import user_errors_exit  # noqa: E402
 warnings.filterwarnings("ignore", message=".*validated against ConfigStore schema with the same name.*")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@gptlab_main(config_name="train")
 @user_errors_exit
 def main(cfg: DictConfig) -> Optional[float]:
     return train(cfg)  # the best val/loss, for sweepers

@@ -20,6 +20,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import gptlab.config  # noqa: F401  (registers the schemas that conf/ names)
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 CONF_DIR = ROOT / "conf"
@@ -29,6 +31,10 @@ TRAIN_SCRIPT = ROOT / "src" / "train.py"
 # a script in src/ (submitit's workers, scripts/), even where another copy of gptlab is installed.
 CHECKOUT_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
     filter(None, [str(ROOT / "src"), str(TESTS), os.environ.get("PYTHONPATH")]))}
+
+# Every subprocess a test starts gets this long before it counts as hung: a guard against hangs, never a speed limit,
+# and generous enough for a 2-core machine under load. pytest-timeout (pyproject) guards each test as a whole.
+HANG_GUARD_S = 1500
 
 # Small enough that a few dozen steps take seconds on a 2-core CPU.
 TINY_MODEL = ["model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32"]
@@ -70,7 +76,7 @@ def compose_tiny(run_dir: Path, *overrides: str) -> DictConfig:
     return compose_config([*TINY, *overrides], run_dir)
 
 
-def run_script(script: str, args: list[str], cwd: Path = ROOT, timeout: int = 300, threads: int | None = None,
+def run_script(script: str, args: list[str], cwd: Path = ROOT, threads: int | None = None,
                check: bool = False) -> subprocess.CompletedProcess:
     """`python <script> args` (a path relative to the checkout, e.g. src/train.py or scripts/plan.py) in `cwd`;
     `threads` caps torch's threads (e.g. 1 per DDP rank on 2 cores); `check` fails the test on a non-zero exit."""
@@ -78,7 +84,7 @@ def run_script(script: str, args: list[str], cwd: Path = ROOT, timeout: int = 30
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=HANG_GUARD_S, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CHECKOUT_ENV, ROOT
+from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -99,7 +99,7 @@ def test_flex_on_cpu_training_exits_with_the_field_named(tmp_path: Path) -> None
         "model.attn_impl=flex", "trainer.max_steps=1", f"hydra.run.dir={tmp_path}",
     ]  # fmt: skip
     env = CHECKOUT_ENV
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "model.attn_impl=flex cannot train on CPU" in proc.stderr and "auto or chunked" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -114,7 +114,7 @@ def test_ablation_sweep_runs_one_job_per_layout(tmp_path: Path) -> None:
         f"hydra.sweep.dir={tmp_path}",
     ]  # fmt: skip
     env = CHECKOUT_ENV
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     patterns = [(tmp_path / str(job) / ".hydra" / "overrides.yaml").read_text() for job in range(3)]
     assert ["[dense]" in patterns[0], "[dense,local]" in patterns[1], "[local]" in patterns[2]] == [True] * 3

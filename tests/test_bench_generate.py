@@ -8,6 +8,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+import gptlab.config  # noqa: F401  (registers the schemas conf/ names)
 from gptlab.tools.benchmarks.generate import report, run
 
 ROOT = Path(__file__).resolve().parents[1]

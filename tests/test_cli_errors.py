@@ -22,7 +22,7 @@ CASES = [
 
 @pytest.mark.parametrize("overrides,field", CASES, ids=[c[1] + ":" + c[0][-1] for c in CASES])
 def test_bad_value_exits_with_a_message_naming_the_field(overrides: list[str], field: str, tmp_path: Path) -> None:
-    proc = run_train([*overrides, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, timeout=120)
+    proc = run_train([*overrides, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert proc.returncode == 2
     assert field in proc.stderr and "gptlab: error:" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

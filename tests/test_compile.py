@@ -1,4 +1,4 @@
-"""model.compile=true: the compiled forward that training and validation call computes the eager model's logits,
+"""runtime.compile=true: the compiled forward that training and validation call computes the eager model's logits,
 loss and gradients (to float tolerance), compiles once per shape and grad mode (never per step), and sampling
 never goes through it."""
 
@@ -16,9 +16,9 @@ CFG = dict(vocab_size=61, block_size=16, n_layer=1, n_head=2, n_embd=32)
 def test_compiled_forward_matches_eager_and_does_not_recompile_per_step() -> None:
     torch.manual_seed(0)
     eager = GPT(GPTConfig(**CFG))
-    compiled = GPT(GPTConfig(**CFG, compile=True))
+    compiled = GPT(GPTConfig(**CFG))
     compiled.load_state_dict(eager.state_dict())
-    module = GPTLitModule(compiled)
+    module = GPTLitModule(compiled, compile=True)
     assert module.forward_fn is not compiled.forward  # the compiled one
     assert set(module.state_dict()) == {f"model.{k}" for k in eager.state_dict()} | {
         k for k in module.state_dict() if k.startswith("val_loss")}  # no `_orig_mod` keys from compiling

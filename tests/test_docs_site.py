@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import CONF_DIR, ROOT
+from helpers import CONF_DIR, HANG_GUARD_S, ROOT
 from test_readme import doc_pages, parse_markdown
 
 DOCS = ROOT / "docs"
@@ -27,7 +27,7 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
-                          timeout=600)  # a hang guard: the build takes seconds
+                          timeout=HANG_GUARD_S)  # a hang guard: the build takes seconds
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 

@@ -13,6 +13,8 @@ import pytest
 import torch
 from helpers import compose_config, run_script, train_in_process
 
+from gptlab.interop import save_pretrained
+
 NO_SUCH_GPU = "cuda" if not torch.cuda.is_available() else "cuda:99"  # a device this machine does not have
 
 
@@ -33,7 +35,7 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from gptlab.checkpoint.reader import load_model
 
     model, _ = load_model(ckpt)
-    model.save_pretrained(files / "hf_ok")
+    save_pretrained(model, files / "hf_ok")
     (files / "hf_config").mkdir()
     config = (files / "hf_ok" / "config.json").read_text()
     (files / "hf_config" / "config.json").write_text(config[: len(config) // 2])
@@ -91,7 +93,7 @@ PROBES = [
 def test_bad_input_is_one_message_and_exit_2(probe_dir: Path, script: str, args: list[str], named: list[str]) -> None:
     ckpt = probe_dir / "run" / "checkpoints" / "last.ckpt"
     argv = [a.format(ckpt=ckpt, f=probe_dir / "files", root=probe_dir) for a in args]
-    proc = run_script(script, argv, cwd=probe_dir, timeout=240)
+    proc = run_script(script, argv, cwd=probe_dir)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output[-3000:]
     assert "Traceback" not in output, output[-3000:]

@@ -57,7 +57,7 @@ def test_doctor_runs_the_gpu_half() -> None:
 
 
 def test_compiled_flex_model_trains_like_eager_sdpa_without_cache_warnings() -> None:
-    """model.compile=true with attn_impl=flex: one graph with the block mask inside, no dynamo cache warnings."""
+    """runtime.compile=true with attn_impl=flex: one graph with the block mask inside, no dynamo cache warnings."""
     import warnings
 
     torch.manual_seed(0)

@@ -64,7 +64,7 @@ def test_memory_guard_refuses_with_numbers_and_knobs(monkeypatch) -> None:
     message = str(err.value)
     est = estimate_memory(cfg, 32, two_cpu_ranks, "cpu")
     assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "8 process(es)" in message
-    for knob in ("data.batch_size=16", "model.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
+    for knob in ("data.batch_size=16", "runtime.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
         assert knob in message
 
 
@@ -95,8 +95,7 @@ def test_the_mission_command_without_gpus_fails_in_seconds(tmp_path) -> None:
 
     if torch.cuda.device_count() >= 8:
         pytest.skip("this machine has 8 GPUs: the command is valid here")
-    proc = run_train(["model=gpt2_small", "trainer.devices=8", f"paths.log_dir={tmp_path / 'outputs'}"], cwd=tmp_path,
-                     timeout=120)
+    proc = run_train(["model=gpt2_small", "trainer.devices=8", f"paths.log_dir={tmp_path / 'outputs'}"], cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "gptlab: error: trainer.devices=8" in proc.stderr and "Traceback" not in proc.stderr
     assert "trainer=ddp trainer.accelerator=cpu trainer.devices=2" in proc.stderr

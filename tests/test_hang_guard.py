@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from helpers import CHECKOUT_ENV, ROOT
+from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT
 
 HUNG_THEN_FINE = textwrap.dedent("""
     import threading
@@ -28,10 +28,10 @@ HUNG_THEN_FINE = textwrap.dedent("""
 
 def test_a_hung_test_fails_with_its_stack_and_the_session_goes_on(tmp_path: Path) -> None:
     (tmp_path / "test_hung.py").write_text(HUNG_THEN_FINE)
-    # The project's own settings, with the 900 s default shortened so the test is cheap.
+    # The project's own settings, with the 1800 s default shortened so the test is cheap.
     cmd = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
            "-p", "no:cacheprovider", "-o", "timeout=3", "-q", str(tmp_path / "test_hung.py")]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=CHECKOUT_ENV, timeout=300)
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=CHECKOUT_ENV, timeout=HANG_GUARD_S)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "1 failed, 1 passed" in out, out

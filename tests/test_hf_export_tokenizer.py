@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import torch
-from helpers import CHECKOUT_ENV, ROOT, compose_config
+from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gptlab.apps.train import train
@@ -26,7 +26,8 @@ def test_byte_run_exports_a_tokenizer_with_its_ids(tmp_path) -> None:
                           "callbacks.text_samples=null", "~logger"], run_dir))
     out = tmp_path / "hf"
     done = subprocess.run([sys.executable, "scripts/export_hf.py", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
-                           f"out={out}"], cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True, timeout=180)
+                           f"out={out}"], cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     config = json.loads((out / "config.json").read_text())
     assert config["bos_token_id"] == config["eos_token_id"] == 256 < config["vocab_size"] == 257

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from gptlab.errors import ConfigError, PreemptedError
 from gptlab.model import GPT, GPTConfig
-from gptlab.runtime.config_check import check_config
+from gptlab.runtime.early_checks import check_config
 from gptlab.train.muon import MuonAdamW, muon_groups
 from gptlab.train.optim import param_groups
 

@@ -10,7 +10,7 @@ import pytest
 from helpers import TINY, compose_config
 
 from gptlab.errors import ConfigError
-from gptlab.runtime.config_check import check_config
+from gptlab.runtime.early_checks import check_config
 from gptlab.runtime.option_relevance import RULES
 
 # (overrides, the message's start). One per row of RULES, each the smallest config that sets the option in vain.

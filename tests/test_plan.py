@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import CHECKOUT_ENV, ROOT, compose_config
+from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
 from omegaconf import OmegaConf
 
 from gptlab.model import GPTConfig, count_parameters
@@ -38,7 +38,7 @@ def test_activation_count_is_korthikanti_for_standard_shapes() -> None:
 def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
     args = ["model=gpt3_175b", "trainer.devices=1", "trainer.num_nodes=1", "+tokens=300e9"]
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "plan.py"), *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env=CHECKOUT_ENV)
+                          timeout=HANG_GUARD_S, cwd=ROOT, env=CHECKOUT_ENV)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     preset = GPTConfig.from_dict(OmegaConf.to_container(compose_config(["model=gpt3_175b"]).model))
@@ -47,5 +47,5 @@ def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
     h100 = next(line for line in out.splitlines() if line.startswith("H100"))
     assert "DDP does not fit (2,800.0 GB)" in h100  # 16 bytes x 175B parameters on one 80 GB GPU
     missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "plan.py"), "model=gpt2_small"],
-                             capture_output=True, text=True, timeout=120, cwd=ROOT, env=CHECKOUT_ENV)
+                             capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=ROOT, env=CHECKOUT_ENV)
     assert missing.returncode == 2 and "+tokens=" in missing.stderr

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CHECKOUT_ENV, ROOT, TINY, TRAIN_SCRIPT, load_checkpoint, scalars
+from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, TINY, TRAIN_SCRIPT, load_checkpoint, scalars
 
 from gptlab.tools.preemption_drill import Case, drill_cases, outcome_row, run_preemption_drill
 
@@ -37,7 +37,7 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
     args = [*TINY, "trainer.max_steps=8", "callbacks.periodic_checkpoint.every_n_train_steps=100"]
     proc = subprocess.run([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run}", *args, *KILLER,
                            "+callbacks.killer.signal_name=SIGUSR1"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 128 + 10, proc.stderr[-2000:]  # 128 + SIGUSR1: "not finished" to schedulers
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("gptlab:")]
@@ -48,7 +48,7 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
     command = shlex.split(lines[0].split("Continue with: ", 1)[1])  # as printed, typed by the user
     assert command[0] == "python" and command[1].endswith("train.py") and "resume=auto" in command
     resumed = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, env=CHECKOUT_ENV, capture_output=True,
-                             text=True, timeout=300)
+                             text=True, timeout=HANG_GUARD_S)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "preempted.ckpt" in resumed.stderr + resumed.stdout  # resume=auto took the preemption checkpoint
     assert sorted(scalars(run)["train/loss"]) == list(range(8))  # steps 0-3, then 4-7 after resuming
@@ -57,7 +57,7 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
 def test_single_device_sigterm_exits_143_with_one_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={tmp_path / 'run'}", *TINY,
                            "trainer.max_steps=8", *KILLER, "+callbacks.killer.signal_name=SIGTERM"], cwd=ROOT,
-                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=300)
+                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 143, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("gptlab: preempted (SIGTERM at step 4;") == 1

@@ -236,7 +236,7 @@ def test_real_seed_sweep_of_ablate_norm_reports_per_variant(tmp_path: Path) -> N
     """`-m experiment=ablate_norm seed=1,2,3` runs each norm under each seed; the script groups them."""
     args = ["-m", "experiment=ablate_norm", "seed=1,2,3", *TINY, "trainer.max_steps=4", "trainer.val_check_interval=2",
             "callbacks.text_samples=null", "callbacks.stability_probes=null"]
-    proc = run_train(args, cwd=tmp_path, timeout=300, threads=1)
+    proc = run_train(args, cwd=tmp_path, threads=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = next((tmp_path / "outputs" / "multiruns" / "ablate_norm").glob("*/*"))
     jobs = load_sweep(sweep)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN, load_checkpoint, run_train, train_in_process
 
+from gptlab.runs.run_dir import event_files
 from gptlab.runs.run_dir_lock import LOCK_FILE
 
 RUN = [*TINY_RUN, "trainer.max_steps=2", "trainer.val_check_interval=2", "scheduler.warmup_steps=0",
@@ -83,7 +84,7 @@ def test_resume_auto_refuses_a_dir_whose_checkpoints_are_all_unreadable(unreadab
     assert err.startswith(f"gptlab: error: resume=auto: no checkpoint in {unreadable} can be read ("), err
     for path in (unreadable / "checkpoints").glob("*.ckpt"):
         assert str(path) in err
-    assert "empty (0 bytes)" in err and "truncated, corrupt or not a PyTorch checkpoint" in err
+    assert "empty (0 bytes)" in err and ("truncated or corrupt" in err or "not a PyTorch checkpoint" in err), err
     assert "resume=restart" in err and "\n" not in err
     assert tree(unreadable) == before  # nothing trained over them, nothing written
 
@@ -97,4 +98,4 @@ def test_resume_restart_starts_over_and_says_what_it_deleted(unreadable: Path) -
     assert len(said) == 1 and all(f"checkpoints/{name}" in said[0] for name in old), said
     assert "run_summary.json" in said[0] and "events.out.tfevents" in said[0], said
     assert load_checkpoint(unreadable / "checkpoints" / "last.ckpt")["global_step"] == 3
-    assert len(list((unreadable / "tensorboard").glob("events.out.tfevents.*"))) == 1  # only the new run's
+    assert len(event_files(unreadable)) == 1  # only the new run's

@@ -59,7 +59,7 @@ def held_run(tmp_path_factory):
 def test_a_second_run_into_a_dir_in_use_is_refused_naming_the_holder(held_run, extra: list[str]) -> None:
     holder, run_dir = held_run
     before = tree(run_dir)
-    proc = run_train([*RUN, f"hydra.run.dir={run_dir}", *extra], cwd=run_dir.parent, timeout=600)
+    proc = run_train([*RUN, f"hydra.run.dir={run_dir}", *extra], cwd=run_dir.parent)
     assert proc.returncode == 2, proc.stderr[-3000:]
     line = proc.stderr.strip()
     assert line.startswith(f"gptlab: error: hydra.run.dir='{run_dir}' is in use by another run (pid {holder.pid} "
@@ -104,6 +104,6 @@ def test_after_the_holder_is_killed_a_run_goes_on_in_its_dir(held_run) -> None:
     holder, run_dir = held_run
     holder.kill()
     holder.communicate()
-    proc = run_train([*RUN, f"hydra.run.dir={run_dir}", "resume=auto"], cwd=run_dir.parent, timeout=600)
+    proc = run_train([*RUN, f"hydra.run.dir={run_dir}", "resume=auto"], cwd=run_dir.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "run_summary.json").is_file()

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CHECKOUT_ENV, TINY_RUN, TRAIN_SCRIPT
+from helpers import CHECKOUT_ENV, HANG_GUARD_S, TINY_RUN, TRAIN_SCRIPT
 
 RUN = [*TINY_RUN, "trainer.max_steps=1", "scheduler.warmup_steps=0", "data.store=memory"]  # no warmup warning
 
@@ -62,7 +62,7 @@ def launch_dir_of_a_user(tmp_path: Path) -> Path:
 def launch(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
     """`python src/train.py args` from tmp_path/launch."""
     return subprocess.run([sys.executable, str(TRAIN_SCRIPT), *args], cwd=tmp_path / "launch", env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 @pytest.mark.parametrize("failure", FAILURES)

@@ -33,7 +33,7 @@ def _snapshot(directory: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
     root = tmp_path_factory.mktemp("failing_sweep")
-    proc = run_train(_args(root / "sweep"), cwd=root, timeout=600, threads=1)
+    proc = run_train(_args(root / "sweep"), cwd=root, threads=1)
     return root / "sweep", proc.returncode, proc.stderr
 
 
@@ -67,13 +67,13 @@ def test_the_report_lists_the_failed_jobs_with_their_reasons(sweep) -> None:
 def test_a_relaunch_with_another_config_is_refused_before_writing_anything(sweep) -> None:
     sweep_dir, _, _ = sweep
     before = _snapshot(sweep_dir)
-    proc = run_train(_args(sweep_dir, "optimizer.lr=0.002"), cwd=sweep_dir.parent, timeout=300, threads=1)
+    proc = run_train(_args(sweep_dir, "optimizer.lr=0.002"), cwd=sweep_dir.parent, threads=1)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert (f"gptlab: error: hydra.sweep.dir='{sweep_dir}' holds another sweep (optimizer.lr: 0.004 -> 0.002); "
             "nothing was written.") in proc.stderr
     assert _snapshot(sweep_dir) == before  # every file byte-identical, none added: job 0's labels stay its own
 
-    proc = run_train(_args(sweep_dir, "model.attn_scale=1e30,null"), cwd=sweep_dir.parent, timeout=300, threads=1)
+    proc = run_train(_args(sweep_dir, "model.attn_scale=1e30,null"), cwd=sweep_dir.parent, threads=1)
     assert proc.returncode == 2 and "model.attn_scale (swept): 'model.attn_scale=1e30,-1.0,null' -> " in proc.stderr
     assert _snapshot(sweep_dir) == before
 
@@ -82,7 +82,7 @@ def test_a_relaunch_of_the_same_sweep_skips_failed_and_finished_jobs_and_says_so
     sweep_dir, _, _ = sweep
     kept = {p: p.stat().st_mtime_ns for p in [sweep_dir / "0" / FAILURE_FILE, sweep_dir / "1" / FAILURE_FILE,
                                               sweep_dir / "2" / SUMMARY_FILE]}
-    proc = run_train(_args(sweep_dir), cwd=sweep_dir.parent, timeout=300, threads=1)
+    proc = run_train(_args(sweep_dir), cwd=sweep_dir.parent, threads=1)
     assert proc.returncode == 1, proc.stderr[-3000:]
     output = proc.stdout + proc.stderr
     assert output.count("failed in an earlier launch") == 2 and "delete its failed.json to run it again" in output
@@ -92,7 +92,7 @@ def test_a_relaunch_of_the_same_sweep_skips_failed_and_finished_jobs_and_says_so
 
 def test_a_single_run_keeps_its_exit_codes(tmp_path: Path) -> None:
     diverged = run_train([*TINY, "trainer.max_steps=2", "nonfinite_check_every=1", "model.attn_scale=1e30",
-                          f"hydra.run.dir={tmp_path / 'a'}"], cwd=tmp_path, timeout=300, threads=1)
+                          f"hydra.run.dir={tmp_path / 'a'}"], cwd=tmp_path, threads=1)
     assert diverged.returncode == 1 and "gptlab: training stopped: train/loss is nan" in diverged.stderr
     refused = run_train([*TINY, "model.attn_scale=-1.0", f"hydra.run.dir={tmp_path / 'b'}"], cwd=tmp_path)
     assert refused.returncode == 2 and "gptlab: error: model.attn_scale=-1.0" in refused.stderr
@@ -101,7 +101,7 @@ def test_a_single_run_keeps_its_exit_codes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("swept", ["seed=1,1", "model.norm=pre,post,pre"])
 def test_a_sweep_repeating_a_value_is_refused_before_anything_is_written(tmp_path: Path, swept: str) -> None:
-    proc = run_train(["-m", *TINY, swept, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, timeout=300)
+    proc = run_train(["-m", *TINY, swept, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"gptlab: error: {swept} gives " in proc.stderr and "more than once" in proc.stderr
     assert list(tmp_path.iterdir()) == []

@@ -27,7 +27,7 @@ def killed_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[s
     """The sweep after its first launch: job 0 finished, job 1 killed at step 3 (checkpoints of step 2 on disk)."""
     root = tmp_path_factory.mktemp("sweep")
     args = _sweep_args(root / "sweep", root / "killed")
-    proc = run_train(args, cwd=root, timeout=300, threads=1)
+    proc = run_train(args, cwd=root, threads=1)
     assert proc.returncode == -9, proc.stderr[-3000:]  # SIGKILLed in job 1
     return root / "sweep", args
 
@@ -48,7 +48,7 @@ def test_relaunched_sweep_skips_finished_jobs_and_continues_the_others(killed_sw
     summary0 = json.loads((sweep / "0" / "run_summary.json").read_text())
     events1 = set(event_files(sweep / "1"))
 
-    proc = run_train(args, cwd=sweep.parent, timeout=300, threads=1)
+    proc = run_train(args, cwd=sweep.parent, threads=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
     output = proc.stdout + proc.stderr
     assert output.count("already finished") == 1 and "skipped" in output  # one line, for job 0

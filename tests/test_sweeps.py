@@ -27,7 +27,7 @@ def _assert_job_dir_of_two_ranks(job: Path) -> None:
 
 
 def test_ddp_multirun_keeps_ranks_in_their_job_dirs_and_reports(tmp_path: Path) -> None:
-    proc = run_train(["-m", *SWEEP, *DDP, "model.norm=pre,post"], cwd=tmp_path, timeout=600, threads=1)
+    proc = run_train(["-m", *SWEEP, *DDP, "model.norm=pre,post"], cwd=tmp_path, threads=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     outputs = tmp_path / "outputs"
     assert [p.name for p in outputs.iterdir()] == ["multiruns"]  # no stray run dirs from child ranks
@@ -46,7 +46,7 @@ def test_ddp_multirun_keeps_ranks_in_their_job_dirs_and_reports(tmp_path: Path) 
 
 def test_single_ddp_run_writes_one_run_dir(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = run_train([*SWEEP, *DDP, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=600, threads=1)
+    proc = run_train([*SWEEP, *DDP, f"hydra.run.dir={run_dir}"], cwd=tmp_path, threads=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
     _assert_job_dir_of_two_ranks(run_dir)
@@ -55,7 +55,7 @@ def test_single_ddp_run_writes_one_run_dir(tmp_path: Path) -> None:
 def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path: Path) -> None:
     args = ["-m", *SWEEP, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
             "model.pos_emb=learned,none"]
-    proc = run_train(args, cwd=tmp_path, timeout=600, threads=1)
+    proc = run_train(args, cwd=tmp_path, threads=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
     assert (sweep / ".submitit").is_dir()  # the jobs really went through submitit
@@ -69,7 +69,7 @@ def test_optuna_search_under_ddp_trains_each_trial_on_every_rank(tmp_path: Path)
     """Each trial's sampled lr and warmup reach rank 1 through the job's own overrides: ranks that trained
     with different values would end with different weights, which the rank check turns into a failure."""
     args = ["hparams_search=lr_optuna", "hydra.sweeper.n_trials=2", *SWEEP, *DDP]
-    proc = run_train(args, cwd=tmp_path, timeout=600, threads=1)
+    proc = run_train(args, cwd=tmp_path, threads=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep = _only_child(_only_child(_only_child(tmp_path / "outputs" / "multiruns")))
     result = (sweep / "optimization_results.yaml").read_text()

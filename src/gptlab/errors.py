@@ -6,11 +6,28 @@ its traceback.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 
 class ConfigError(ValueError):
     """A bad config value, file or argument; the message names the field and what to use instead."""
+
+
+def is_int(value: Any) -> bool:
+    """An integer that is not a bool: to Python True is the integer 1, but a config's `true` is not a count."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def require_int(field: str, value: Any, low: int = 1, what: str = "a positive integer") -> None:
+    """Refuse `value` unless it is an integer >= low; the message says `field=value must be <what>.`"""
+    if not is_int(value) or value < low:
+        raise ConfigError(f"{field}={value!r} must be {what}.")
 
 
 def invalid_choice(field: str, value: Any, allowed: Iterable[Any]) -> ConfigError:

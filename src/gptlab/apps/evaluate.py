@@ -16,10 +16,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
+from gptlab.config.check import check_node
+from gptlab.config.checks import boolean, positive_int, writable_dir
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.runtime import quiet
-from gptlab.runtime.config_check import DATA, PATHS, TRAINER, boolean, check_table, positive_int
 from gptlab.runtime.guards import check_devices
 from gptlab.train.module import GPTLitModule
 
@@ -31,11 +32,10 @@ def check_eval_config(cfg: DictConfig) -> None:
     """eval.yaml's own fields and its trainer and data groups, with train's checks, before a checkpoint is read."""
     boolean("val_loss", cfg.val_loss)
     positive_int("task_batch_size", cfg.task_batch_size)
-    for prefix, table in (("trainer.", TRAINER), ("data.", DATA)):
-        node = cfg[prefix[:-1]]  # fields that interpolate the model's (set from the checkpoint below) are left out
-        check_table(prefix, {k: node[k] for k in node if not OmegaConf.is_interpolation(node, k)}, table)
+    for group in ("trainer", "data"):  # fields that interpolate the model's (set from the checkpoint below): left out
+        check_node(f"{group}.", cfg[group], set_values_only=True)
     check_devices(cfg.trainer)
-    check_table("paths.", {"output_dir": cfg.paths.output_dir}, PATHS)  # eval.json goes there, after the work
+    writable_dir("paths.output_dir", cfg.paths.output_dir)  # eval.json goes there, after the work
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:

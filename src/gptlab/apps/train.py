@@ -21,7 +21,8 @@ from gptlab.apps.banner import banner_lines, vocab_warning
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.checkpoint.reader import check_resumable, read_checkpoint
-from gptlab.errors import ConfigError
+from gptlab.config.schemas import Runtime
+from gptlab.errors import ConfigError, is_int
 from gptlab.model import GPT
 from gptlab.runs import sweep_failures, sweep_jobs
 from gptlab.runs.resume import finished_run, resume_checkpoint, resume_mode, start_over
@@ -100,7 +101,7 @@ def previous_best(ckpt_path: Optional[str]) -> Optional[float]:
 def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
     """How many micro-batches each device accumulates so one optimizer step sees `global_batch_tokens` tokens."""
     per_pass = micro_batch * block_size * devices * nodes
-    valid = isinstance(global_batch_tokens, int) and not isinstance(global_batch_tokens, bool)
+    valid = is_int(global_batch_tokens)
     if not valid or global_batch_tokens < per_pass or global_batch_tokens % per_pass:
         nearest = max(1, round(global_batch_tokens / per_pass)) * per_pass if valid else per_pass
         raise ConfigError(
@@ -157,11 +158,13 @@ def _prepare(cfg: DictConfig, output_dir: Path, checked: Checked, ckpt_path: Opt
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
     tokenizer, model_cfg = checked.tokenizer, checked.model_cfg
+    runtime = Runtime(**cfg.get("runtime", {}))  # how the model runs: compile, activation checkpointing
     warning = vocab_warning(model_cfg, cfg.model.get("vocab_size"), tokenizer)
     if warning:
         log.warning(warning)
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)
     model = GPT(model_cfg)
+    model.activation_checkpointing = runtime.activation_checkpointing
     module = GPTLitModule(
         model,
         optimizer=hydra.utils.instantiate(cfg.optimizer),
@@ -170,7 +173,8 @@ def _prepare(cfg: DictConfig, output_dir: Path, checked: Checked, ckpt_path: Opt
         run_config=OmegaConf.to_container(cfg, resolve=True),
         nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
         token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
-    )  # model.compile=true: the module compiles the forward that training and validation call
+        compile=runtime.compile,  # the module compiles the forward that training and validation call
+    )
     callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation(), TrainingClock()]
     smoke_test = bool(cfg.trainer.get("fast_dev_run"))
     if smoke_test:  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files (README)

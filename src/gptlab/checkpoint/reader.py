@@ -133,7 +133,7 @@ def check_tokenizer_fits(tokenizer: Any, model: GPT, fix: str) -> None:
 def config_differences(trained: GPTConfig, wanted: GPTConfig) -> list[str]:
     """`model.<field>` lines for every field in which a checkpoint's config and the run's config differ
     (fields that change how the model runs, not what it computes, are ignored)."""
-    runtime = {"compile", "activation_checkpointing", "attn_impl", "dropout", "z_loss"}  # z_loss: objective only
+    runtime = {"attn_impl", "dropout", "z_loss"}  # z_loss: objective only
     a, b = trained.to_dict(), wanted.to_dict()
     return [f"checkpoint has model.{k}={a[k]!r}, the config asks {b[k]!r}"
             for k in a if k not in runtime and a[k] != b[k]]

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from gptlab.data.stores import SAMPLING, STORES, DataSettings, TokenStore
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.errors import ConfigError, invalid_choice
+from gptlab.errors import ConfigError, invalid_choice, require_int
 
 
 class GPTDataModule(L.LightningDataModule):
@@ -52,8 +52,7 @@ class GPTDataModule(L.LightningDataModule):
         if sampling not in SAMPLING:
             raise invalid_choice("data.sampling", sampling, SAMPLING)
         for name, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"data.{name}={value!r} must be a positive integer.")
+            require_int(f"data.{name}", value)
         if num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r} must be >= 0.")
         self.tokenizer, self.source = tokenizer, source

@@ -11,11 +11,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import load_model as load_checkpoint_model
 from gptlab.checkpoint.reader import recorded_tokenizer, resolve_checkpoint
+from gptlab.config.checks import boolean, check_table, integer, non_negative_int, number, optional, positive_int
 from gptlab.errors import ConfigError
 from gptlab.interop import from_pretrained
 from gptlab.interop.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
-from gptlab.runtime.config_check import boolean, check_table, integer, non_negative_int, number, optional, positive_int
 from gptlab.runtime.devices import check_device
 
 

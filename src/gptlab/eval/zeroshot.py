@@ -16,7 +16,7 @@ import math
 from typing import Mapping, Optional, Sequence
 
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, is_int
 from gptlab.eval.scoring import score_texts
 from gptlab.eval.tasks import DEFAULT_DATA, Example, task_examples
 from gptlab.model import GPT
@@ -39,7 +39,7 @@ def load_examples(tasks: Sequence[str], data: Optional[Mapping[str, str]] = None
                   field: str = "task_data") -> dict[str, list[Example]]:
     """Each task's examples from `data[task]` (a Hub dataset name or a local path; default: the Hub dataset).
     `field` is the config key of `data`, for the error messages."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    if limit is not None and not (is_int(limit) and limit >= 1):
         raise ConfigError(f"the example limit {limit!r} (task_limit, callbacks.zero_shot.limit) must be a positive "
                           "number of examples, or null for all.")
     data = {**DEFAULT_DATA, **(data or {})}

@@ -1,7 +1,9 @@
 """GPTConfig: every architecture toggle of docs/model.md as one flat dataclass.
 
 The fields are flat so a Hydra override stays short (`model.norm=post`), and `conf/model/*.yaml`
-holds exactly these fields, so `GPTConfig(**cfg.model)` builds it directly.
+holds exactly these fields, so `GPTConfig(**cfg.model)` builds it directly. It is also the model group's
+schema (gptlab.config registers it with Hydra): each field's type, default and help are declared here once.
+How the model runs (compile, activation checkpointing) is the trainer's `runtime`, not part of this config.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
-from gptlab.errors import ConfigError, invalid_choice
+from gptlab.errors import ConfigError, invalid_choice, is_int, is_number, require_int
 from gptlab.model.activations import ACTIVATIONS
 from gptlab.model.norms import NORMS
 from gptlab.model.positions import POSITIONS
@@ -22,45 +24,72 @@ from gptlab.model.sparse_attention import ATTENTION_KINDS
 ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
 
 
+# Fields GPTConfig had until runtime choices moved to the trainer's side (the run config's `runtime` node).
+RUNTIME_FIELDS_BEFORE = ("compile", "activation_checkpointing")
+
+
+def _f(default: Any, help: str) -> Any:
+    """A field with its user documentation, written once: gptlab.config's reference page and the comments of
+    conf/model/base.yaml are checked against it."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class GPTConfig:
     """Symbols follow [S0]: d=vocab_size, T=block_size, D=n_embd, H=n_head, M=n_layer."""
 
-    vocab_size: Optional[int] = None  # d; None = take it from the tokenizer
-    block_size: int = 256  # T, the longest context
-    n_layer: int = 4  # M
-    n_head: int = 4  # H
-    n_embd: int = 128  # D
-    head_dim: Optional[int] = None  # D_K; None = n_embd // n_head
-    v_head_dim: Optional[int] = None  # D_V; None = head_dim
-    d_ff: Optional[int] = None  # hidden width of the MLP; None = 4 * n_embd
-    mlp_layers: int = 2  # L, linear layers in the MLP
-    norm: str = "pre"  # pre (GPT-2/3, eq. 9) | post (GPT-1, original Transformer)
-    final_norm: Optional[bool] = None  # None = True for pre-LN (eq. 10), False for post-LN
-    pos_emb: str = "learned"  # learned (eq. 2) | sinusoidal | none | rope (RoFormer) | alibi (Press et al.)
-    tie_weights: bool = True  # W_head = E_1^T
-    activation: str = "gelu_tanh"  # gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated, Shazeer 2020)
-    attn_bias: bool = True  # biases of the Q/K/V and output projections
-    qkv_bias: Optional[bool] = None  # Q/K/V biases alone; None = attn_bias (GPT-Neo: False, with out bias)
-    mlp_bias: bool = True  # biases b_i of the MLP layers
-    dropout: float = 0.0  # on embeddings, attention probabilities and residual branches
-    layer_norm_eps: float = 1e-5
+    vocab_size: Optional[int] = _f(None, "d; null = take it from the tokenizer")
+    block_size: int = _f(256, "T, context length")
+    n_layer: int = _f(4, "M, number of blocks")
+    n_head: int = _f(4, "H, attention heads")
+    n_embd: int = _f(128, "D, residual width")
+    head_dim: Optional[int] = _f(None, "D_K per head; null = n_embd // n_head")
+    v_head_dim: Optional[int] = _f(None, "D_V per head; null = head_dim")
+    d_ff: Optional[int] = _f(
+        None,
+        "MLP hidden width; null = 4 * n_embd, or for swiglu/geglu 8/3 * n_embd rounded to a multiple of 64 (same "
+        "parameters as the 4 * n_embd ungated MLP: 3 matrices instead of 2)"
+    )
+    mlp_layers: int = _f(2, "L, linear layers in the MLP (2 in GPT-2/3)")
+    norm: str = _f("pre", "pre (GPT-2/3, eq. 9) | post (GPT-1, original Transformer)")
+    final_norm: Optional[bool] = _f(None, "null = true for pre-LN (eq. 10), false for post-LN")
+    pos_emb: str = _f(
+        "learned", "learned (eq. 2) | sinusoidal | none | rope (rotary, RoFormer) | alibi (linear biases)"
+    )
+    tie_weights: bool = _f(True, "head shares the token embedding (W_head = E_1^T)")
+    activation: str = _f(
+        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)"
+    )
+    attn_bias: bool = _f(True, "biases in the Q/K/V and output projections")
+    qkv_bias: Optional[bool] = _f(
+        None, "biases on Q/K/V alone; null = attn_bias (GPT-Neo: false, bias on the output only)"
+    )
+    mlp_bias: bool = _f(True, "biases in the MLP layers")
+    dropout: float = _f(0.0, "embeddings, attention probabilities, residual branches")
+    layer_norm_eps: float = _f(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)")
     # Sparse attention ([S3], GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
-    attn_pattern: list[str] = field(default_factory=lambda: ["dense"])  # dense | local | strided, cycled
-    attn_window: int = 256  # w: local sees i - w < j <= i; strided sees j <= i with w | (i - j)
-    attn_impl: str = "auto"  # auto | sdpa | chunked | flex: how local/strided layers are computed
-    attn_scale: Optional[float] = None  # score scale; None = 1/sqrt(D_K) (eq. 5), GPT-Neo uses 1.0
+    attn_pattern: list[str] = _f(
+        ["dense"], "kinds cycled over layers: dense | local | strided, e.g. [dense, local] as GPT-3"
+    )
+    attn_window: int = _f(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0")
+    attn_impl: str = _f("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex (GPU)")
+    attn_scale: Optional[float] = _f(None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0")
     # Post-GPT-3 toggles (GPT-2 -> LLaMA and the speedrun tricks); all off = GPT-2/3 exactly.
-    norm_type: str = "layernorm"  # layernorm | rmsnorm (Zhang & Sennrich 2019), for every norm of the model
-    rope_theta: float = 10000.0  # RoPE base: pair i of a head rotates by p * theta^(-2i/R)
-    rope_fraction: float = 1.0  # share of each head's D_K that rotates (partial rotary, GPT-NeoX/J use 0.25)
-    qk_norm: bool = False  # normalise each head's queries and keys (norm_type, learned gain) before Q K^T
-    z_loss: float = 0.0  # PaLM's auxiliary loss coefficient: + z_loss * mean(log^2 Z); training only (1e-4 in PaLM)
-    logit_softcap: Optional[float] = None  # logits -> c * tanh(logits / c) (Gemma 2 uses 30); None = no cap
-    # How the model runs, not what it computes: the same weights and outputs either way.
-    activation_checkpointing: bool = False  # recompute each block in backward instead of storing activations
-    compile: bool = False  # the training entry point wraps the model with torch.compile
-    pad_vocab_to: Optional[int] = None  # round the embedding/head rows up to a multiple of this (64: 50257 → 50304)
+    norm_type: str = _f(
+        "layernorm", "layernorm | rmsnorm (no mean, no bias), for every norm: pre, post, final and qk_norm"
+    )
+    rope_theta: float = _f(10000.0, "RoPE base (pos_emb=rope): pair i of a head turns by position * theta^(-2i/R)")
+    rope_fraction: float = _f(1.0, "share of each head's dims RoPE rotates, R = fraction * head_dim (GPT-J/NeoX: 0.25)")
+    qk_norm: bool = _f(False, "normalise each head's queries and keys (norm_type, learned gain) before Q K^T")
+    z_loss: float = _f(0.0, "PaLM auxiliary loss: + z_loss * mean(log^2 Z) on the training loss (PaLM: 1e-4); 0 = off")
+    logit_softcap: Optional[float] = _f(
+        None, "cap the output logits at c * tanh(logits / c) (Gemma 2: 30); null = no cap"
+    )
+    pad_vocab_to: Optional[int] = _f(
+        None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d"
+    )
 
     def __post_init__(self) -> None:
         self._validate()
@@ -90,8 +119,7 @@ class GPTConfig:
         positive += [f for f in optional if getattr(self, f) is not None]
         for name in positive:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"model.{name}={value!r} must be a positive integer.")
+            require_int(f"model.{name}", value)
         if self.head_dim is None and self.n_embd % self.n_head:
             raise ConfigError(
                 f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
@@ -107,7 +135,7 @@ class GPTConfig:
     def _validate_modern(self) -> None:
         for name, low, high in [("rope_theta", 0.0, None), ("rope_fraction", 0.0, 1.0)]:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low:
+            if not is_number(value) or not value > low:
                 raise ConfigError(f"model.{name}={value!r} must be a number > {low}.")
             if high is not None and value > high:
                 raise ConfigError(f"model.{name}={value!r} must be in (0, {high}].")
@@ -119,10 +147,10 @@ class GPTConfig:
         if not isinstance(self.qk_norm, bool):
             raise ConfigError(f"model.qk_norm={self.qk_norm!r} must be true or false.")
         z = self.z_loss
-        if isinstance(z, bool) or not isinstance(z, (int, float)) or not z >= 0:
+        if not is_number(z) or not z >= 0:
             raise ConfigError(f"model.z_loss={z!r} must be a number >= 0 (0 = off; PaLM uses 1e-4).")
         cap = self.logit_softcap
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+        if cap is not None and not (is_number(cap) and cap > 0):
             raise ConfigError(f"model.logit_softcap={cap!r} must be a positive number (Gemma 2: 30), or null.")
 
     @property
@@ -149,14 +177,14 @@ class GPTConfig:
                     f"{', '.join(ATTENTION_KINDS)}."
                 )
         window = self.attn_window
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        if not is_int(window) or window < 1:
             raise ConfigError(
                 f"model.attn_window={window!r} must be a positive integer (the band width w; GPT-Neo uses 256)."
             )
         if self.attn_impl not in ATTN_IMPLS:
             raise invalid_choice("model.attn_impl", self.attn_impl, ATTN_IMPLS)
         scale = self.attn_scale
-        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
+        if scale is not None and not (is_number(scale) and scale > 0):
             raise ConfigError(f"model.attn_scale={scale!r} must be a positive number, or null for 1/sqrt(D_K).")
 
     @property
@@ -176,8 +204,10 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> GPTConfig:
-        """Build from a plain mapping (a Hydra node or a checkpoint), rejecting unknown keys by name."""
+        """Build from a plain mapping (a Hydra node or a checkpoint), rejecting unknown keys by name. Checkpoints
+        written before the runtime flags left the architecture still carry them: they are dropped."""
         known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in values.items() if k not in RUNTIME_FIELDS_BEFORE}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown model field(s) {unknown}; known fields: {sorted(known)}.")

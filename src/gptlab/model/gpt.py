@@ -30,6 +30,9 @@ class GPT(nn.Module):
         if cfg.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
         self.config = cfg
+        # How it runs, not what it computes (the trainer's runtime.activation_checkpointing): recompute each block
+        # in backward instead of keeping its activations. Not in GPTConfig, so checkpoints never record it.
+        self.activation_checkpointing = False
         self.tok_emb = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # E_1
         absolute = POSITIONS[cfg.pos_emb].absolute  # E_2 (eq. 2), the fixed sinusoids, or none
         self.pos_emb = absolute(cfg.block_size, cfg.n_embd) if absolute is not None else None
@@ -80,7 +83,7 @@ class GPT(nn.Module):
         (D x d) is the largest matmul of a small model."""
         x = self.embed(idx, start_pos=caches[0].length if caches else 0)
         for i, block in enumerate(self.blocks):
-            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 # Keep only each block's input; its activations are recomputed in backward (memory for time).
                 x = checkpoint(block, x, use_reentrant=False)
             else:

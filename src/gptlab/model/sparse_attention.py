@@ -272,7 +272,7 @@ def flex(
 ) -> torch.Tensor:
     """FlexAttention: the same pattern as a mask_mod; compiled, it skips the blocks the mask empties.
 
-    Inside a model that torch.compile traces (model.compile=true) the caches below are bypassed: dynamo does not
+    Inside a model that torch.compile traces (runtime.compile=true) the caches below are bypassed: dynamo does not
     honour functools caches (it warns and traces the wrapped function), and the outer compile already fuses
     flex_attention and builds the block mask into the graph."""
     score_mod = None if bias is None else bias.score_mod(q.device)

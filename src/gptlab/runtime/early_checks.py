@@ -7,6 +7,7 @@ for callers without Hydra (tests, a sweep's in-process jobs), where it costs ~0.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +17,31 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import check_resumable
+from gptlab.config.check import check
+from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
+from gptlab.runs import sweep_jobs
 from gptlab.runs.resume import given_checkpoint, resume_mode
-from gptlab.runtime.config_check import check_config
 from gptlab.runtime.guards import check_devices, check_memory, resolve_accelerator
+from gptlab.runtime.option_relevance import ignored_options
 from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_free_space, checkpoint_bytes
+from gptlab.runtime.strategies import check_optimizer_fits_strategy
+
+log = logging.getLogger(__name__)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """What the config alone can be refused for: the typed schemas' ranges and rules (gptlab.config), options that
+    would have no effect (option_relevance: refused in a single run, a warning in a sweep job, where one value is
+    shared by jobs it may not apply to), and an optimizer the strategy cannot run."""
+    check(cfg)
+    for warning in ignored_options(cfg, sweep_jobs.in_sweep_job()):
+        log.warning(warning)
+    strategy = cfg.trainer.get("strategy") if "trainer" in cfg else None
+    check_optimizer_fits_strategy((cfg.get("optimizer") or {}).get("_target_"),
+                                  strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy)
 
 
 @dataclass
@@ -89,7 +108,8 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
     check_attention_runs_here(model_cfg, cfg.trainer)
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
-        check_memory(model_cfg, cfg.data.batch_size, cfg.trainer)  # before the model's tensors are allocated
+        check_memory(model_cfg, cfg.data.batch_size, cfg.trainer,  # before the model's tensors are allocated
+                     activation_checkpointing=Runtime(**cfg.get("runtime", {})).activation_checkpointing)
     ckpt_path = given_checkpoint(cfg)  # a file outside the run dir, so it is checked here too
     if ckpt_path is not None:
         check_resumable(ckpt_path, model_cfg)

@@ -96,7 +96,8 @@ class MemoryEstimate:
         return self.per_process * self.processes
 
 
-def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str) -> MemoryEstimate:
+def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
+                    activation_checkpointing: bool = False) -> MemoryEstimate:
     """scripts/plan.py's accounting for this run: per process, and how many processes share one memory."""
     devices = trainer_cfg.get("devices", 1)
     devices = 1 if devices == "auto" else int(devices)
@@ -105,7 +106,7 @@ def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, ac
     target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
     fsdp = "fsdp" in target
     shards = world if fsdp else 1
-    checkpointing = model_cfg.activation_checkpointing or bool(fsdp and strategy.get("activation_checkpointing"))
+    checkpointing = activation_checkpointing or bool(fsdp and strategy.get("activation_checkpointing"))
     acts = activation_bytes(model_cfg, micro_batch)
     activations = acts["activations_checkpointed" if checkpointing else "activations"]
     if str(trainer_cfg.get("precision", "32-true")).startswith(("32", "64")):
@@ -121,17 +122,18 @@ def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, ac
 
 
 def check_memory(
-    model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None
+    model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
+    activation_checkpointing: bool = False,
 ) -> MemoryEstimate:
     """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory."""
     accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))
-    est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator)
+    est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, activation_checkpointing)
     free = free_bytes(accelerator) if free is None else free
     if est.total > free:
         where = "free RAM" if accelerator == "cpu" else "free memory on GPU 0"
         knobs = [f"data.batch_size={max(1, micro_batch // 2)} (micro-batch; global_batch_tokens keeps the step)"]
-        if not model_cfg.activation_checkpointing:
-            knobs.append("model.activation_checkpointing=true")
+        if not activation_checkpointing:
+            knobs.append("runtime.activation_checkpointing=true")
         if est.sharded_over == 1:
             knobs.append("trainer=fsdp (shards weights, gradients and Adam states over the GPUs)")
         knobs.append("a smaller model.block_size or model")

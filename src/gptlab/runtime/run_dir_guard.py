@@ -52,8 +52,8 @@ class GuardRunDir(Callback):
         if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
             return
         from gptlab.checkpoint.reader import check_resumable
+        from gptlab.config.checks import writable_dir
         from gptlab.runs.resume import finished_run, resume_checkpoint
-        from gptlab.runtime.config_check import writable_dir
         from gptlab.runtime.early_checks import check_before_run
 
         run_dir = Path(os.path.abspath(config.hydra.run.dir))
@@ -98,7 +98,7 @@ class GuardRunDir(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not owns_run_dir():
             return
-        from gptlab.runtime.config_check import writable_dir
+        from gptlab.config.checks import writable_dir
 
         sweep_dir = Path(os.path.abspath(config.hydra.sweep.dir))
         try:

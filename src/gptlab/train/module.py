@@ -13,7 +13,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics import MeanMetric, SumMetric
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
-from gptlab.errors import ConfigError, NonFiniteLossError
+from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
 from gptlab.train.optim import param_groups
@@ -39,19 +39,18 @@ class GPTLitModule(L.LightningModule):
         run_config: Optional[dict[str, Any]] = None,
         nonfinite_check_every: int = 10,
         token_bytes: Optional[torch.Tensor] = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.model = model
-        # model.compile: training and validation call the compiled forward; sampling (model.generate, a new
+        # runtime.compile: training and validation call the compiled forward; sampling (model.generate, a new
         # length every token) calls the plain model and never compiles. dynamic=False on purpose: a run has
         # two shapes (the micro-batch and the last partial val batch), each compiled once, and static shapes
         # give inductor the most to fuse. A function, not an nn.Module, so the state_dict keys stay the model's.
         self.forward_fn: Callable[[torch.Tensor], torch.Tensor] = (
-            torch.compile(model.forward, dynamic=False) if model.config.compile else model.forward
+            torch.compile(model.forward, dynamic=False) if compile else model.forward
         )
-        every = nonfinite_check_every
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ConfigError(f"nonfinite_check_every={nonfinite_check_every!r} must be a positive integer (steps).")
+        require_int("nonfinite_check_every", nonfinite_check_every, 1, "a positive integer (steps)")
         self.nonfinite_check_every = nonfinite_check_every
         # (step, loss) of every training step since the last check_finite: the losses stay on the device until then
         self._unchecked_losses: list[tuple[int, torch.Tensor]] = []

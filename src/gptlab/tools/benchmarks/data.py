@@ -9,6 +9,7 @@ import hydra
 import torch
 from hydra import compose, initialize_config_dir
 
+import gptlab.config  # noqa: F401  (registers the schemas conf/train.yaml names)
 from gptlab.data import GPTDataModule
 from gptlab.data.prepare import prepare
 from gptlab.data.ranks import fetch_gpt2_ranks

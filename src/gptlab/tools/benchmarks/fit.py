@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+import gptlab.config  # noqa: F401  (registers the schemas conf/train.yaml names)
 from gptlab.apps.train import train
 from gptlab.model import GPT, next_token_loss
 from gptlab.runs.run_dir import SUMMARY_FILE

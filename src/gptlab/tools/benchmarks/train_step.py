@@ -54,7 +54,7 @@ def build(shape: Shape, which: str, compile: bool, seed: int = 0) -> tuple[Step,
     """A step closure for `which` (gptlab | reference) and the loss of its first forward (same for both)."""
     torch.manual_seed(seed)
     cfg = GPTConfig(vocab_size=shape.vocab_size, block_size=shape.block_size, n_layer=shape.n_layer,
-                    n_head=shape.n_head, n_embd=shape.n_embd, compile=compile)
+                    n_head=shape.n_head, n_embd=shape.n_embd)
     gpt = GPT(cfg)
     x = torch.randint(0, shape.vocab_size, (shape.batch, shape.block_size))
     y = torch.randint(0, shape.vocab_size, (shape.batch, shape.block_size))

@@ -22,7 +22,7 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.optim import Optimizer
 
-from gptlab.errors import ConfigError
+from gptlab.errors import require_int
 from gptlab.model import GPT
 from gptlab.model.loss import z_loss_term
 
@@ -81,8 +81,7 @@ class StabilityProbes(L.Callback):
 
     def __init__(self, every_n_steps: int = 50, batch_rows: int = 2) -> None:
         for name, value in [("every_n_steps", every_n_steps), ("batch_rows", batch_rows)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"callbacks.stability_probes.{name}={value!r} must be a positive integer.")
+            require_int(f"callbacks.stability_probes.{name}", value)
         self.every_n_steps, self.batch_rows = every_n_steps, batch_rows
         self._before: Optional[list[list[torch.Tensor]]] = None
         self._pending: dict[str, float] = {}

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 import lightning as L
 from lightning.pytorch.strategies import FSDPStrategy
 
-from gptlab.errors import ConfigError
+from gptlab.errors import require_int
 from gptlab.eval.tasks import Example
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, load_examples
 
@@ -28,10 +28,9 @@ class ZeroShotEval(L.Callback):
                  batch_size: int = 16, data: Optional[Mapping[str, str]] = None) -> None:
         self.tasks = check_tasks(list(tasks), "callbacks.zero_shot.tasks")
         for name, value in [("every_n_steps", every_n_steps), ("batch_size", batch_size)]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"callbacks.zero_shot.{name}={value!r} must be a positive integer.")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ConfigError(f"callbacks.zero_shot.limit={limit!r} must be a positive number of examples, or null.")
+            require_int(f"callbacks.zero_shot.{name}", value)
+        if limit is not None:
+            require_int("callbacks.zero_shot.limit", limit, 1, "a positive number of examples, or null")
         self.every_n_steps, self.limit, self.batch_size = every_n_steps, limit, batch_size
         self.data = dict(data or {})
         check_tasks(list(self.data), "callbacks.zero_shot.data")

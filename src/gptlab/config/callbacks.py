@@ -1,0 +1,102 @@
+"""Schemas of the callbacks and loggers conf/callbacks/ and conf/logger/ ship, found by their `_target_`.
+
+These groups are dicts of named nodes that a user may add to or null out (`callbacks.progress_bar=null`), so
+they are not typed at compose (Hydra's struct mode already refuses a misspelt key there); `check` finds each
+node's schema by its `_target_` and checks its values, and a node of another target against its signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import gptlab.config.checks as c
+from gptlab.config.fields import setting
+
+
+@dataclass
+class ModelCheckpoint:
+    _target_: str = "lightning.pytorch.callbacks.ModelCheckpoint"
+    dirpath: Optional[str] = setting(None, "where the checkpoints go", c.optional(c.text))
+    filename: Optional[str] = setting(None, "file name pattern", c.optional(c.text))
+    monitor: Optional[str] = setting(None, "the logged metric that picks the best checkpoints", c.optional(c.text))
+    mode: str = setting("min", "min | max of monitor is best", c.choice("min", "max"))
+    save_top_k: int = setting(1, "best checkpoints kept; 0 = none, -1 = all", c.integer(-1))
+    save_last: Any = setting(None, "also refresh last.ckpt, for resuming",
+                             c.optional(c.either(c.boolean, c.choice("link"), wanted="use true, false or link")))
+    every_n_train_steps: Optional[int] = setting(None, "optimizer steps between saves",
+                                                 c.optional(c.non_negative_int))
+    auto_insert_metric_name: bool = setting(True, "prefix each metric in filename with its name", c.boolean)
+    enable_version_counter: bool = setting(True, "false: refresh last.ckpt, never write last-v1.ckpt", c.boolean)
+
+
+@dataclass
+class PreemptionCheckpoint:
+    _target_: str = "gptlab.runtime.preemption.PreemptionCheckpoint"
+    dirpath: str = setting(help="where the preemption checkpoint goes", check=c.text)
+    filename: str = setting("preempted", "its file name, without .ckpt", c.text)
+
+
+@dataclass
+class TokenThroughput:
+    _target_: str = "gptlab.train.callbacks.TokenThroughput"
+    window_size: int = setting(20, "batches averaged over", c.positive_int)
+
+
+@dataclass
+class TextSamples:
+    _target_: str = "gptlab.train.callbacks.TextSamples"
+    prompts: list[str] = setting(["\n"], "each continued separately", c.list_of_text)
+    max_new_tokens: int = setting(64, "tokens generated per prompt", c.non_negative_int)
+    temperature: float = setting(0.8, "0 = greedy", c.number(0.0))
+    top_k: Optional[int] = setting(40, "null = sample from the whole vocabulary", c.optional(c.positive_int))
+    seed: int = setting(0, "the sampling RNG, the same text each validation for the same weights", c.seed)
+
+
+@dataclass
+class StepProgressBar:
+    _target_: str = "gptlab.train.callbacks.progress.StepProgressBar"
+    refresh_rate: int = setting(10, "optimizer steps between redraws; 0 = no bar", c.non_negative_int)
+
+
+@dataclass
+class StabilityProbes:
+    _target_: str = "gptlab.train.callbacks.StabilityProbes"
+    every_n_steps: int = setting(50, "optimizer steps between probes", c.positive_int)
+    batch_rows: int = setting(2, "rows of the step's batch the forward probes run on", c.positive_int)
+
+
+@dataclass
+class LossSpikeGuard:
+    _target_: str = "gptlab.train.callbacks.LossSpikeGuard"
+    z_threshold: Optional[float] = setting(None, "k: skip when (loss - mean) / std > k; null = off, e.g. 6.0",
+                                           c.optional(c.number(0.0, low_open=True)))
+    window: int = setting(100, "accepted step losses the mean and std are taken over", c.integer(2))
+    min_history: int = setting(20, "no skipping before this many losses are in the window", c.integer(2))
+    max_consecutive: int = setting(10, "this many skips in a row stop the run", c.integer(2))
+
+
+@dataclass
+class ZeroShotEval:
+    _target_: str = "gptlab.train.callbacks.ZeroShotEval"
+    tasks: list[str] = setting([], "off (costs nothing) until given, e.g. [lambada] or [lambada,hellaswag]",
+                               c.list_of_text)
+    every_n_steps: int = setting(500, "optimizer steps between evaluations", c.positive_int)
+    limit: Optional[int] = setting(500, "first N examples of each task; null = all", c.optional(c.positive_int))
+    batch_size: int = setting(16, "rows per forward pass", c.positive_int)
+    data: Any = setting(None, "a Hub dataset or a local .jsonl file (or dir of them) per task")
+
+
+@dataclass
+class TensorBoardLogger:
+    _target_: str = "gptlab.train.tensorboard_logger.RunTensorBoardLogger"
+    save_dir: str = setting(help="the run dir", check=c.text)
+    name: str = setting("tensorboard", "subdir of save_dir", c.text)
+    version: Any = setting("", "\"\" = no version_N subdir: the run dir is already unique")
+    default_hp_metric: bool = setting(
+        True, "log Lightning's placeholder hp_metric (gptlab logs hp/best_val_loss)", c.boolean)
+
+
+BY_TARGET: dict[str, type] = {schema._target_: schema for schema in (  # type: ignore[attr-defined]
+    ModelCheckpoint, PreemptionCheckpoint, TokenThroughput, TextSamples, StepProgressBar, StabilityProbes,
+    LossSpikeGuard, ZeroShotEval, TensorBoardLogger)}

@@ -1,0 +1,127 @@
+"""`check(cfg)`: what Hydra's typed nodes cannot say, right after compose and before anything heavy is built.
+
+Hydra has refused wrong types and misspelt keys while composing (gptlab.config.entry words its errors); this
+checks what is left: keys appended with `+` (against the schema, or the constructor's signature), each field's
+range (its schema's `check`), true/false fields given another word on the command line (OmegaConf turns `no`,
+`off`, `1` into booleans), the model's own validation (GPTConfig), and the cross-field rules (gptlab.config.rules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from gptlab.config.callbacks import BY_TARGET
+from gptlab.config.checks import fail
+from gptlab.config.fields import check_of, schema_fields
+from gptlab.config.rules import check_rules
+from gptlab.config.schemas import Runtime
+from gptlab.config.store import SCHEMAS
+from gptlab.config.suggest import unknown_key
+from gptlab.config.targets import target_parameters
+from gptlab.errors import ConfigError
+from gptlab.model import GPTConfig
+
+KNOWN = set(SCHEMAS.values()) | set(BY_TARGET.values()) | {Runtime}
+NAMED_NODES = ("callbacks", "logger")  # groups that are dicts of named constructor nodes
+# Constructor arguments that gptlab's code passes (the parameter groups, the tokenizer, the callbacks...).
+PASSED_BY_GPTLAB = {"params", "tokenizer", "optimizer", "total_steps", "callbacks", "logger", "plugins"}
+
+
+def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> None:
+    """Raise ConfigError naming the first bad key of a composed train config. `overrides` are the command line's
+    (default: Hydra's record of them, when Hydra ran)."""
+    strict_booleans(cfg, hydra_overrides() if overrides is None else overrides)
+    check_node("", cfg)
+    check_model(cfg.get("model"))  # before data, whose block_size follows model.block_size
+    for group in ("runtime", "tokenizer", "data", "optimizer", "scheduler", "trainer", "paths"):
+        if isinstance(cfg.get(group), DictConfig):
+            check_node(f"{group}.", cfg[group])
+    for group in NAMED_NODES:
+        for name, node in (cfg.get(group) or {}).items():
+            if node is not None:
+                if not isinstance(node, DictConfig) or "_target_" not in node:
+                    raise fail(f"{group}.{name}", plain(node), "use a node with a _target_, or null to drop it")
+                check_node(f"{group}.{name}.", node)
+    check_rules(cfg)
+
+
+def schema_of(node: DictConfig) -> Optional[type]:
+    typed = OmegaConf.get_type(node)
+    if typed in KNOWN:
+        return typed
+    return BY_TARGET.get(node.get("_target_"))
+
+
+def check_node(prefix: str, node: DictConfig, set_values_only: bool = False) -> None:
+    """Appended keys, then each field's range. A node of no known schema is left to its constructor.
+    `set_values_only` leaves out fields that interpolate others not known yet (eval's data follows the model that
+    the checkpoint brings)."""
+    schema = schema_of(node)
+    if schema is None:
+        return
+    fields = schema_fields(schema)
+    extra = [k for k in node.keys() if k not in fields and (prefix or k != "hydra")]  # Hydra's node, in a callback
+    if extra:
+        check_appended(prefix, node, schema, extra)
+    for name, f in fields.items():
+        rule = check_of(f)
+        if rule is not None and name in node and not (set_values_only and OmegaConf.is_interpolation(node, name)):
+            rule(f"{prefix}{name}", plain(node[name]))
+
+
+def check_appended(prefix: str, node: DictConfig, schema: type, extra: list[str]) -> None:
+    """Keys added with `+`: an argument of the node's constructor (checked where gptlab knows its range), else
+    refused naming the closest. A constructor that takes **kwargs (or cannot be imported) decides itself."""
+    target = node.get("_target_")
+    params = target_parameters(node) if target is not None else set()
+    if params is None:
+        return
+    for key in extra:
+        if key in params and key not in PASSED_BY_GPTLAB:
+            rule = getattr(schema, "appended", {}).get(key)
+            if rule is not None:
+                rule(f"{prefix}{key}", plain(node[key]))
+            continue
+        settings = [k for k in schema_fields(schema) if k not in ("_target_", "_partial_")]
+        if key in PASSED_BY_GPTLAB:
+            raise ConfigError(f"{prefix}{key} is passed by gptlab itself; drop it from the config.")
+        raise ConfigError(unknown_key(f"{prefix}{key}", settings, target=target,
+                                      candidates=(params or set()) - PASSED_BY_GPTLAB))
+
+
+def check_model(node: Any) -> None:
+    """Appended keys by name, then GPTConfig's own validation (ranges, choices, divisibility)."""
+    values = plain(node) or {}
+    known = [f.name for f in dataclasses.fields(GPTConfig)]
+    for key in values:
+        if key not in known:
+            raise ConfigError(unknown_key(f"model.{key}", known))
+    GPTConfig.from_dict({**values, "vocab_size": values.get("vocab_size") or 1})
+
+
+def strict_booleans(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """`model.tie_weights=no` (or off, 1, yes) reaches a true/false field as a string or an integer, which
+    OmegaConf converts to a boolean without a word; gptlab asks for true or false, as YAML writes them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if override.is_sweep_override() or override.is_delete():
+            continue
+        current = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        value = override.value()
+        if isinstance(current, bool) and not isinstance(value, bool):
+            raise fail(key, value, "use true or false")
+
+
+def hydra_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value

@@ -1,0 +1,121 @@
+"""Range checks of single values, each `check(field, value)` raising ConfigError that names the field.
+
+Hydra's typed nodes already refuse a wrong type at compose; these say what range or choice a value must have,
+and are attached to schema fields (`metadata["check"]`) beside the field they constrain. Hand-written because
+OmegaConf has no validators and pydantic would be a second schema system beside Hydra's dataclasses.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from gptlab.errors import ConfigError, is_int, is_number
+
+Check = Callable[[str, Any], None]
+
+
+def fail(field: str, value: Any, wanted: str) -> ConfigError:
+    return ConfigError(f"{field}={value!r} is invalid: {wanted}.")
+
+
+def boolean(field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise fail(field, value, "use true or false")
+
+
+def integer(low: Optional[int] = None, high: Optional[int] = None) -> Check:
+    def check(field: str, value: Any) -> None:
+        if not is_int(value) or (low is not None and value < low) or (high is not None and value > high):
+            bounds = f" >= {low}" if high is None else f" in [{low}, {high}]"
+            raise fail(field, value, f"use an integer{bounds if low is not None else ''}")
+
+    return check
+
+
+positive_int = integer(1)
+non_negative_int = integer(0)
+
+
+def number(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False) -> Check:
+    def check(field: str, value: Any) -> None:
+        ok = is_number(value) and (value > low if low_open else value >= low)
+        ok = ok and (value < high if high_open else value <= high)
+        if not ok:
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
+            raise fail(field, value, f"use a number in {interval}")
+
+    return check
+
+
+def choice(*allowed: Any) -> Check:
+    def check(field: str, value: Any) -> None:
+        if not any(type(value) is type(a) and value == a for a in allowed):  # 1 is not True, "1" is not 1
+            raise fail(field, value, f"use one of {', '.join(repr(a) for a in allowed)}")
+
+    return check
+
+
+def optional(inner: Check) -> Check:
+    def check(field: str, value: Any) -> None:
+        if value is not None:
+            inner(field, value)
+
+    return check
+
+
+def either(*checks: Check, wanted: str) -> Check:
+    def check(field: str, value: Any) -> None:
+        for inner in checks:
+            try:
+                inner(field, value)
+                return
+            except ConfigError:
+                continue
+        raise fail(field, value, wanted)
+
+    return check
+
+
+def text(field: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise fail(field, value, "use a non-empty string")
+
+
+def writable_dir(field: str, value: Any) -> None:
+    """A directory that exists and is writable, or can be created (its nearest existing parent is writable)."""
+    text(field, value)
+    path = Path(value).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        problem = "not writable for this user" if existing.is_dir() else "not a directory"
+        raise ConfigError(
+            f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can write to."
+        )
+
+
+def betas(field: str, value: Any) -> None:
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(is_number(b) and 0 <= b < 1 for b in value):
+        raise fail(field, value, "use two numbers in [0, 1), e.g. [0.9, 0.95]")
+
+
+def list_of_text(field: str, value: Any) -> None:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise fail(field, value, "use a list of strings")
+
+
+positive_int = integer(1)
+non_negative_int = integer(0)
+seed = integer(0, 2**32 - 1)
+
+
+def check_table(prefix: str, node: Any, table: dict[str, Check]) -> None:
+    """Each key of `node` that `table` knows, checked (for the few top-level options of scripts that have no
+    schema: sample.py's)."""
+    if not node:
+        return
+    for key, value in node.items():
+        if key in table:
+            table[key](f"{prefix}{key}", value)

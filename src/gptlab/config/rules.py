@@ -1,0 +1,43 @@
+"""Rules between fields of different groups, each beside the fields it constrains in one table: a config whose
+fields are each valid can still be one that cannot run."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from omegaconf import DictConfig
+
+from gptlab.errors import ConfigError
+
+Rule = Callable[[DictConfig], Optional[str]]  # None = fine, else the message
+
+
+def windows_fit_the_context(cfg: DictConfig) -> Optional[str]:
+    data, model = cfg.get("data"), cfg.get("model")
+    if not data or not model or not isinstance(data.get("block_size"), int):
+        return None
+    if data.block_size > model.block_size:
+        return (f"data.block_size={data.block_size} is longer than model.block_size={model.block_size}, the longest "
+                "context the model has positions for; leave data.block_size out (it follows model.block_size) or "
+                f"set it to at most {model.block_size}.")
+    return None
+
+
+def one_activation_checkpointing(cfg: DictConfig) -> Optional[str]:
+    strategy: Any = (cfg.get("trainer") or {}).get("strategy")
+    runtime = cfg.get("runtime") or {}
+    if runtime.get("activation_checkpointing") and isinstance(strategy, DictConfig) \
+            and strategy.get("activation_checkpointing"):
+        return ("runtime.activation_checkpointing=true and trainer.strategy.activation_checkpointing=true would "
+                "recompute each block twice; under trainer=fsdp set only trainer.strategy.activation_checkpointing.")
+    return None
+
+
+RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing)
+
+
+def check_rules(cfg: DictConfig) -> None:
+    for rule in RULES:
+        message = rule(cfg)
+        if message:
+            raise ConfigError(message)

@@ -1,0 +1,267 @@
+"""A dataclass per config group option: every key its YAML may set, its type, its one line of help and its range.
+
+Registered in Hydra's ConfigStore (gptlab.config.store) and named in each YAML's `defaults`, so Hydra refuses
+a wrong type or an unknown key while it composes. Groups whose node is a constructor call (`_target_`) list the
+constructor's keyword arguments that gptlab ships; others a user may append with `+group.key=value` are
+checked against the constructor's signature (gptlab.config.check). The model's schema is GPTConfig itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+import gptlab.config.checks as c
+from gptlab.config.fields import setting
+
+PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine")
+
+
+@dataclass
+class Runtime:
+    """How the model runs, not what it computes: the same weights and outputs either way."""
+
+    compile: bool = setting(False, "torch.compile the model for training (first steps are slow while it compiles)",
+                            c.boolean)
+    activation_checkpointing: bool = setting(
+        False, "recompute each block in backward: less memory, ~1/3 more compute", c.boolean)
+
+
+@dataclass
+class Train:
+    """conf/train.yaml's own keys; each group's node has its own schema."""
+
+    name: str = setting("train", "names the run and sweep dirs; experiments set their own", c.text)
+    seed: int = setting(1337, "seeds python, numpy and torch on every rank, and the data sampler", c.seed)
+    global_batch_tokens: Optional[int] = setting(
+        None, "tokens per optimizer step (GPT-3 Small: 524288): sets gradient accumulation", c.optional(c.positive_int))
+    label_smoothing: float = setting(0.0, "eq. 12's soft targets: 0 = plain next-token NLL (eq. 13)",
+                                     c.number(0.0, 1.0, high_open=True))
+    nonfinite_check_every: int = setting(
+        10, "steps between host reads of the on-device NaN/inf loss flag (also read before checkpoints)",
+        c.positive_int)
+    ckpt_path: Optional[str] = setting(
+        None, "a checkpoint (or a run dir: its newest readable one) to continue from exactly (model, optimizer, "
+        "scheduler, RNG, data position)", c.optional(c.text))
+    resume: Optional[str] = setting(
+        None, "null: a new run (refused in a dir that holds checkpoints) | auto: continue from the newest checkpoint "
+        "that loads in hydra.run.dir (a finished run is left as it is) | restart: start over there, deleting its "
+        "checkpoints, summary and events", c.optional(c.choice("auto", "restart")))
+    print_config: bool = setting(
+        False, "true also prints the resolved config at start (it is always in <run dir>/config_resolved.yaml)",
+        c.boolean)
+    float32_matmul_precision: str = setting(
+        "high", "fp32 matmuls on TF32 tensor cores (Ampere and later GPUs; no effect on CPU); highest = exact fp32",
+        c.choice("highest", "high", "medium"))
+    check_memory: bool = setting(
+        True, "refuse a run whose estimated memory (weights, grads, Adam, activations) exceeds free RAM/GPU memory",
+        c.boolean)
+    runtime: Runtime = setting(Runtime(), "how the model runs: compile, activation checkpointing")
+    # The groups: each node is typed by its own option's schema when its YAML is composed.
+    model: Any = None
+    tokenizer: Any = None
+    data: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    trainer: Any = None
+    callbacks: Any = None
+    logger: Any = None
+    paths: Any = None
+
+
+@dataclass
+class Paths:
+    log_dir: str = setting("outputs", "all runs and sweeps", c.writable_dir)
+    output_dir: str = setting("${hydra:runtime.output_dir}", "this job's run dir (Hydra creates it)",
+                              c.writable_dir)
+
+
+@dataclass
+class ByteTokenizer:
+    _target_: str = "gptlab.data.tokenizers.ByteTokenizer"
+
+
+@dataclass
+class TiktokenTokenizer:
+    _target_: str = "gptlab.data.tokenizers.TiktokenTokenizer"
+    encoding: str = setting("gpt2", "gpt2 | r50k_base | cl100k_base", c.choice("gpt2", "r50k_base", "cl100k_base"))
+    ranks_file: Optional[str] = setting(
+        None, "local .tiktoken ranks file for air-gapped machines; null = data/cache/tiktoken/<encoding>.tiktoken "
+        "(or $GPTLAB_RANKS_DIR) if there, else tiktoken downloads", c.optional(c.text))
+
+
+@dataclass
+class Data:
+    _target_: str = "gptlab.data.GPTDataModule"
+    source: Any = setting(
+        help="the corpus: a node with _target_ (gptlab.data.sources.BuiltinSource | TextFiles | HFDataset)")
+    store: str = setting("prepared", "memory (tokenize at start, hold in RAM) | prepared (shards on disk, memmap) | "
+                         "streaming", c.choice("memory", "prepared", "streaming"))
+    cache_dir: str = setting(help="prepared: shards go to <cache_dir>/<tokenizer name>/ (relative to the launch dir)",
+                             check=c.writable_dir)
+    block_size: int = setting("${model.block_size}",
+                              "windows are block_size + 1 tokens (inputs and shifted targets)", c.positive_int)
+    batch_size: int = setting(32, "micro-batch: windows per device per forward/backward", c.positive_int)
+    val_fraction: float = setting(
+        0.01, "about this share of documents is held out (chosen by a hash of each document's text)",
+        c.number(0.0, 1.0, low_open=True, high_open=True))
+    sampling: str = setting("random", "random (nanoGPT) | epoch (each non-overlapping window once per epoch); "
+                            "memory, prepared", c.choice("random", "epoch"))
+    samples_per_epoch: Optional[int] = setting(
+        None, "random sampling: windows per epoch; null = train tokens // block_size", c.optional(c.positive_int))
+    shard_tokens: int = setting(
+        100_000_000, "prepared: train tokens per shard file (a shard is cut at the next task boundary)",
+        c.positive_int)
+    num_proc: Optional[int] = setting(
+        None, "tokenizer processes: prepared, null = all CPU cores; memory, null = 1", c.optional(c.positive_int))
+    verify_sha256: bool = setting(
+        True, "prepared: hash every shard against the manifest at startup (catches tampered files)", c.boolean)
+    val_windows: int = setting(64, "streaming: validation windows read from the start of the val documents",
+                               c.positive_int)
+    num_workers: int = setting(
+        0, "DataLoader workers; streaming tokenizes in them (at most one per dataset shard)", c.non_negative_int)
+    seed: int = setting("${seed}", "which random windows are drawn, and the per-epoch order", c.seed)
+
+
+# ---- optimizers: `_partial_`, the module passes the parameter groups -----------------------------------------
+@dataclass
+class AdamW:
+    _target_: str = "gptlab.train.optim.adamw"
+    _partial_: bool = True
+    lr: float = setting(4.0e-3, "peak lr after warmup, tuned for nano; GPT-2/3 recipes (conf/experiment) use 6e-4",
+                        c.number(0.0, 10.0, low_open=True))
+    betas: list[float] = setting([0.9, 0.95], "GPT-3's beta_2 = 0.95", c.betas)
+    eps: float = setting(1.0e-8, "added to the denominator's square root, for stability",
+                         c.number(0.0, 1.0, low_open=True))
+    weight_decay: float = setting(0.1, "applied to matrices and embeddings only", c.number(0.0, 1.0))
+    fused: Optional[bool] = setting(
+        None, "null = the fused kernel where the device has one (CUDA, CPU), in fp32 runs (Lightning cannot clip a "
+        "fused optimizer under mixed precision); true | false to force", c.optional(c.boolean))
+
+
+@dataclass
+class SGD:
+    _target_: str = "torch.optim.SGD"
+    _partial_: bool = True
+    lr: float = setting(0.1, "peak learning rate; SGD needs a much larger one than AdamW",
+                        c.number(0.0, 10.0, low_open=True))
+    momentum: float = setting(0.9, "heavy-ball momentum factor", c.number(0.0, 1.0, high_open=True))
+    nesterov: bool = setting(True, "Nesterov's look-ahead form of momentum", c.boolean)
+    weight_decay: float = setting(0.0, "applied to >=2-D weights only (the module builds the groups)",
+                                  c.number(0.0, 1.0))
+
+
+@dataclass
+class Muon:
+    _target_: str = "gptlab.train.muon.muon"
+    _partial_: bool = True
+    lr: float = setting(4.0e-3, "peak lr of both parts (Muon's matrices and AdamW's embeddings, head, gains, biases)",
+                        c.number(0.0, 10.0, low_open=True))
+    weight_decay: float = setting(0.1, "decoupled, on matrices and embeddings, not gains or biases", c.number(0.0, 1.0))
+    momentum: float = setting(0.95, "Muon's momentum, on the hidden matrices", c.number(0.0, 1.0, high_open=True))
+    nesterov: bool = setting(True, "Nesterov's look-ahead form of Muon's momentum", c.boolean)
+    ns_steps: int = setting(5, "Newton-Schulz iterations that orthogonalize the momentum", c.positive_int)
+    adjust_lr_fn: Optional[str] = setting(
+        "match_rms_adamw", "match_rms_adamw (AdamW's lr and weight decay carry over) | original (Keller Jordan's "
+        "scale, lr ~0.02)", c.optional(c.choice("original", "match_rms_adamw")))
+    betas: list[float] = setting([0.9, 0.95], "the AdamW part's betas, as optimizer=adamw", c.betas)
+    eps: float = setting(1.0e-8, "the AdamW part's eps", c.number(0.0, 1.0, low_open=True))
+
+
+@dataclass
+class Adafactor:
+    _target_: str = "torch.optim.Adafactor"
+    _partial_: bool = True
+    lr: float = setting(1.0e-2, "peak learning rate (Adafactor scales steps by the parameter RMS)",
+                        c.number(0.0, 10.0, low_open=True))
+    beta2_decay: float = setting(-0.8, "second-moment decay exponent of the paper", c.number(-1.0, 0.0))
+    weight_decay: float = setting(0.0, "applied to >=2-D weights only (the module builds the groups)",
+                                  c.number(0.0, 1.0))
+
+
+# ---- lr schedules: `_partial_`, called with (optimizer, total_steps) -----------------------------------------
+WARMUP = "optimizer steps of linear warmup from 0"
+
+
+@dataclass
+class Cosine:
+    _target_: str = "gptlab.train.optim.warmup_cosine"
+    _partial_: bool = True
+    warmup_steps: int = setting(20, WARMUP, c.non_negative_int)
+    min_lr_ratio: float = setting(0.1, "final lr as a fraction of the peak", c.number(0.0, 1.0))
+
+
+@dataclass
+class WarmupStableDecay:
+    _target_: str = "gptlab.train.optim.warmup_stable_decay"
+    _partial_: bool = True
+    warmup_steps: int = setting(30, WARMUP, c.non_negative_int)
+    decay_fraction: float = setting(0.2, "share of max_steps spent decaying at the end", c.number(0.0, 1.0))
+    min_lr_ratio: float = setting(0.0, "final lr as a fraction of the peak", c.number(0.0, 1.0))
+
+
+@dataclass
+class Constant:
+    _target_: str = "gptlab.train.optim.constant"
+    _partial_: bool = True
+    warmup_steps: int = setting(30, f"{WARMUP}; 0 = the peak from the first step", c.non_negative_int)
+
+
+# ---- the Lightning Trainer -----------------------------------------------------------------------------------
+@dataclass
+class Trainer:
+    """The Trainer arguments conf/trainer/ sets. Any other `lightning.pytorch.Trainer` argument may be appended
+    (`+trainer.limit_train_batches=5`): it is checked against the Trainer's signature, and by `appended` below
+    where gptlab knows its range. The schema lists only the shipped keys, not the ~50 of the signature, so the
+    composed config passes Lightning exactly what the YAML says and Lightning's own defaults stay its own."""
+
+    _target_: str = "lightning.pytorch.Trainer"
+    default_root_dir: Optional[str] = setting("${paths.output_dir}", "Lightning's own files go to the run dir",
+                                              c.optional(c.text))
+    accelerator: str = setting("auto", "auto | cpu | gpu | mps", c.choice("auto", "cpu", "gpu", "cuda", "mps"))
+    strategy: Any = setting("auto", "auto | ddp | a node with _target_ (trainer=fsdp)")
+    devices: Any = setting(1, "devices per node; >1 needs trainer=ddp",
+                           c.either(c.positive_int, c.choice("auto"),
+                                    wanted="use a positive integer (devices per node) or auto"))
+    num_nodes: int = setting(1, "machines; devices x num_nodes ranks in all", c.positive_int)
+    precision: str = setting("32-true", "32-true | bf16-mixed (Ampere+ GPUs) | 16-mixed (older GPUs, with loss "
+                             "scaling)", c.choice(*PRECISIONS))
+    max_steps: int = setting(240, "optimizer steps; the lr schedule ends here (nano on pydocs: ~2 min on 2 CPU "
+                             "cores)", c.positive_int)
+    max_epochs: int = setting(-1, "bounded by max_steps instead",
+                              c.either(c.positive_int, c.choice(-1),
+                                       wanted="use -1 (bounded by max_steps) or a positive integer"))
+    val_check_interval: Any = setting(
+        80, "validate every N optimizer steps (gptlab scales Lightning's micro-batch count); every run also "
+        "validates at its last step, so each run has a final and best val/loss",
+        c.either(c.positive_int, c.number(0.0, 1.0, low_open=True),
+                 wanted="use a positive integer (optimizer steps) or a fraction in (0, 1]"))
+    check_val_every_n_epoch: Optional[int] = setting(None, "let val_check_interval count across epochs",
+                                                     c.optional(c.positive_int))
+    limit_val_batches: Any = setting(1.0, "fraction (or count) of val windows per validation",
+                                     c.either(c.non_negative_int, c.number(0.0, 1.0),
+                                              wanted="use a count of batches or a fraction in [0, 1]"))
+    num_sanity_val_steps: int = setting(0, "the first real validation comes soon enough", c.integer(-1))
+    log_every_n_steps: int = setting(10, "steps between logged training scalars", c.positive_int)
+    gradient_clip_val: Optional[float] = setting(1.0, "clip the global grad norm, as GPT-3",
+                                                 c.optional(c.number(0.0)))
+    accumulate_grad_batches: int = setting(1, "or set global_batch_tokens and let gptlab derive it", c.positive_int)
+    deterministic: Any = setting(
+        False, "true = deterministic torch kernels (slower); warn = only warn where none exists",
+        c.either(c.boolean, c.choice("warn"), wanted="use true, false or warn"))
+    use_distributed_sampler: bool = setting(False, "gptlab's EpochSampler splits windows across ranks itself",
+                                            c.boolean)
+    fast_dev_run: Any = setting(
+        False, "true (or N) runs N batches of train and val, no checkpoints: a smoke test",
+        c.either(c.boolean, c.positive_int, wanted="use true, false or a positive number of batches"))
+    enable_model_summary: bool = setting(
+        False, "true prints Lightning's module table; the start banner already gives the parameters", c.boolean)
+
+    # Checks of Trainer arguments the YAML does not set, for when a user appends them with `+trainer.<key>=`.
+    appended: ClassVar[dict[str, c.Check]] = {
+        "limit_train_batches": c.either(c.positive_int, c.number(0.0, 1.0, low_open=True),
+                                        wanted="use a count of batches or a fraction in (0, 1]"),
+        "enable_progress_bar": c.boolean,
+        "enable_checkpointing": c.boolean,
+        "benchmark": c.optional(c.boolean),
+    }

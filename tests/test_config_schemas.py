@@ -1,0 +1,221 @@
+"""Typed configs (gptlab.config), as a new user meets them: a misspelt key, a key appended with `+`, a wrong type
+or two groups that disagree each stop `python src/train.py` with one `gptlab: error:` line that names the key and
+the one meant, exit 2, no traceback and no run dir; the schemas document every field once, and the YAML comments
+and the reference page agree with them; the runtime flags left the architecture and old checkpoints still load."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, ROOT, TINY, TRAIN_SCRIPT, compose_config
+
+import gptlab.config.callbacks as cb
+import gptlab.config.schemas as s
+from gptlab.checkpoint.reader import load_model
+from gptlab.config.check import check
+from gptlab.config.fields import check_of, help_of, schema_fields
+from gptlab.config.reference import GROUP_FIELDS, page
+from gptlab.config.suggest import compose_message
+from gptlab.errors import ConfigError
+from gptlab.model import GPT, GPTConfig
+
+# (arguments of src/train.py, what its one line must say). The issue's examples first, then neighbours.
+REFUSED = [
+    (["model.n_layers=2"], ["model.n_layers is not a key of model.", "Did you mean model.n_layer?"]),
+    (["trainer.max_step=3"], ["trainer.max_step is not a key of trainer.", "Did you mean trainer.max_steps?"]),
+    (["+optimizer.foo=1"], ["optimizer.foo is not an argument of gptlab.train.optim.adamw.", "lr"]),
+    (["+trainer.max_step=3"], ["trainer.max_step is not an argument of lightning.pytorch.Trainer.",
+                               "Did you mean trainer.max_steps?"]),
+    (["data.block_size=512", "model.block_size=256"], ["data.block_size=512 is longer than model.block_size=256"]),
+    (["trainer.max_steps=abc"], ["trainer.max_steps='abc' is invalid: use an integer >= 1."]),
+    (["model.tie_weights=maybe"], ["model.tie_weights='maybe' is invalid: use true or false."]),
+    (["model=nanoo"], ["conf/model/ has no option nanoo.", "Did you mean model=nano?"]),
+    (["model.compile=true"], ["model.compile is now runtime.compile"]),
+]
+# Neighbours, through the same two steps in-process (compose, then check): each subprocess costs ~8 s of imports.
+NEIGHBOURS = [
+    ("callbacks.text_samples.tempreature=0.5", "Did you mean callbacks.text_samples.temperature?"),
+    ("+callbacks.text_samples.tempreature=0.5", "Did you mean callbacks.text_samples.temperature?"),
+    ("+data.batchsize=4", "not an argument of gptlab.data.GPTDataModule. Did you mean data.batch_size?"),
+    ("data.batchsize=4", "data.batchsize is not a key of data. Did you mean data.batch_size?"),
+    ("seeed=1", "seeed is not a key of the top level of the config. Did you mean seed?"),
+    ("+seeed=1", "seeed is not a key of the top level of the config. Did you mean seed?"),
+    ("optimizer=adamww", "conf/optimizer/ has no option adamww. Did you mean optimizer=adamw?"),
+    ("+optimizer.epss=1e-6", "Did you mean optimizer.eps?"),
+    ("+scheduler.warmup=3", "Did you mean scheduler.warmup_steps?"),
+    ("paths.logdir=x", "Did you mean paths.log_dir?"),
+    ("runtime.compil=true", "Did you mean runtime.compile?"),
+    ("model.n_layer=2.5", "model.n_layer=2.5 must be a positive integer."),  # GPTConfig's own words
+    ("model.dropout=high", "model.dropout='high' is invalid: use a number."),
+    ("model.attn_pattern=dense", "model.attn_pattern='dense' must be a list of kinds cycled over layers"),
+    ("optimizer.betas=fast", "optimizer.betas='fast' is invalid: use two numbers in [0, 1), e.g. [0.9, 0.95]."),
+    ("trainer.max_steps=-1", "trainer.max_steps=-1 is invalid: use an integer >= 1."),
+    ("data.batch_size=8.5", "data.batch_size=8.5 is invalid: use an integer >= 1."),
+    ("+model.activation_checkpointing=true", "model.activation_checkpointing is now runtime.activation_checkpointing"),
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory) -> list[tuple[Path, subprocess.CompletedProcess]]:
+    """Every REFUSED command, started together (each is ~8 s of imports, most of it waiting on the disk)."""
+    runs = []
+    for i, (args, _) in enumerate(REFUSED):
+        log_dir = tmp_path_factory.mktemp(f"refused{i}") / "outputs"
+        cmd = [sys.executable, str(TRAIN_SCRIPT), *TINY, *args, f"paths.log_dir={log_dir}"]
+        runs.append((log_dir, subprocess.Popen(cmd, cwd=log_dir.parent, env=CHECKOUT_ENV, text=True,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+    done = []
+    for log_dir, proc in runs:
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+        done.append((log_dir, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)))
+    return done
+
+
+@pytest.mark.parametrize("index", range(len(REFUSED)), ids=[" ".join(a) for a, _ in REFUSED])
+def test_refused_in_one_line_naming_the_key_meant(refusals, index: int) -> None:
+    log_dir, proc = refusals[index]
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("gptlab: error: "), proc.stderr
+    for words in REFUSED[index][1]:
+        assert words in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (log_dir / "runs").exists(), "a refused config left a run dir"
+
+
+def refusal(*overrides: str) -> str:
+    """The message a TINY config with `overrides` is refused with, at compose or by check."""
+    try:
+        cfg = compose_config([*TINY, *overrides], "/tmp/unused")
+    except Exception as err:
+        message = compose_message(err)
+        assert message is not None, err
+        return message
+    with pytest.raises(ConfigError) as err:
+        check(cfg, list(overrides))
+    return str(err.value)
+
+
+@pytest.mark.parametrize("override,words", NEIGHBOURS, ids=[o for o, _ in NEIGHBOURS])
+def test_neighbours_are_refused_naming_the_key_meant(override: str, words: str) -> None:
+    assert words in refusal(override)
+
+
+@pytest.mark.parametrize("override", ["model.tie_weights=no", "model.tie_weights=1", "check_memory=off",
+                                      "data.verify_sha256=yes", "runtime.compile=0"])
+def test_true_false_fields_take_only_true_or_false(override: str) -> None:
+    key, _, value = override.partition("=")
+    assert refusal(override).startswith(f"{key}=") and "use true or false" in refusal(override)
+
+
+def test_appended_trainer_argument_is_taken_and_range_checked() -> None:
+    check(compose_config([*TINY, "+trainer.limit_train_batches=2"], "/tmp/unused"), [])
+    assert "trainer.limit_train_batches=0 is invalid" in refusal("+trainer.limit_train_batches=0")
+    assert "add it with +trainer.limit_train_batches" in refusal("trainer.limit_train_batches=2")
+    assert "passed by gptlab itself" in refusal("+trainer.callbacks=[]")
+
+
+def test_renamed_runtime_flags_name_the_new_key() -> None:
+    for old in ("compile", "activation_checkpointing"):
+        for override in (f"model.{old}=true", f"+model.{old}=true"):
+            assert f"model.{old} is now runtime.{old}" in refusal(override)
+    cfg = compose_config(["experiment=gpt3_small_fineweb"], "/tmp/unused")  # a recipe that compiles, moved over
+    assert cfg.runtime.compile is True and "compile" not in cfg.model
+
+
+def test_checkpoint_from_before_the_move_loads(tmp_path) -> None:
+    """main's checkpoints stored compile and activation_checkpointing in hyper_parameters['model']."""
+    config = GPTConfig(vocab_size=61, block_size=16, n_layer=1, n_head=2, n_embd=32)
+    model = GPT(config)
+    hparams = {**config.to_dict(), "compile": True, "activation_checkpointing": True}
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                "hyper_parameters": {"model": hparams}}, path)
+    loaded, _ = load_model(path)
+    assert loaded.config == config
+    x = torch.randint(0, 61, (2, 16))
+    torch.testing.assert_close(loaded.eval()(x), model.eval()(x))
+
+
+# ---- one home per field's documentation --------------------------------------------------------------------
+SCHEMAS = [GPTConfig, s.Train, s.Runtime, s.Paths, s.ByteTokenizer, s.TiktokenTokenizer, s.Data, s.AdamW, s.SGD,
+           s.Adafactor, s.Cosine, s.WarmupStableDecay, s.Constant, s.Trainer, *cb.BY_TARGET.values()]
+FREE_FORM = {(s.Data, "source"), (s.Trainer, "strategy"), (s.Train, "runtime"), (cb.ZeroShotEval, "data"),
+             (cb.TensorBoardLogger, "version")}  # nodes or values their constructor checks
+
+
+def test_every_field_is_documented_and_range_checked() -> None:
+    for schema in SCHEMAS:
+        for name, f in schema_fields(schema).items():
+            if name in ("_target_", "_partial_") or (schema is s.Train and f.type == "Any"):
+                continue
+            assert help_of(f), f"{schema.__name__}.{name} has no help"
+            if schema is not GPTConfig and (schema, name) not in FREE_FORM:  # GPTConfig._validate checks its own
+                assert check_of(f) is not None, f"{schema.__name__}.{name} has no range check"
+
+
+# YAML files that list a schema's fields: a key's trailing comment (and its indented continuation lines) must be
+# the field's help, word for word.
+COMMENTED = {"model/base.yaml": GPTConfig, "train.yaml": s.Train, "data/base.yaml": s.Data,
+             "trainer/default.yaml": s.Trainer, "paths/default.yaml": s.Paths, "optimizer/adamw.yaml": s.AdamW,
+             "optimizer/sgd.yaml": s.SGD, "optimizer/adafactor.yaml": s.Adafactor, "optimizer/muon.yaml": s.Muon,
+             "scheduler/cosine.yaml": s.Cosine, "scheduler/wsd.yaml": s.WarmupStableDecay,
+             "scheduler/constant.yaml": s.Constant}
+
+
+def yaml_comments(text: str) -> dict[str, str]:
+    comments: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        top = re.match(r"^(\w+):.*?\s#\s?(.*)$", line)
+        more = re.match(r"^\s+#\s?(.*)$", line)
+        if top:
+            key = top.group(1)
+            comments[key] = top.group(2).strip()
+        elif more and key:
+            comments[key] += " " + more.group(1).strip()
+        else:
+            key = None
+    return comments
+
+
+def test_yaml_comments_are_the_schema_help() -> None:
+    compared = 0
+    for name, schema in COMMENTED.items():
+        fields = schema_fields(schema)
+        for key, comment in yaml_comments((CONF_DIR / name).read_text()).items():
+            if key in fields:
+                assert comment == help_of(fields[key]), f"conf/{name}: {key}'s comment differs from its schema's help"
+                compared += 1
+    assert compared >= 80
+    assert set(yaml_comments((CONF_DIR / "model" / "base.yaml").read_text())) == {
+        f.name for f in dataclasses.fields(GPTConfig)}, "conf/model/base.yaml lists every GPTConfig field"
+
+
+def test_reference_page_is_generated_from_the_schemas() -> None:
+    committed = (ROOT / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
+    assert committed == page(), "docs/reference/configuration.md is stale: run python scripts/gen_config_docs.py"
+    for schema in SCHEMAS:
+        for name in schema_fields(schema):
+            if not name.startswith("_") and not (schema is s.Train and name in GROUP_FIELDS):
+                assert f"| `{name}` |" in committed, name
+
+
+def test_runtime_flags_reach_the_model_and_module(tmp_path) -> None:
+    """runtime.* is wired to the GPT and its LightningModule, and never enters the model config checkpoints keep."""
+    from gptlab.apps.train import _prepare
+    from gptlab.runtime.early_checks import check_before_run
+
+    cfg = compose_config([*TINY, "runtime.activation_checkpointing=true", "runtime.compile=true"], tmp_path)
+    _, model, module, *_ = _prepare(cfg, tmp_path, check_before_run(cfg), None)
+    assert model.activation_checkpointing is True
+    assert module.forward_fn is not model.forward  # torch.compile's wrapper (compiles lazily, at the first call)
+    assert not {"compile", "activation_checkpointing"} & set(module.hparams["model"])
+    _, plain, plain_module, *_ = _prepare(compose_config(TINY, tmp_path / "plain"), tmp_path / "plain")
+    assert plain.activation_checkpointing is False and plain_module.forward_fn == plain.forward
