@@ -209,13 +209,15 @@ def test_reference_page_is_generated_from_the_schemas() -> None:
 
 def test_runtime_flags_reach_the_model_and_module(tmp_path) -> None:
     """runtime.* is wired to the GPT and its LightningModule, and never enters the model config checkpoints keep."""
-    from gptlab.apps.train import _prepare
+    from gptlab.apps.build import build_run
     from gptlab.runtime.early_checks import check_before_run
 
     cfg = compose_config([*TINY, "runtime.activation_checkpointing=true", "runtime.compile=true"], tmp_path)
-    _, model, module, *_ = _prepare(cfg, tmp_path, check_before_run(cfg), None)
+    run = build_run(cfg, check_before_run(cfg), None)
+    model, module = run.model, run.module
     assert model.activation_checkpointing is True
     assert module.forward_fn is not model.forward  # torch.compile's wrapper (compiles lazily, at the first call)
     assert not {"compile", "activation_checkpointing"} & set(module.hparams["model"])
-    _, plain, plain_module, *_ = _prepare(compose_config(TINY, tmp_path / "plain"), tmp_path / "plain")
-    assert plain.activation_checkpointing is False and plain_module.forward_fn == plain.forward
+    plain_cfg = compose_config(TINY, tmp_path / "plain")
+    plain = build_run(plain_cfg, check_before_run(plain_cfg), None)
+    assert plain.model.activation_checkpointing is False and plain.module.forward_fn == plain.model.forward

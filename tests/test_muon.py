@@ -10,7 +10,6 @@ import pytest
 import torch
 from helpers import compose_config, load_checkpoint, run_tiny, scalars, train_in_process
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from gptlab.errors import ConfigError, PreemptedError
 from gptlab.model import GPT, GPTConfig
@@ -66,7 +65,7 @@ def test_muon_step_is_the_hand_computed_newton_schulz_step(shape: tuple[int, int
 def test_hidden_matrices_go_to_muon_and_embeddings_head_norms_biases_to_adamw() -> None:
     for tie in (True, False):
         model = tiny_model(tie_weights=tie)
-        factory = instantiate(OmegaConf.load(Path(__file__).parents[1] / "conf" / "optimizer" / "muon.yaml"))
+        factory = instantiate(compose_config(["optimizer=muon"], "/tmp/unused").optimizer)
         groups = param_groups(factory, model, 0.1)
         assert groups == muon_groups(model, 0.1)
         hidden = {id(p) for g in groups if g["muon"] for p in g["params"]}

@@ -18,7 +18,7 @@ IGNORED = [
     (["model.activation=swiglu", "model.mlp_layers=1"],
      "model.activation='swiglu' has no effect: it matters only when model.mlp_layers >= 2"),
     (["model.d_ff=64", "model.mlp_layers=1"], "model.d_ff=64 has no effect: it matters only when model.mlp_layers"),
-    (["model.rope_theta=500000"], "model.rope_theta=500000 has no effect: it matters only when model.pos_emb=rope; "
+    (["model.rope_theta=500000"], "model.rope_theta=500000.0 has no effect: it matters only when model.pos_emb=rope; "
                                   "here model.pos_emb='learned'."),
     (["model.rope_fraction=0.25", "model.pos_emb=alibi"], "model.rope_fraction=0.25 has no effect: it matters only "
                                                           "when model.pos_emb=rope; here model.pos_emb='alibi'."),
@@ -67,7 +67,8 @@ def test_in_a_sweep_job_an_ignored_option_is_a_warning(monkeypatch, caplog) -> N
     with caplog.at_level(logging.WARNING):
         check_config(compose_config([*TINY, "model.rope_theta=500000"], "/tmp/unused"))
     assert [r.getMessage() for r in caplog.records if "rope_theta" in r.getMessage()] == [
-        "model.rope_theta=500000 has no effect: it matters only when model.pos_emb=rope; here model.pos_emb='learned'."]
+        "model.rope_theta=500000.0 has no effect: it matters only when model.pos_emb=rope; "
+        "here model.pos_emb='learned'."]
 
 
 def test_a_warmup_longer_than_the_run_is_a_warning_once(caplog) -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import compose_tiny, load_checkpoint, train_in_process
 
-from gptlab.apps.train import gradient_accumulation
+from gptlab.apps.build import gradient_accumulation
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss
 from gptlab.train.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups

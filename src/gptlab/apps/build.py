@@ -1,0 +1,139 @@
+"""The objects of a training run, built from a config that passed every check (runtime.early_checks): one
+function per object, and `build_run` lists them in the order they depend on each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import hydra
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from omegaconf import DictConfig, OmegaConf
+
+from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
+from gptlab.config.schemas import Runtime
+from gptlab.errors import ConfigError, is_int
+from gptlab.model import GPT, GPTConfig
+from gptlab.runs import sweep_jobs
+from gptlab.runtime.early_checks import Checked
+from gptlab.runtime.preemption import PreemptionCheckpoint
+from gptlab.train.callbacks.final_validation import FinalValidation
+from gptlab.train.callbacks.training_clock import TrainingClock
+from gptlab.train.module import GPTLitModule
+
+
+@dataclass
+class Run:
+    """What `trainer.fit` is called with, and what the summary reads afterwards."""
+
+    model: GPT
+    module: GPTLitModule
+    datamodule: Any
+    callbacks: list[Any]
+    trainer: L.Trainer
+    tokens_per_step: int
+    ckpt_path: Optional[str]  # the checkpoint the fit continues from (None: from step 0)
+
+
+def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Run:
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
+    runtime = Runtime(**cfg.get("runtime", {}))  # how the model runs: compile, activation checkpointing
+    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=checked.tokenizer)
+    model = build_model(checked.model_cfg, runtime)
+    module = build_module(cfg, model, checked.tokenizer, runtime)
+    callbacks = build_callbacks(cfg)
+    trainer = build_trainer(cfg, callbacks)
+    tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size,
+                                         checked.model_cfg.block_size)
+    module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
+    return Run(model, module, datamodule, callbacks, trainer, tokens_per_step, ckpt_path)
+
+
+def build_model(model_cfg: GPTConfig, runtime: Runtime) -> GPT:
+    model = GPT(model_cfg)
+    model.activation_checkpointing = runtime.activation_checkpointing
+    return model
+
+
+def build_module(cfg: DictConfig, model: GPT, tokenizer: Any, runtime: Runtime) -> GPTLitModule:
+    return GPTLitModule(
+        model,
+        optimizer=hydra.utils.instantiate(cfg.optimizer),
+        scheduler=hydra.utils.instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        label_smoothing=cfg.label_smoothing,
+        run_config=OmegaConf.to_container(cfg, resolve=True),
+        nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
+        token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
+        compile=runtime.compile,  # the module compiles the forward that training and validation call
+    )
+
+
+def build_callbacks(cfg: DictConfig) -> list[Any]:
+    callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation(), TrainingClock()]
+    if cfg.trainer.get("fast_dev_run"):  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files
+        callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
+    return callbacks
+
+
+def build_trainer(cfg: DictConfig, callbacks: list[Any]) -> L.Trainer:
+    # callbacks.progress_bar=null means no bar, not Lightning's own default bar in its place.
+    no_bar = {} if any(isinstance(c, ProgressBar) for c in callbacks) or "enable_progress_bar" in cfg.trainer \
+        else {"enable_progress_bar": False}
+    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
+        cfg.get("logger"), str(cfg.name)), plugins=[AtomicCheckpointIO()], **no_bar)
+
+
+def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
+    """Instantiate every entry of a config group that is a dict of `_target_` objects (callbacks, loggers);
+    an entry set to null is switched off."""
+    if not group:
+        return {}
+    return {name: hydra.utils.instantiate(node) for name, node in group.items()
+            if node is not None and "_target_" in node}
+
+
+def instantiate_loggers(group: DictConfig | None, run_name: str) -> list[Any]:
+    """The loggers; a TensorBoard run gets a version (its subdir under <run dir>/tensorboard/) that TensorBoard's run
+    list shows: a sweep job's differing overrides, so it says which job is which without the HParams tab, and a
+    single run's name (cfg.name: train, or the experiment's), not a bare `tensorboard`."""
+    name = sweep_jobs.sweep_job_name() or run_name
+    loggers = []
+    for node in (group or {}).values():
+        if node is None or "_target_" not in node:
+            continue
+        named = name and node._target_.endswith("TensorBoardLogger") and node.get("version") == ""
+        loggers.append(hydra.utils.instantiate(node, **({"version": name} if named else {})))
+    return loggers
+
+
+def gradient_accumulation(global_batch_tokens: int, micro_batch: int, block_size: int, devices: int, nodes: int) -> int:
+    """How many micro-batches each device accumulates so one optimizer step sees `global_batch_tokens` tokens."""
+    per_pass = micro_batch * block_size * devices * nodes
+    valid = is_int(global_batch_tokens)
+    if not valid or global_batch_tokens < per_pass or global_batch_tokens % per_pass:
+        nearest = max(1, round(global_batch_tokens / per_pass)) * per_pass if valid else per_pass
+        raise ConfigError(
+            f"global_batch_tokens={global_batch_tokens!r} is not a positive multiple of micro-batch "
+            f"{micro_batch} x block_size {block_size} x {devices} devices x {nodes} nodes = {per_pass} tokens; "
+            f"use e.g. {nearest}, or change data.batch_size."
+        )
+    return global_batch_tokens // per_pass
+
+
+def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], micro_batch: int,
+                       block_size: int) -> int:
+    """Sets the trainer's gradient accumulation from `global_batch_tokens` (when given) and counts
+    val_check_interval in optimizer steps; returns the tokens per optimizer step."""
+    if global_batch_tokens is not None:
+        if trainer.accumulate_grad_batches != 1:
+            raise ConfigError("set either global_batch_tokens or trainer.accumulate_grad_batches, not both.")
+        trainer.accumulate_grad_batches = gradient_accumulation(
+            global_batch_tokens, micro_batch, block_size, trainer.num_devices, trainer.num_nodes
+        )
+    if isinstance(trainer.val_check_interval, int):
+        # Lightning counts it in micro-batches; gptlab's config means optimizer steps, like max_steps.
+        trainer.val_check_interval *= trainer.accumulate_grad_batches
+    return micro_batch * block_size * trainer.num_devices * trainer.num_nodes * trainer.accumulate_grad_batches
