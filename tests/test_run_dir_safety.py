@@ -65,8 +65,16 @@ def launch(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
-@pytest.mark.parametrize("failure", FAILURES)
-@pytest.mark.parametrize("kind", DIR_KINDS)
+def _matrix() -> list:
+    """Every dir kind x every failure; CI runs the ones that remove files (the data failure, in each kind of dir)
+    and each refusal once, `-m slow` the rest (24 subprocesses in all)."""
+    kinds = list(DIR_KINDS)
+    return [pytest.param(kind, failure, id=f"{kind}-{failure}",
+                         marks=() if failure == "data" or kinds.index(kind) == i else pytest.mark.slow)
+            for kind in kinds for i, failure in enumerate(FAILURES)]
+
+
+@pytest.mark.parametrize("kind,failure", _matrix())
 def test_an_early_failure_leaves_the_users_dirs_as_they_were(tmp_path: Path, kind: str, failure: str) -> None:
     dir_args, user_dir = DIR_KINDS[kind]
     fail_args, before_anything = FAILURES[failure]

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from gptlab.errors import ConfigError, invalid_choice, is_int, is_number, require_int
 from gptlab.model.activations import ACTIVATIONS
 from gptlab.model.norms import NORMS
+from gptlab.model.parametrization import PARAMETRIZATIONS
 from gptlab.model.positions import POSITIONS
 from gptlab.model.residual import PLACEMENTS
 from gptlab.model.sparse_attention import ATTENTION_KINDS
@@ -90,6 +91,9 @@ class GPTConfig:
     pad_vocab_to: Optional[int] = _f(
         None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d"
     )
+    parametrization: str = _f(
+        "standard", "how weights start: standard (GPT-2's N(0, 0.02), residual projections / sqrt(2M))"
+    )
 
     def __post_init__(self) -> None:
         self._validate()
@@ -111,7 +115,7 @@ class GPTConfig:
 
     def _validate(self) -> None:
         for name, table in (("norm", PLACEMENTS), ("pos_emb", POSITIONS), ("activation", ACTIVATIONS),
-                            ("norm_type", NORMS)):
+                            ("norm_type", NORMS), ("parametrization", PARAMETRIZATIONS)):
             if getattr(self, name) not in table:
                 raise invalid_choice(f"model.{name}", getattr(self, name), tuple(table))
         positive = ["block_size", "n_layer", "n_head", "n_embd", "mlp_layers"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Optional, Union
 
@@ -16,10 +15,9 @@ from gptlab.model.config import GPTConfig
 from gptlab.model.generation import SamplingOptions, generate
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.norms import make_norm
+from gptlab.model.parametrization import PARAMETRIZATIONS
 from gptlab.model.positions import POSITIONS
 from gptlab.model.sparse_attention import ATTENTION_KINDS
-
-INIT_STD = 0.02
 
 
 class GPT(nn.Module):
@@ -45,22 +43,8 @@ class GPT(nn.Module):
             self.head.weight = self.tok_emb.weight
 
     def reset_parameters(self) -> None:
-        """N(0, 0.02) everywhere (GPT-2), and 0.02/sqrt(2M) for the projections that write into the
-        residual stream, so its variance does not grow with depth (two such writes per block)."""
-        residual_std = INIT_STD / math.sqrt(2 * self.config.n_layer)
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                std = residual_std if getattr(module, "is_residual_projection", False) else INIT_STD
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.RMSNorm):
-                nn.init.ones_(module.weight)
+        """Every weight's starting value, as model.parametrization says (parametrization.py)."""
+        PARAMETRIZATIONS[self.config.parametrization].init(self, self.config.n_layer)
 
     def embed(self, idx: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
         """Enc+(X) = X E_1 + P E_2 (or the fixed table, or nothing), for positions start_pos.."""
