@@ -153,6 +153,7 @@ DATA: dict[str, Check] = {
     "sampling": choice("random", "epoch"),
     "val_windows": positive_int,
     "verify_sha256": boolean,
+    "document_masking": boolean,
 }
 OPTIMIZER: dict[str, Check] = {
     "lr": number(0.0, 10.0, low_open=True),

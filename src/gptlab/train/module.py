@@ -46,7 +46,7 @@ class GPTLitModule(L.LightningModule):
         # length every token) calls the plain model and never compiles. dynamic=False on purpose: a run has
         # two shapes (the micro-batch and the last partial val batch), each compiled once, and static shapes
         # give inductor the most to fuse. A function, not an nn.Module, so the state_dict keys stay the model's.
-        self.forward_fn: Callable[[torch.Tensor], torch.Tensor] = (
+        self.forward_fn: Callable[..., torch.Tensor] = (
             torch.compile(model.forward, dynamic=False) if model.config.compile else model.forward
         )
         every = nonfinite_check_every
@@ -81,9 +81,13 @@ class GPTLitModule(L.LightningModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        logits = self.forward_fn(x)
+    def _logits(self, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, targets) of an (x, y) batch, or of (x, y, document ids) with data.document_masking."""
+        x, y, *documents = batch
+        return (self.forward_fn(x, doc_ids=documents[0]) if documents else self.forward_fn(x)), y
+
+    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
+        logits, y = self._logits(batch)
         loss = next_token_loss(logits, y, self.label_smoothing)
         self._remember_loss(loss.detach())
         if logging_step(self.trainer):
@@ -172,10 +176,10 @@ class GPTLitModule(L.LightningModule):
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
         self._step_scalars["train/grad_norm"] = norm.detach()
 
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        x, y = batch
+    def validation_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> None:
+        logits, y = self._logits(batch)
         # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
-        loss = next_token_loss(self.forward_fn(x), y)
+        loss = next_token_loss(logits, y)
         self.val_loss.update(loss, weight=y.numel())
         if self.token_bytes is not None:
             self.val_nats.update(loss * y.numel())
