@@ -15,6 +15,8 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 from gptlab.data.documents import document_ids, masking_eot_id
+from gptlab.data.mixture import Mixture
+from gptlab.data.mixture_store import MixtureStore
 from gptlab.data.stores import SAMPLING, STORES, DataSettings, TokenStore
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.errors import ConfigError, invalid_choice
@@ -65,7 +67,8 @@ class GPTDataModule(L.LightningDataModule):
             seed=seed, sampling=sampling, samples_per_epoch=samples_per_epoch, cache_dir=cache_dir,
             shard_tokens=shard_tokens, num_proc=num_proc, verify_sha256=verify_sha256, val_windows=val_windows,
         )
-        self.store: TokenStore = STORES[store](source, tokenizer, self.settings)
+        self.store: TokenStore = (MixtureStore(source, tokenizer, self.settings, store) if isinstance(source, Mixture)
+                                  else STORES[store](source, tokenizer, self.settings))
         if not isinstance(document_masking, bool):
             raise ConfigError(f"data.document_masking={document_masking!r} must be true or false.")
         self.masking_eot = masking_eot_id(tokenizer) if document_masking else None
@@ -77,6 +80,15 @@ class GPTDataModule(L.LightningDataModule):
     @property
     def batch_size(self) -> int:
         return self.settings.batch_size
+
+    @property
+    def val_sources(self) -> Optional[list[str]]:
+        """A mixture's source names, one validation DataLoader each in this order; None for a single corpus."""
+        return getattr(self.store, "val_sources", None)
+
+    def windows_seen(self) -> Optional[dict[str, int]]:
+        """A mixture's training windows read per source so far (all ranks); None for a single corpus."""
+        return self.store.windows_seen(self.trainer) if isinstance(self.store, MixtureStore) else None
 
     @property
     def vocab_size(self) -> int:

@@ -17,6 +17,7 @@ from gptlab.errors import ConfigError, NonFiniteLossError
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
 from gptlab.train.optim import weight_decay_groups
+from gptlab.train.source_metrics import ValidationSums
 
 
 def logging_step(trainer: L.Trainer) -> bool:
@@ -77,6 +78,15 @@ class GPTLitModule(L.LightningModule):
         self.register_buffer("token_bytes", token_bytes, persistent=False)
         self.val_nats, self.val_bytes = SumMetric(), SumMetric()
         self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (hp/best_val_bpb)
+        self.val_sources: list[str] = []  # a mixture's sources (setup): val/loss/<name>, val/bpb/<name>
+        self.per_source = torch.nn.ModuleList()
+
+    def setup(self, stage: str) -> None:
+        """One set of validation sums per validation DataLoader when the DataModule names its sources."""
+        names = getattr(getattr(self.trainer, "datamodule", None), "val_sources", None) or []
+        if list(names) != self.val_sources:
+            self.val_sources = list(names)
+            self.per_source = torch.nn.ModuleList(ValidationSums() for _ in names)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
@@ -101,6 +111,12 @@ class GPTLitModule(L.LightningModule):
             self.log("lr", lr, on_step=True, on_epoch=False)
             self._step_scalars = {"step": self.global_step, "train/loss": loss.detach(), "lr": lr}
         return self._add_z_loss(loss, logits)
+
+    def log_step_scalar(self, name: str, value: float) -> None:
+        """self.log for a callback's per-step scalar on a logging step, kept with the step's own scalars so that a
+        checkpoint written before Lightning logs them carries it too (see __init__)."""
+        self.log(name, value, on_step=True, on_epoch=False)
+        self._step_scalars[name] = value
 
     def _add_z_loss(self, loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The training objective: + model.z_loss * log^2 Z (PaLM). train/loss stays the cross-entropy alone,
@@ -176,7 +192,7 @@ class GPTLitModule(L.LightningModule):
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
         self._step_scalars["train/grad_norm"] = norm.detach()
 
-    def validation_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> None:
+    def validation_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int, dataloader_idx: int = 0) -> None:
         logits, y = self._logits(batch)
         # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
         loss = next_token_loss(logits, y)
@@ -184,6 +200,8 @@ class GPTLitModule(L.LightningModule):
         if self.token_bytes is not None:
             self.val_nats.update(loss * y.numel())
             self.val_bytes.update(self.token_bytes[y].sum())
+        if self.val_sources:
+            self.per_source[dataloader_idx].update(loss, y, self.token_bytes)
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()  # synchronised across ranks
@@ -197,6 +215,11 @@ class GPTLitModule(L.LightningModule):
             self.val_nats.reset()
             self.val_bytes.reset()
             self.log("val/bpb", bpb, sync_dist=True)
+        for name, sums in zip(self.val_sources, self.per_source):
+            source_loss, source_bpb = sums.compute(with_bpb=self.token_bytes is not None)
+            self.log(f"val/loss/{name}", source_loss, sync_dist=True)
+            if source_bpb is not None:
+                self.log(f"val/bpb/{name}", source_bpb, sync_dist=True)
         if not self.trainer.sanity_checking:
             if float(loss) < self.best_val_loss:
                 self.best_val_loss = float(loss)
