@@ -5,6 +5,7 @@ continues every source where it stopped (bit-exact), and bad mixtures are refuse
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 from pathlib import Path
@@ -125,20 +126,29 @@ def write_docs(path: Path, alphabet: str, seed: int) -> None:
             out.write(json.dumps({"text": "".join(rng.choice(alphabet) for _ in range(rng.randint(20, 200)))}) + "\n")
 
 
-@pytest.fixture(scope="module")
-def mixture_overrides(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    root = tmp_path_factory.mktemp("corpora")
-    write_docs(root / "letters" / "a.jsonl", "abcdefghijklm", 0)
-    write_docs(root / "digits" / "a.jsonl", "0123456789", 1)
-
-    def entry(name: str, weight: int) -> str:
-        return (f"{name}:{{source:{{_target_:gptlab.data.sources.TextFiles,paths:['{root / name}/*.jsonl']}},"
+def mixture_args(letters: Path, digits: Path) -> list[str]:
+    """A run on letters (weight 3) and digits (weight 1): the JSONL files in these dirs."""
+    def entry(name: str, directory: Path, weight: int) -> str:
+        return (f"{name}:{{source:{{_target_:gptlab.data.sources.TextFiles,paths:['{directory}/*.jsonl']}},"
                 f"weight:{weight}}}")
 
-    sources = f"{{{entry('letters', 3)},{entry('digits', 1)}}}"
+    sources = f"{{{entry('letters', letters, 3)},{entry('digits', digits, 1)}}}"
     return ["data=mixture_example", "~data.source.sources", f"+data.source.sources={sources}",  # replace, not merge
             "data.val_fraction=0.1", "trainer.max_steps=12", "trainer.val_check_interval=6",
             "callbacks.text_samples=null", "+callbacks.record._target_=helpers.RecordBatches"]
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpora")
+    write_docs(root / "letters" / "a.jsonl", "abcdefghijklm", 0)
+    write_docs(root / "digits" / "a.jsonl", "0123456789", 1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def mixture_overrides(corpora: Path) -> list[str]:
+    return mixture_args(corpora / "letters", corpora / "digits")
 
 
 def windows_by_source(batches: dict[int, list[torch.Tensor]], steps: range) -> dict[str, int]:
@@ -218,3 +228,29 @@ def test_example_config_builds_and_reads_both_builtin_corpora() -> None:
     assert dm.val_sources == ["pydocs", "python_stdlib"] and dm.store.mixture.weights == {
         "pydocs": 0.7, "python_stdlib": 0.3}
     assert [type(part.source) for part in dm.store.parts.values()] == [BuiltinSource, BuiltinSource]
+
+
+def test_a_source_that_runs_out_starts_a_new_pass_and_says_so(tmp_path: Path, corpora: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """data.sampling=epoch: a small source read more often than it has windows repeats them, each pass every
+    window once in a new order, and the run logs each new pass."""
+    small = tmp_path / "small" / "a.jsonl"
+    small.parent.mkdir()
+    rng = random.Random(2)
+    small.write_text("".join(json.dumps({"text": "".join(rng.choice("0123456789") for _ in range(12))}) + "\n"
+                             for _ in range(40)))
+    overrides = mixture_args(corpora / "letters", small.parent)
+    run = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="gptlab.train.callbacks.mixture"):
+        train_in_process(run, *overrides, "data.sampling=epoch", "data.val_fraction=0.5", "trainer.max_steps=20",
+                         f"+callbacks.record.path={run / 'batches.pt'}")
+    batches = torch.load(run / "batches.pt")
+    digits = [tuple(row) for step in range(20) for x in batches[step] for row in x.tolist() if DIGITS & set(row)]
+    n = len(set(digits))  # the source's windows: about half of 40 * 13 tokens, / 32 per window
+    assert 4 <= n <= len(digits) / 2
+    assert len(set(digits[:n])) == n and set(digits[n : 2 * n]) == set(digits[:n])  # pass 2: each window once more
+    assert digits[n : 2 * n] != digits[:n]  # in a new order
+    passes = [r.getMessage() for r in caplog.records if "has read all" in r.getMessage()]
+    assert passes[0] == (f"data: source 'digits' has read all {n} of its windows 1 time(s); pass 2 reads them in a "
+                         "new order (data.sampling=epoch).")
+    assert len(passes) == len(digits) // n

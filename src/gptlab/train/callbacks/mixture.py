@@ -8,12 +8,14 @@ order; the run says so (once per pass) instead of repeating data silently. A sin
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.utilities import rank_zero_info
 
 from gptlab.train.module import GPTLitModule, logging_step
+
+log = logging.getLogger(__name__)
 
 
 class MixtureTokens(L.Callback):
@@ -25,7 +27,8 @@ class MixtureTokens(L.Callback):
         seen = datamodule.windows_seen() if hasattr(datamodule, "windows_seen") else None
         if not seen:
             return
-        self._announce_passes(seen, getattr(datamodule.store, "train_windows", {}))
+        if trainer.is_global_zero:
+            self._announce_passes(seen, getattr(datamodule.store, "train_windows", {}))
         if logging_step(trainer):
             for name, windows in seen.items():
                 pl_module.log_step_scalar(f"data/tokens/{name}", float(windows * datamodule.block_size))
@@ -34,6 +37,6 @@ class MixtureTokens(L.Callback):
         for name, windows in per_pass.items():
             passes = seen[name] // windows
             if passes > self._passes.setdefault(name, passes):
-                rank_zero_info(f"data: source {name!r} has read all {windows} of its windows {passes} time(s); "
-                               f"pass {passes + 1} reads them in a new order (data.sampling=epoch).")
+                log.info("data: source %r has read all %d of its windows %d time(s); pass %d reads them in a new "
+                         "order (data.sampling=epoch).", name, windows, passes, passes + 1)
             self._passes[name] = passes
