@@ -239,3 +239,16 @@ class PauseAtStep(L.Callback):
         deadline = time.monotonic() + 3600
         while not self.resume.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+class RecordBatches(L.Callback):
+    """Saves the input ids of every training micro-batch, {global step: [(B, T) tensors]}, to `path` after each
+    (a resumed run adds to the file the interrupted one left)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, *args: Any) -> None:
+        seen = torch.load(self.path) if self.path.exists() else {}
+        seen.setdefault(trainer.global_step, []).append(batch[0].cpu())
+        torch.save(seen, self.path)

@@ -20,7 +20,7 @@ BLOCK = 32
 def datamodule(corpus, tmp_path, rank=0, world=1, store="prepared", **kwargs) -> GPTDataModule:
     dm = GPTDataModule(ByteTokenizer(), TextFiles([str(p) for p in corpus]), store, block_size=BLOCK, batch_size=8,
                        cache_dir=str(tmp_path / "c"), val_fraction=0.1, shard_tokens=5000, num_proc=1, **kwargs)
-    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world)  # what Lightning attaches before setup
+    dm.trainer = SimpleNamespace(global_rank=rank, world_size=world, accumulate_grad_batches=1)  # as Lightning attaches
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -90,10 +90,10 @@ def test_window_stores_resume_at_the_saved_batch(corpus, tmp_path, store):
     first = datamodule(corpus, tmp_path, store=store)
     batches = [x for x, _ in first.train_dataloader()]
     progress = SimpleNamespace(processed=3)
-    first.trainer = SimpleNamespace(global_rank=0, world_size=1, fit_loop=SimpleNamespace(
+    first.trainer = SimpleNamespace(global_rank=0, world_size=1, accumulate_grad_batches=1, fit_loop=SimpleNamespace(
         epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=progress))))
     saved = first.state_dict()
-    assert saved == {"epoch": 0, "batches": 3}
+    assert saved == {"epoch": 0, "batches": 3, "layout": {"world_size": 1, "batch_size": 8, "accumulate": 1}}
 
     resumed = datamodule(corpus, tmp_path, store=store)
     resumed.load_state_dict(saved)

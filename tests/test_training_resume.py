@@ -23,6 +23,7 @@ RUN = [
     "callbacks.periodic_checkpoint.every_n_train_steps=4",
 ]
 KILLER = "+callbacks.killer._target_=helpers.KillAtStep"
+LAYOUT = {"world_size": 1, "batch_size": 4, "accumulate": 1}  # TINY: one process, 4 windows, no accumulation
 
 
 def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: Path) -> None:
@@ -38,7 +39,7 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     preempted = run / "checkpoints" / "preempted.ckpt"
     state = load_checkpoint(preempted)  # weights_only=True
     assert state["global_step"] == 6
-    assert state["GPTDataModule"] == {"epoch": 0, "batches": 6}  # the end of epoch 0
+    assert state["GPTDataModule"] == {"epoch": 0, "batches": 6, "layout": LAYOUT}  # the end of epoch 0
     assert all(math.isfinite(float(v.float().sum())) for v in state["state_dict"].values())
 
     # Resume from it, then SIGKILL during step 9: nothing is saved at the kill, last.ckpt is from step 8.
@@ -46,7 +47,7 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     assert killed.returncode == -9, killed.stderr[-2000:]
     last = load_checkpoint(run / "checkpoints" / "last.ckpt")
     assert last["global_step"] == 8
-    assert last["GPTDataModule"] == {"epoch": 1, "batches": 2}  # mid-epoch
+    assert last["GPTDataModule"] == {"epoch": 1, "batches": 2, "layout": LAYOUT}  # mid-epoch
     resumed_once = scalars(run)["train/loss"]
     assert [resumed_once[s] for s in range(9)] == [reference[s] for s in range(9)]  # exact float equality
 

@@ -116,6 +116,9 @@ class Data:
         None, "tokenizer processes: prepared, null = all CPU cores; memory, null = 1", c.optional(c.positive_int))
     verify_sha256: bool = setting(
         True, "prepared: hash every shard against the manifest at startup (catches tampered files)", c.boolean)
+    document_masking: bool = setting(
+        False, "true: attention stays inside each document of a packed window, positions restart per document",
+        c.boolean)
     val_windows: int = setting(64, "streaming: validation windows read from the start of the val documents",
                                c.positive_int)
     num_workers: int = setting(

@@ -1,7 +1,8 @@
 """GPTDataModule: the one LightningDataModule, for every corpus and every token store.
 
 config -> source (documents) -> split rule (gptlab.data.split: a hash of each document's text picks val) ->
-store (`data.store`: memory | prepared | streaming, gptlab.data.stores) -> (x, y) windows of block_size tokens.
+store (`data.store`: memory | prepared | streaming, gptlab.data.stores) -> (x, y) windows of block_size tokens,
+and (x, y, document ids) with data.document_masking (gptlab.data.documents).
 The store also keeps the training data position that checkpoints save, so a resumed run sees the batches the
 uninterrupted run would have seen.
 """
@@ -13,6 +14,9 @@ from typing import Any, Optional
 import lightning as L
 from torch.utils.data import DataLoader
 
+from gptlab.data.documents import document_ids, masking_eot_id
+from gptlab.data.mixture import Mixture
+from gptlab.data.mixture_store import MixtureStore
 from gptlab.data.stores import SAMPLING, STORES, DataSettings, TokenStore
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.errors import ConfigError, invalid_choice, require_int
@@ -40,6 +44,7 @@ class GPTDataModule(L.LightningDataModule):
         val_windows: int = 64,
         num_workers: int = 0,
         seed: int = 0,
+        document_masking: bool = False,
     ) -> None:
         super().__init__()
         if not hasattr(source, "documents") or not hasattr(source, "describe"):
@@ -61,7 +66,11 @@ class GPTDataModule(L.LightningDataModule):
             seed=seed, sampling=sampling, samples_per_epoch=samples_per_epoch, cache_dir=cache_dir,
             shard_tokens=shard_tokens, num_proc=num_proc, verify_sha256=verify_sha256, val_windows=val_windows,
         )
-        self.store: TokenStore = STORES[store](source, tokenizer, self.settings)
+        self.store: TokenStore = (MixtureStore(source, tokenizer, self.settings, store) if isinstance(source, Mixture)
+                                  else STORES[store](source, tokenizer, self.settings))
+        if not isinstance(document_masking, bool):
+            raise ConfigError(f"data.document_masking={document_masking!r} must be true or false.")
+        self.masking_eot = masking_eot_id(tokenizer) if document_masking else None
 
     @property
     def block_size(self) -> int:
@@ -70,6 +79,15 @@ class GPTDataModule(L.LightningDataModule):
     @property
     def batch_size(self) -> int:
         return self.settings.batch_size
+
+    @property
+    def val_sources(self) -> Optional[list[str]]:
+        """A mixture's source names, one validation DataLoader each in this order; None for a single corpus."""
+        return getattr(self.store, "val_sources", None)
+
+    def windows_seen(self) -> Optional[dict[str, int]]:
+        """A mixture's training windows read per source so far (all ranks); None for a single corpus."""
+        return self.store.windows_seen(self.trainer) if isinstance(self.store, MixtureStore) else None
 
     @property
     def vocab_size(self) -> int:
@@ -88,7 +106,11 @@ class GPTDataModule(L.LightningDataModule):
         return self.store.val_dataloader(self.trainer)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        return self.store.on_before_batch_transfer(batch, self.trainer)
+        batch = self.store.on_before_batch_transfer(batch, self.trainer)
+        if self.masking_eot is None:
+            return batch
+        x, y = batch
+        return x, y, document_ids(x, self.masking_eot)
 
     def state_dict(self) -> dict[str, Any]:
         """The training data position (see gptlab.data.stores), for exact resume."""

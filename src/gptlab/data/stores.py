@@ -137,6 +137,9 @@ class WindowStore(TokenStore):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "stream" in state:
             self._refuse(state, "streaming")
+        if "mixture" in state:
+            raise ConfigError("the checkpoint was trained on a mixture (data.source.sources) but this run reads one "
+                              "corpus; resume with the mixture's data= config.")
         self.position.load_state_dict(state)
 
 

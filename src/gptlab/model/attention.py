@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from gptlab.model.config import GPTConfig
+from gptlab.model.documents import Documents
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.norms import make_norm
 from gptlab.model.positions import POSITIONS
@@ -42,8 +43,10 @@ class CausalSelfAttention(nn.Module):
         self.rotary = Rotary(cfg.rotary_dim, cfg.block_size, cfg.rope_theta) if positions.rotary else None
         self.bias = positions.score_bias(cfg.n_head) if positions.score_bias else None
 
-    def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
-        """x holds the newest T positions; with a cache, the earlier ones come from it (incremental decoding)."""
+    def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None,
+                documents: Optional[Documents] = None) -> torch.Tensor:
+        """x holds the newest T positions; with a cache, the earlier ones come from it (incremental decoding).
+        With `documents` (document masking) a query sees only its own document, at positions counted from it."""
         B, T, _ = x.shape
         qk_width = self.n_head * self.head_dim
         q, k, v = self.qkv(x).split([qk_width, qk_width, self.n_head * self.v_head_dim], dim=-1)
@@ -54,11 +57,12 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:  # keys are cached rotated, at the position they were computed for
             start = cache.length if cache is not None else 0
-            q, k = self.rotary(q, start), self.rotary(k, start)
+            positions = documents.positions if documents is not None else None
+            q, k = self.rotary(q, start, positions), self.rotary(k, start, positions)
         dropout_p = self.dropout if self.training else 0.0
         if cache is None:
             # The mask M of the layer's kind (dense: M_ij = -inf for j > i); scale None = 1/sqrt(D_K).
-            y = attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p, self.bias)
+            y = attend(q, k, v, self.kind, self.window, self.impl, self.scale, dropout_p, self.bias, documents)
         else:
             q_start = cache.length  # absolute position of the first new query
             k, v, k_start = cache.append(k, v)

@@ -10,6 +10,7 @@ from torch import nn
 
 from gptlab.model.attention import CausalSelfAttention
 from gptlab.model.config import GPTConfig
+from gptlab.model.documents import Documents
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.mlp import MLP
 from gptlab.model.norms import make_norm
@@ -26,7 +27,9 @@ class Block(nn.Module):
         self.norm_2 = make_norm(cfg.norm_type, cfg.n_embd, cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None,
+                documents: Optional[Documents] = None) -> torch.Tensor:
         place = self.place
-        x = place.combine(x, self.attn_drop(self.attn(place.branch_input(x, self.norm_1), cache)), self.norm_1)
+        attended = self.attn(place.branch_input(x, self.norm_1), cache, documents)
+        x = place.combine(x, self.attn_drop(attended), self.norm_1)
         return place.combine(x, self.mlp(place.branch_input(x, self.norm_2)), self.norm_2)

@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from gptlab.errors import ConfigError
 from gptlab.model.block import Block
 from gptlab.model.config import GPTConfig
+from gptlab.model.documents import Documents
 from gptlab.model.generation import SamplingOptions, generate
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.norms import make_norm
@@ -46,8 +47,9 @@ class GPT(nn.Module):
         """Every weight's starting value, as model.parametrization says (parametrization.py)."""
         PARAMETRIZATIONS[self.config.parametrization].init(self, self.config.n_layer)
 
-    def embed(self, idx: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
-        """Enc+(X) = X E_1 + P E_2 (or the fixed table, or nothing), for positions start_pos.."""
+    def embed(self, idx: torch.Tensor, start_pos: int = 0, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Enc+(X) = X E_1 + P E_2 (or the fixed table, or nothing), for positions start_pos.., or for the (B, T)
+        `positions` given (document masking counts them from each document's start)."""
         T = idx.shape[1]
         if start_pos + T > self.config.block_size:
             raise ValueError(
@@ -56,22 +58,28 @@ class GPT(nn.Module):
             )
         x = self.tok_emb(idx)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(start_pos, T)
+            x = x + (self.pos_emb(start_pos, T) if positions is None else self.pos_emb.at(positions))
         return self.drop(x)
 
     def forward(
-        self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None, last_only: bool = False
+        self, idx: torch.Tensor, caches: Optional[list[KVCache]] = None, last_only: bool = False,
+        doc_ids: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Logits for idx; with `caches` (from `new_caches`), idx continues the positions cached so far.
         last_only computes the head for the last position alone: all that decoding needs, and the head
-        (D x d) is the largest matmul of a small model."""
-        x = self.embed(idx, start_pos=caches[0].length if caches else 0)
+        (D x d) is the largest matmul of a small model. `doc_ids` (B, T), nondecreasing along T, turns on document
+        masking (model/documents.py): each token attends and counts its position within its own document."""
+        if doc_ids is not None and caches:
+            raise ValueError("document masking (doc_ids) is for training and evaluation windows, not KV-cache decoding")
+        documents = Documents(doc_ids) if doc_ids is not None else None
+        positions = documents.positions if documents is not None else None
+        x = self.embed(idx, start_pos=caches[0].length if caches else 0, positions=positions)
         for i, block in enumerate(self.blocks):
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 # Keep only each block's input; its activations are recomputed in backward (memory for time).
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, None, documents, use_reentrant=False)
             else:
-                x = block(x, caches[i] if caches else None)
+                x = block(x, caches[i] if caches else None, documents)
         if last_only:
             x = x[:, -1:]
         logits = self.head(self.final_norm(x))

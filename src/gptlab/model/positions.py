@@ -35,6 +35,10 @@ class LearnedPositions(nn.Embedding):
     def forward(self, start: int, length: int) -> torch.Tensor:  # type: ignore[override]
         return self.weight[start : start + length]
 
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """The vectors of arbitrary (B, T) positions: document masking restarts them at each document."""
+        return self.weight[positions]
+
 
 class SinusoidalPositions(nn.Module):
     """The fixed table: no parameters, and not in the state_dict (a function of the shape, rebuilt on load)."""
@@ -45,6 +49,9 @@ class SinusoidalPositions(nn.Module):
 
     def forward(self, start: int, length: int) -> torch.Tensor:
         return self.table[start : start + length]
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ rotate (GPT-NeoX/GPT-J's partial rotary); the rest pass through unchanged.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -30,9 +32,13 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int = 0, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """`positions` (B, T), when given, replaces start.. (document masking restarts them per document)."""
         T, R = x.shape[-2], self.rotary_dim
-        cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)
+        if positions is None:
+            cos, sin = self.cos[start : start + T].to(x.dtype), self.sin[start : start + T].to(x.dtype)
+        else:  # (B, 1, T, R): one angle per row's token, shared by the heads
+            cos, sin = self.cos[positions][:, None].to(x.dtype), self.sin[positions][:, None].to(x.dtype)
         rot, rest = x[..., :R], x[..., R:]
         half_1, half_2 = rot.chunk(2, dim=-1)
         # Each pair (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin): a 2-D rotation by the position's angle.

@@ -11,6 +11,9 @@ Kernels (model.attn_impl): `sdpa` computes all T x T scores with an explicit mas
 strided; forward and backward on any device); `flex` is FlexAttention with a block mask, compiled (GPUs;
 on CPU it has no backward). `auto` picks per call, see `resolve_impl`. `attend` is the one dispatcher: a
 position scheme that biases the scores (ALiBi) passes a `ScoreBias`, which each kernel adds in its own layout.
+With document masking (model/documents.py) `attend` also ANDs the pattern with "same document": on GPUs through
+FlexAttention with a per-batch block mask, elsewhere through SDPA with the explicit (B, 1, T, T) mask (exact on
+every device; the chunked kernels cut the sequence into blocks that do not follow documents, so they are not used).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
+from gptlab.model.documents import Documents
 
 
 class ScoreBias(Protocol):
@@ -93,13 +97,16 @@ def attend(
     scale: Optional[float] = None,
     dropout_p: float = 0.0,
     bias: Optional[ScoreBias] = None,
+    documents: Optional[Documents] = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + mask [+ bias]) v over (B, H, T, D_K) q, k and (B, H, T, D_V) v, for the layer's kind.
 
-    scale None = 1/sqrt(D_K), as eq. 5; GPT-Neo uses 1.0.
+    scale None = 1/sqrt(D_K), as eq. 5; GPT-Neo uses 1.0. `documents`: keys of other documents are masked too.
     """
     T = q.shape[-2]
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if documents is not None:
+        return _attend_documents(q, k, v, kind, window, impl, scale, dropout_p, bias, documents, needs_grad)
     chosen = _usable_kernel(resolve_impl(impl, kind, T, window, q.device), impl, dropout_p, needs_grad, q.device)
     if chosen == "dense" and bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, dropout_p=dropout_p)
@@ -110,6 +117,23 @@ def attend(
     if chosen == "chunked":
         return ATTENTION_KINDS[kind].chunked(q, k, v, window, scale, dropout_p, bias=bias)
     return flex(q, k, v, kind, window, scale, bias)
+
+
+def _attend_documents(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str, window: int, impl: str, scale: Optional[float],
+    dropout_p: float, bias: Optional[ScoreBias], documents: Documents, needs_grad: bool,
+) -> torch.Tensor:
+    """`attend` within documents: FlexAttention where `auto` would use it for any kind (a GPU, no dropout) or
+    attn_impl=flex asks for it; otherwise SDPA with the kind's pattern AND same document as an explicit mask."""
+    wants_flex = impl == "flex" or (impl == "auto" and q.device.type == "cuda" and flex_available())
+    sees = ATTENTION_KINDS[kind].sees
+    if wants_flex and _usable_kernel("flex", impl, dropout_p, needs_grad, q.device) == "flex":
+        return flex(q, k, v, kind, window, scale, bias, block_mask=documents.block_mask(kind, window, sees))
+    allowed = documents.mask(kind, window, sees)  # (B, 1, T, T)
+    mask = allowed
+    if bias is not None:  # the bias of the whole window, with -inf also across documents
+        mask = bias.full(kind, q.shape[-2], window, q.device, q.dtype).masked_fill(~allowed, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
 
 
 def _usable_kernel(chosen: str, impl: str, dropout_p: float, needs_grad: bool, device: torch.device) -> str:
@@ -268,9 +292,10 @@ def flex_available() -> bool:
 
 def flex(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str, window: int, scale: Optional[float],
-    bias: Optional[ScoreBias] = None,
+    bias: Optional[ScoreBias] = None, block_mask: Any = None,
 ) -> torch.Tensor:
     """FlexAttention: the same pattern as a mask_mod; compiled, it skips the blocks the mask empties.
+    `block_mask` replaces the kind's cached one (document masking builds one per batch).
 
     Inside a model that torch.compile traces (runtime.compile=true) the caches below are bypassed: dynamo does not
     honour functools caches (it warns and traces the wrapped function), and the outer compile already fuses
@@ -279,9 +304,11 @@ def flex(
     if torch.compiler.is_compiling():
         from torch.nn.attention.flex_attention import flex_attention
 
-        block_mask = _block_mask.__wrapped__(kind, q.shape[-2], window, str(q.device))
+        if block_mask is None:
+            block_mask = _block_mask.__wrapped__(kind, q.shape[-2], window, str(q.device))
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    block_mask = _block_mask(kind, q.shape[-2], window, str(q.device))
+    if block_mask is None:
+        block_mask = _block_mask(kind, q.shape[-2], window, str(q.device))
     return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 

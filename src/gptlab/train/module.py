@@ -17,6 +17,7 @@ from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
 from gptlab.train.optim import param_groups
+from gptlab.train.source_metrics import ValidationSums
 
 
 def logging_step(trainer: L.Trainer) -> bool:
@@ -47,7 +48,7 @@ class GPTLitModule(L.LightningModule):
         # length every token) calls the plain model and never compiles. dynamic=False on purpose: a run has
         # two shapes (the micro-batch and the last partial val batch), each compiled once, and static shapes
         # give inductor the most to fuse. A function, not an nn.Module, so the state_dict keys stay the model's.
-        self.forward_fn: Callable[[torch.Tensor], torch.Tensor] = (
+        self.forward_fn: Callable[..., torch.Tensor] = (
             torch.compile(model.forward, dynamic=False) if compile else model.forward
         )
         require_int("nonfinite_check_every", nonfinite_check_every, 1, "a positive integer (steps)")
@@ -76,13 +77,26 @@ class GPTLitModule(L.LightningModule):
         self.register_buffer("token_bytes", token_bytes, persistent=False)
         self.val_nats, self.val_bytes = SumMetric(), SumMetric()
         self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (hp/best_val_bpb)
+        self.val_sources: list[str] = []  # a mixture's sources (setup): val/loss/<name>, val/bpb/<name>
+        self.per_source = torch.nn.ModuleList()
+
+    def setup(self, stage: str) -> None:
+        """One set of validation sums per validation DataLoader when the DataModule names its sources."""
+        names = getattr(getattr(self.trainer, "datamodule", None), "val_sources", None) or []
+        if list(names) != self.val_sources:
+            self.val_sources = list(names)
+            self.per_source = torch.nn.ModuleList(ValidationSums() for _ in names)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        logits = self.forward_fn(x)
+    def _logits(self, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, targets) of an (x, y) batch, or of (x, y, document ids) with data.document_masking."""
+        x, y, *documents = batch
+        return (self.forward_fn(x, doc_ids=documents[0]) if documents else self.forward_fn(x)), y
+
+    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
+        logits, y = self._logits(batch)
         loss = next_token_loss(logits, y, self.label_smoothing)
         self._remember_loss(loss.detach())
         if logging_step(self.trainer):
@@ -96,6 +110,12 @@ class GPTLitModule(L.LightningModule):
             self.log("lr", lr, on_step=True, on_epoch=False)
             self._step_scalars = {"step": self.global_step, "train/loss": loss.detach(), "lr": lr}
         return self._add_z_loss(loss, logits)
+
+    def log_step_scalar(self, name: str, value: float) -> None:
+        """self.log for a callback's per-step scalar on a logging step, kept with the step's own scalars so that a
+        checkpoint written before Lightning logs them carries it too (see __init__)."""
+        self.log(name, value, on_step=True, on_epoch=False)
+        self._step_scalars[name] = value
 
     def _add_z_loss(self, loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The training objective: + model.z_loss * log^2 Z (PaLM). train/loss stays the cross-entropy alone,
@@ -171,14 +191,16 @@ class GPTLitModule(L.LightningModule):
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
         self._step_scalars["train/grad_norm"] = norm.detach()
 
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        x, y = batch
+    def validation_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int, dataloader_idx: int = 0) -> None:
+        logits, y = self._logits(batch)
         # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
-        loss = next_token_loss(self.forward_fn(x), y)
+        loss = next_token_loss(logits, y)
         self.val_loss.update(loss, weight=y.numel())
         if self.token_bytes is not None:
             self.val_nats.update(loss * y.numel())
             self.val_bytes.update(self.token_bytes[y].sum())
+        if self.val_sources:
+            self.per_source[dataloader_idx].update(loss, y, self.token_bytes)
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()  # synchronised across ranks
@@ -192,6 +214,11 @@ class GPTLitModule(L.LightningModule):
             self.val_nats.reset()
             self.val_bytes.reset()
             self.log("val/bpb", bpb, sync_dist=True)
+        for name, sums in zip(self.val_sources, self.per_source):
+            source_loss, source_bpb = sums.compute(with_bpb=self.token_bytes is not None)
+            self.log(f"val/loss/{name}", source_loss, sync_dist=True)
+            if source_bpb is not None:
+                self.log(f"val/bpb/{name}", source_bpb, sync_dist=True)
         if not self.trainer.sanity_checking:
             if float(loss) < self.best_val_loss:
                 self.best_val_loss = float(loss)

@@ -1,0 +1,31 @@
+"""Validation loss and bits per byte of one part of the validation set (a mixture's source), beside the overall
+ones GPTLitModule keeps: the same sums (token-weighted NLL, nats, bytes), synchronised across ranks by torchmetrics."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+from torchmetrics import MeanMetric, SumMetric
+
+
+class ValidationSums(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loss, self.nats, self.bytes = MeanMetric(), SumMetric(), SumMetric()
+
+    def update(self, loss: torch.Tensor, targets: torch.Tensor, token_bytes: Optional[torch.Tensor]) -> None:
+        self.loss.update(loss, weight=targets.numel())
+        if token_bytes is not None:
+            self.nats.update(loss * targets.numel())
+            self.bytes.update(token_bytes[targets].sum())
+
+    def compute(self, with_bpb: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(val loss, bits per byte or None), then reset for the next validation."""
+        loss = self.loss.compute()
+        bpb = self.nats.compute() / (math.log(2) * self.bytes.compute()) if with_bpb else None
+        for metric in (self.loss, self.nats, self.bytes):
+            metric.reset()
+        return loss, bpb
