@@ -33,6 +33,9 @@ class Train:
 
     name: str = setting("train", "names the run and sweep dirs; experiments set their own", c.text)
     seed: int = setting(1337, "seeds python, numpy and torch on every rank, and the data sampler", c.seed)
+    ladder_tokens_per_param: Optional[float] = setting(
+        None, "scaling ladders: tokens per non-embedding parameter each size trains on (experiment=ladder_*)",
+        c.optional(c.number(0.0, low_open=True)))
     global_batch_tokens: Optional[int] = setting(
         None, "tokens per optimizer step (GPT-3 Small: 524288): sets gradient accumulation", c.optional(c.positive_int))
     label_smoothing: float = setting(0.0, "eq. 12's soft targets: 0 = plain next-token NLL (eq. 13)",
