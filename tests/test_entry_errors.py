@@ -89,7 +89,12 @@ PROBES = [
 ]
 
 
-@pytest.mark.parametrize("script,args,named", [p[1:] for p in PROBES], ids=[p[0] for p in PROBES])
+# Second probes of a script whose class another test also pins (task rows: test_task_rows.py): `-m slow` runs them.
+SLOW_PROBES = {"plan-devices", "report-overrides-corrupt", "lm-eval-no-ckpt", "eval-lambada-null-text"}
+
+
+@pytest.mark.parametrize("script,args,named", [
+    pytest.param(*p[1:], id=p[0], marks=pytest.mark.slow if p[0] in SLOW_PROBES else ()) for p in PROBES])
 def test_bad_input_is_one_message_and_exit_2(probe_dir: Path, script: str, args: list[str], named: list[str]) -> None:
     ckpt = probe_dir / "run" / "checkpoints" / "last.ckpt"
     argv = [a.format(ckpt=ckpt, f=probe_dir / "files", root=probe_dir) for a in args]
