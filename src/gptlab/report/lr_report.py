@@ -4,7 +4,6 @@ verdicts compare each variant at its own best LR (gptlab.report.lr_tuning holds 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from gptlab.report.runs import (
     read_overrides,
 )
 from gptlab.report.stats import verdict
-from gptlab.runs.run_dir import FAILURE_FILE
+from gptlab.runs.sweep_failures import failed_jobs
 
 
 def lr_runs(variants: list[Variant], lr_key: str) -> list[LrRun]:
@@ -48,9 +47,9 @@ def diverged_jobs(sweep_dir: Path) -> list[JobResult]:
     """Jobs that diverged and left a failure record instead of a run summary: in an LR grid they are results
     (capped at L0), not missing jobs."""
     out = []
-    for job_dir in sorted(p for p in sweep_dir.iterdir() if (p / FAILURE_FILE).is_file()):
-        record = json.loads((job_dir / FAILURE_FILE).read_text())
+    for record in failed_jobs(sweep_dir):
         if record.get("kind") == "diverged":
+            job_dir = sweep_dir / record["job"]
             summary = {"diverged": record.get("reason", "diverged"), "final_val_loss": None, "best_val_loss": None}
             out.append(JobResult(job_dir, read_overrides(job_dir), summary, []))
     return out

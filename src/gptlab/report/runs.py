@@ -18,6 +18,7 @@ from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files
+from gptlab.runs.sweep_failures import describe, failed_jobs
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
 X_AXES = ("tokens", "flops", "seconds")
@@ -154,15 +155,9 @@ def model_cost(job_dir: Path) -> ModelCost:
                      training_flops_per_token(gpt)["total"])
 
 
-def failed_jobs(sweep_dir: Path) -> list[str]:
-    """`job (overrides): kind: reason` for each job whose failure train.sweep_failures recorded."""
-    out = []
-    for job_dir in sorted((p for p in sweep_dir.iterdir() if (p / FAILURE_FILE).is_file()),
-                          key=lambda p: (len(p.name), p.name)):
-        record = json.loads((job_dir / FAILURE_FILE).read_text())
-        label = f" ({record['overrides']})" if record.get("overrides") else ""  # the overrides that differ
-        out.append(f"{job_dir.name}{label}: {record.get('kind', 'failed')}: {record.get('reason', '?')}")
-    return out
+def failure_line(record: dict) -> str:
+    """`job (overrides): kind: reason` for a failure record that runs.sweep_failures wrote."""
+    return f"{describe(record)}: {record.get('kind', 'failed')}: {record.get('reason', '?')}"
 
 
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
@@ -182,7 +177,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             job.cost_error = f"{type(exc).__name__}: {exc}"
         jobs.append(job)
     if not jobs:
-        failed = failed_jobs(sweep_dir)
+        failed = [failure_line(record) for record in failed_jobs(sweep_dir)]
         raise ConfigError(
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
             + (f"every job failed: {'; '.join(failed)}" if failed else "is it a sweep dir of `train.py -m`?")
@@ -345,7 +340,7 @@ def missing_jobs_note(sweep_dir: Path, counted: set[str] = frozenset()) -> str:
     """The failed jobs with their reasons, and the job dirs with neither a run summary nor a failure record (killed
     or still running), but those in `counted` (a report that reads them otherwise)."""
     text = ""
-    failed = [line for line in failed_jobs(sweep_dir) if line.split(":", 1)[0].split(" (", 1)[0] not in counted]
+    failed = [failure_line(record) for record in failed_jobs(sweep_dir) if record["job"] not in counted]
     if failed:
         text += "\n## Failed jobs (left out)\n\n" + "".join(f"- {line}\n" for line in failed)
     missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not (p / SUMMARY_FILE).exists()
