@@ -8,23 +8,16 @@ from hydra.core.config_store import ConfigStore
 import gptlab.config.schemas as s
 from gptlab.model import GPTConfig
 
-# (group, option) -> schema; the group is the conf/ folder whose YAML files use it.
-SCHEMAS: dict[tuple[str, str], type] = {
-    ("train", "train"): s.Train,
-    ("model", "gpt"): GPTConfig,
-    ("tokenizer", "bytes"): s.ByteTokenizer,
-    ("tokenizer", "tiktoken"): s.TiktokenTokenizer,
-    ("data", "datamodule"): s.Data,
-    ("optimizer", "adamw"): s.AdamW,
-    ("optimizer", "sgd"): s.SGD,
-    ("optimizer", "adafactor"): s.Adafactor,
-    ("optimizer", "muon"): s.Muon,
-    ("scheduler", "cosine"): s.Cosine,
-    ("scheduler", "wsd"): s.WarmupStableDecay,
-    ("scheduler", "constant"): s.Constant,
-    ("trainer", "lightning"): s.Trainer,
-    ("paths", "paths"): s.Paths,
+# conf/ folder -> {option: schema}: the YAML files of that folder name `- /schema/<folder>/<option>@_here_`.
+GROUPS: dict[str, dict[str, type]] = {
+    "train": {"train": s.Train}, "model": {"gpt": GPTConfig}, "data": {"datamodule": s.Data},
+    "trainer": {"lightning": s.Trainer}, "paths": {"paths": s.Paths},
+    "tokenizer": {"bytes": s.ByteTokenizer, "tiktoken": s.TiktokenTokenizer},
+    "optimizer": {"adamw": s.AdamW, "sgd": s.SGD, "adafactor": s.Adafactor, "muon": s.Muon},
+    "scheduler": {"cosine": s.Cosine, "wsd": s.WarmupStableDecay, "constant": s.Constant},
 }
+SCHEMAS: dict[tuple[str, str], type] = {(group, option): schema for group, options in GROUPS.items()
+                                        for option, schema in options.items()}
 
 
 def register() -> None:

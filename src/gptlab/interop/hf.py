@@ -68,6 +68,17 @@ def _strip(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def _conv1d_config(config: dict[str, Any], **differences: Any) -> GPTConfig:
+    """What GPT-2's and GPT-1's config.json say alike (same key names, learned positions, biases everywhere,
+    tied head unless told otherwise); `differences` holds what sets them apart (norm placement, activation)."""
+    return GPTConfig(
+        vocab_size=config["vocab_size"], block_size=config["n_positions"], n_layer=config["n_layer"],
+        n_head=config["n_head"], n_embd=config["n_embd"], pos_emb="learned",
+        tie_weights=config.get("tie_word_embeddings", True), attn_bias=True, mlp_bias=True,
+        dropout=config.get("resid_pdrop", 0.1), layer_norm_eps=config.get("layer_norm_epsilon", 1e-5), **differences,
+    )
+
+
 def convert_gpt2(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
     """GPT2LMHeadModel: pre-LN, final ln_f, learned positions, biases everywhere."""
     hf = _strip(hf)
@@ -79,12 +90,8 @@ def convert_gpt2(config: dict[str, Any], hf: dict[str, torch.Tensor]) -> tuple[G
     if activation not in GPT2_ACTIVATIONS:
         raise _refuse("gpt2", "activation_function", activation, f"use one of {sorted(GPT2_ACTIVATIONS)}")
     tied = config.get("tie_word_embeddings", True)
-    cfg = GPTConfig(
-        vocab_size=config["vocab_size"], block_size=config["n_positions"], n_layer=config["n_layer"],
-        n_head=config["n_head"], n_embd=config["n_embd"], d_ff=config.get("n_inner"), norm="pre", final_norm=True,
-        pos_emb="learned", tie_weights=tied, activation=GPT2_ACTIVATIONS[activation], attn_bias=True,
-        mlp_bias=True, dropout=config.get("resid_pdrop", 0.1), layer_norm_eps=config.get("layer_norm_epsilon", 1e-5),
-    )
+    cfg = _conv1d_config(config, d_ff=config.get("n_inner"), norm="pre", final_norm=True,
+                         activation=GPT2_ACTIVATIONS[activation])
     state = {"tok_emb.weight": hf["wte.weight"], "pos_emb.weight": hf["wpe.weight"]}
     state |= _block_weights(hf, cfg.n_layer)
     state |= {"final_norm.weight": hf["ln_f.weight"], "final_norm.bias": hf["ln_f.bias"]}
@@ -101,12 +108,7 @@ def convert_openai_gpt(
     if activation not in OPENAI_GPT_ACTIVATIONS:
         raise _refuse("openai-gpt", "afn", activation, f"use one of {sorted(OPENAI_GPT_ACTIVATIONS)}")
     tied = config.get("tie_word_embeddings", True)
-    cfg = GPTConfig(
-        vocab_size=config["vocab_size"], block_size=config["n_positions"], n_layer=config["n_layer"],
-        n_head=config["n_head"], n_embd=config["n_embd"], norm="post", final_norm=False, pos_emb="learned",
-        tie_weights=tied, activation=OPENAI_GPT_ACTIVATIONS[activation], attn_bias=True, mlp_bias=True,
-        dropout=config.get("resid_pdrop", 0.1), layer_norm_eps=config.get("layer_norm_epsilon", 1e-5),
-    )
+    cfg = _conv1d_config(config, norm="post", final_norm=False, activation=OPENAI_GPT_ACTIVATIONS[activation])
     state = {"tok_emb.weight": hf["tokens_embed.weight"], "pos_emb.weight": hf["positions_embed.weight"]}
     state |= _block_weights(hf, cfg.n_layer)
     state["head.weight"] = _head(hf, tied, hf["tokens_embed.weight"])

@@ -23,11 +23,10 @@ from gptlab.report.runs import (
     SEED_KEY,
     JobResult,
     Variant,
-    _fmt_summary,
-    _markdown,
+    fmt_summary,
     group_variants,
-    markdown_table,
-    missing_jobs_note,
+    jobs_section,
+    markdown,
     pick_baseline,
 )
 from gptlab.report.stats import Summary
@@ -83,12 +82,12 @@ def write_ladder_report(sweep_dir: Path, jobs: list[JobResult], size_key: str, b
              "(3 × forward), C0 the smallest rung's. Compute multiplier m(C) = C_b / C with L_b(C_b) = L_v(C): the "
              "compute the baseline needs to reach the variant's loss at C, over C (m > 1: the variant is worth m× "
              f"compute). 95% intervals: {n_boot} bootstrap resamples of each size's seeds, both laws refitted.\n\n")
-    text += "## Fits\n\n" + _markdown(["variant", "E", "A", "α", "C0 (FLOPs)"], [
+    text += "## Fits\n\n" + markdown(["variant", "E", "A", "α", "C0 (FLOPs)"], [
         [label, f"{law.e:.4f}", f"{law.a:.4f}", f"{law.alpha:.4f}", f"{law.c_ref:.3g}"] for label, law in laws.items()])
     text += "\n## Final val/loss per size (mean ± std over seeds)\n\n" + _loss_table(variants, rungs, laws, size_key)
     text += f"\n## Compute multiplier against {base.label} (95% bootstrap interval)\n\n"
     mult_rows = _multiplier_rows(variants, base, rungs, target, far, n_boot)
-    text += _markdown(["variant", "at", "FLOPs", "multiplier", "95% interval"], mult_rows)
+    text += markdown(["variant", "at", "FLOPs", "multiplier", "95% interval"], mult_rows)
     if any("∞" in cell for row in mult_rows for cell in row):
         floor = laws[base.label].e
         text += (f"\n∞: the variant's loss there lies below the baseline's fitted floor E_b = {floor:.4f}, "
@@ -96,7 +95,7 @@ def write_ladder_report(sweep_dir: Path, jobs: list[JobResult], size_key: str, b
                  f"ladder can state\", and check E_b's fit (more or bigger rungs pin it down).\n")
     text += (f"\nThe target is {target:.3g} FLOPs ({target / largest:.3g}x the largest rung; --target-flops to set "
              f"it). Beyond {FAR:g}x the largest rung a number is marked EXTRAPOLATED: the fit has no evidence there.\n")
-    text += "\n## Jobs\n\n" + markdown_table(jobs) + missing_jobs_note(sweep_dir)
+    text += jobs_section(jobs, sweep_dir)
     text += f"\n![final val/loss against training FLOPs, fits with 95% bootstrap bands]({plot_path.name})\n"
     atomic_write_text(table_path, text)
     plot_ladder(rungs, laws, target, name, plot_path)
@@ -109,9 +108,9 @@ def _loss_table(variants: list[Variant], rungs: dict[str, list[Rung]], laws: dic
         for rung in rungs[v.label]:
             job = next(j for j in v.jobs if j.overrides[size_key] == rung.size)
             rows.append([v.label, rung.size, f"{job.cost.non_embedding:,}", f"{job.summary['tokens_seen']:,}",
-                         f"{rung.compute:.3g}", _fmt_summary(Summary.of(list(rung.losses.values()))),
+                         f"{rung.compute:.3g}", fmt_summary(Summary.of(list(rung.losses.values()))),
                          f"{float(laws[v.label].loss(rung.compute)):.4f}"])
-    return _markdown(["variant", "size", "non-embedding params", "tokens", "FLOPs", "final val/loss", "fit"], rows)
+    return markdown(["variant", "size", "non-embedding params", "tokens", "FLOPs", "final val/loss", "fit"], rows)
 
 
 def _multiplier_rows(variants: list[Variant], base: Variant, rungs: dict[str, list[Rung]], target: float, far: str,

@@ -14,12 +14,11 @@ from gptlab.report.runs import (
     SEED_KEY,
     JobResult,
     Variant,
-    _fmt_summary,
-    _markdown,
+    fmt_summary,
     group_variants,
     job_model,
-    markdown_table,
-    missing_jobs_note,
+    jobs_section,
+    markdown,
     pick_baseline,
     read_overrides,
 )
@@ -73,13 +72,13 @@ def _lr_table(variants: list[Variant], runs: list[LrRun], results: list[TunedRes
         for lr in grid:
             p = points.get(lr)
             s = None if p is None else (p.loss if metric == "loss" else p.bpb)
-            cell = _fmt_summary(s)
+            cell = fmt_summary(s)
             if p is not None and p.diverged:
                 cell += f" ({p.diverged} diverged)"
             cells.append(cell)
         best = f"{res.best.lr:g}" + (f" (grid's {res.best.edge}: widen)" if res.best.edge else "")
         rows.append([v.label, *cells, *([best, f"{res.sensitivity:.4f}"] if metric == "loss" else [])])
-    return _markdown(header, rows)
+    return markdown(header, rows)
 
 
 def _seeds(seeds: tuple[str, ...]) -> str:
@@ -130,8 +129,7 @@ def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baselin
     if any(r.bpb is not None for r in runs):
         text += "\n## Final val bpb against LR (mean ± std over all seeds)\n\n"
         text += _lr_table(variants, runs, results, "bpb")
-    text += "\n## Jobs\n\n" + markdown_table(jobs)
-    text += missing_jobs_note(sweep_dir, {j.job_dir.name for j in diverged})
+    text += jobs_section(jobs, sweep_dir, {j.job_dir.name for j in diverged})
     text += f"\n![final val/loss against the learning rate, ±1 std over seeds]({plot_path.name})\n"
     atomic_write_text(table_path, text)
     plot_lr_curves(runs, results, cap, name, plot_path)

@@ -266,7 +266,7 @@ def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
-def _fmt_summary(s: Summary | None, spec: str = ".4f") -> str:
+def fmt_summary(s: Summary | None, spec: str = ".4f") -> str:
     if s is None:
         return "—"
     return format(s.mean, spec) if s.n == 1 else f"{format(s.mean, spec)} ± {format(s.std, spec)}"
@@ -293,7 +293,7 @@ def comparisons(variants: list[Variant], baseline: Variant, alpha: float) -> lis
     return out
 
 
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
+def markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
@@ -308,13 +308,13 @@ def variant_table(variants: list[Variant], comps: list[Comparison | None], at_bu
     for v, comp, at in zip(variants, comps, at_budget):
         cost = v.cost
         diff, p = _fmt_diff(comp)
-        row = [v.label, str(len(v.jobs)), _fmt_summary(v.summary("best_val_loss")),
-               _fmt_summary(v.summary("final_val_loss")), _fmt_summary(v.summary("best_val_bpb")),
-               _fmt_summary(v.summary("final_val_bpb")), _fmt_summary(v.summary("tokens_per_sec"), ",.0f"),
+        row = [v.label, str(len(v.jobs)), fmt_summary(v.summary("best_val_loss")),
+               fmt_summary(v.summary("final_val_loss")), fmt_summary(v.summary("best_val_bpb")),
+               fmt_summary(v.summary("final_val_bpb")), fmt_summary(v.summary("tokens_per_sec"), ",.0f"),
                _fmt(cost and cost.parameters, ","), _fmt(cost and cost.non_embedding, ","),
                _fmt(cost and cost.flops_per_token, ","), _fmt(at, ".4f"), diff, p]
         rows.append(row)
-    return _markdown(header, rows)
+    return markdown(header, rows)
 
 
 def markdown_table(jobs: list[JobResult]) -> str:
@@ -324,7 +324,12 @@ def markdown_table(jobs: list[JobResult]) -> str:
     rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), _fmt(job.summary.get("parameters"), ","),
              _fmt(job.summary["best_val_loss"], ".4f"), _fmt(job.summary["final_val_loss"], ".4f"),
              _fmt(job.summary.get("tokens_per_sec"), ",.0f")] for job in jobs]
-    return _markdown(header, rows)
+    return markdown(header, rows)
+
+
+def jobs_section(jobs: list[JobResult], sweep_dir: Path, counted: set[str] = frozenset()) -> str:
+    """Every report's closing section: the jobs it read, then those it could not (failed, killed or running)."""
+    return "\n## Jobs\n\n" + markdown_table(jobs) + missing_jobs_note(sweep_dir, counted)
 
 
 def check_options(x: str | None, band: str, alpha: float) -> None:
@@ -388,8 +393,7 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     verdicts = [verdict(v.label, c) for v, c in zip(variants, comps) if c is not None]
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
     text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha)
-    text += "\n## Jobs\n\n" + markdown_table(jobs)
-    text += missing_jobs_note(sweep_dir)
+    text += jobs_section(jobs, sweep_dir)
     if no_cost:
         text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"
     band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"
