@@ -22,7 +22,8 @@ RUN = [*TINY_MODEL, "data.batch_size=4", "trainer.accelerator=cpu", "trainer.val
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """a: 3 steps; b: a continued in its own dir (resume=auto) and SIGTERMed; c: a continued in a new dir."""
+    """a: 3 steps; b: a continued in its own dir (resume=auto) and SIGTERMed; c: a continued in a new dir (with a
+    warmup longer than the run)."""
     root = tmp_path_factory.mktemp("first_view")
     a, c = root / "a", root / "c"
     first = run_train([f"hydra.run.dir={a}", *RUN, "trainer.max_steps=3"], cwd=root, check=True)
@@ -31,8 +32,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     killed = run_train([f"hydra.run.dir={a}", *RUN, "trainer.max_steps=6", "resume=auto",
                         "+callbacks.kill._target_=helpers.KillAtStep", "+callbacks.kill.step=4",
                         "+callbacks.kill.signal_name=SIGTERM"], cwd=root)
-    continued = run_train([f"hydra.run.dir={c}", *RUN, "trainer.max_steps=7", f"ckpt_path={last}"], cwd=root,
-                          check=True)
+    continued = run_train([f"hydra.run.dir={c}", *RUN, "trainer.max_steps=7", f"ckpt_path={last}",
+                           "scheduler.warmup_steps=9"], cwd=root, check=True)
     return {"a": (a, first), "b": killed, "c": (c, continued), "resumed_at": step_of_last}
 
 
@@ -46,6 +47,15 @@ def test_the_bar_ends_on_the_final_validation(runs: dict) -> None:
     assert shown, proc.stderr[-2000:]
     final = summary(run_dir)["final_val_loss"]
     assert shown[-1] == f"{final:.3f}"  # validations at steps 2 and 3 (the last): the bar shows step 3's
+
+
+def test_an_option_without_effect_is_warned_once_in_the_runs_own_log(runs: dict) -> None:
+    """c asks for 9 warmup steps in a 7-step run: the lr never reaches its peak (option_relevance's warn row)."""
+    run_dir, proc = runs["c"]
+    shown = proc.stdout + proc.stderr  # Hydra's job log writes to stdout
+    lines = [line for line in shown.splitlines() if "scheduler.warmup_steps=9 never ends" in line]
+    assert len(lines) == 1 and "[HYDRA]" not in lines[0] and "WARNING" in lines[0], shown
+    assert "scheduler.warmup_steps=9 never ends" in (run_dir / "train.log").read_text()
 
 
 def test_tokens_per_sec_is_measured_for_short_and_continued_runs(runs: dict) -> None:

@@ -73,6 +73,8 @@ def _train(cfg: DictConfig) -> Optional[float]:
     discard = contextlib.nullcontext(Progress()) if sweep_jobs.in_sweep_job() else discard_on_early_error(output_dir)
     with discard as progress:
         checked = check_before_run(cfg)  # the Hydra callback run_dir_guard ran them before the run dir existed
+        for line in checked.warnings:
+            log.warning("%s", line)
         ckpt_path = _continue_from(cfg, output_dir, checked)
         finished = finished_run(cfg, output_dir, ckpt_path)
         if finished is not None:  # resume=auto on a finished run: it stays exactly as it was

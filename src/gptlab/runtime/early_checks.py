@@ -32,16 +32,17 @@ from gptlab.runtime.strategies import check_optimizer_fits_strategy
 log = logging.getLogger(__name__)
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig) -> list[str]:
     """What the config alone can be refused for: the typed schemas' ranges and rules (gptlab.config), options that
     would have no effect (option_relevance: refused in a single run, a warning in a sweep job, where one value is
-    shared by jobs it may not apply to), and an optimizer the strategy cannot run."""
+    shared by jobs it may not apply to), and an optimizer the strategy cannot run. Returns the warnings: the run
+    logs them once its own log (train.log) is set up, not Hydra's launcher, whose lines carry a [HYDRA] tag."""
     check(cfg)
-    for warning in ignored_options(cfg, sweep_jobs.in_sweep_job()):
-        log.warning(warning)
+    warnings = ignored_options(cfg, sweep_jobs.in_sweep_job())
     strategy = cfg.trainer.get("strategy") if "trainer" in cfg else None
     check_optimizer_fits_strategy((cfg.get("optimizer") or {}).get("_target_"),
                                   strategy.get("_target_") if isinstance(strategy, DictConfig) else strategy)
+    return warnings
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Checked:
     """What the checks built on the way, so `train()` does not build it twice."""
     tokenizer: Any
     model_cfg: GPTConfig
+    warnings: list[str]  # options that will have no effect (option_relevance), for the run's log
 
 
 def is_launcher() -> bool:
@@ -99,7 +101,7 @@ def check_before_run(cfg: DictConfig) -> Checked:
 
 
 def _check_before_run(cfg: DictConfig) -> Checked:
-    check_config(cfg)  # types and ranges of every group: a second, before anything heavy
+    warnings = check_config(cfg)  # types and ranges of every group: a second, before anything heavy
     resume_mode(cfg)  # a bad `resume` value or resume together with ckpt_path
     launcher = is_launcher()
     if launcher:
@@ -116,7 +118,7 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
         budget = RETAINED_CHECKPOINTS * checkpoint_bytes(count_parameters(model_cfg)["total"])
         check_free_space(checkpoint_dirs(cfg), budget)
-    return Checked(tokenizer, model_cfg)
+    return Checked(tokenizer, model_cfg, warnings)
 
 
 def checkpoint_dirs(cfg: DictConfig) -> list[Path]:

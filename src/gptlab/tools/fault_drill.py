@@ -2,8 +2,10 @@
 `resume=auto`, and check that nothing was lost: every kill resumed from a checkpoint that loads, no temp file
 left anywhere, and train/loss at every step bit-identical to a run that was never interrupted.
 
-A share of the kills is aimed at checkpoint writes: the drill watches the checkpoint dir and sends SIGKILL while
-a checkpoint's temp file exists, i.e. while its bytes are being written. The children's $TMPDIR is put on another
+A share of the kills is aimed at checkpoint writes: the run is told (a drill-only callback, `HoldCheckpointWrite`)
+to hold its k-th checkpoint write open, its temp file beside `last.ckpt` already created, and the drill sends
+SIGKILL then. Holding the write, rather than polling for its temp file, makes the aim exact on a loaded machine,
+where a poller sleeps through a write of a few milliseconds. The children's $TMPDIR is put on another
 filesystem than the run dir (a tmpfs mounted for the drill as root, else /dev/shm, else `tmpdir=`), the layout of
 a cluster node where a rename between the two would be a copy.
 """
@@ -23,10 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import lightning as L
+from lightning.pytorch import Callback
+
 from gptlab.checkpoint.reader import newest_loadable_checkpoint, read_checkpoint
 from gptlab.runs.run_dir import SUMMARY_FILE, event_files
 
 REPO = Path(__file__).resolve().parents[3]
+HOLD_SECONDS = 600.0
 TRAIN = REPO / "src" / "train.py"
 # Small enough for seconds per attempt on a 2-core CPU; wide enough (a 5 MB checkpoint) that a write lasts
 # milliseconds, long enough to be hit; dropout so the restored RNG state matters.
@@ -179,24 +185,28 @@ class Drill:
         losses = {step: values[-1] for step, values in step_losses(self.root / "reference").items()}
         return losses, json.loads((self.root / "reference" / SUMMARY_FILE).read_text())["fit_seconds"]
 
-    def kill_during_a_checkpoint_write(self, proc: subprocess.Popen, checkpoints: Path, skip: int) -> bool:
-        """SIGKILL while a checkpoint is being written, after `skip` writes were let through. A write shows as a
-        temp file beside the checkpoint (gptlab's way) or as a new file in $TMPDIR (how Lightning's own IO
-        stages it), so the drill also catches the failure it guards against."""
-        seen_writing, completed = False, 0
+    def held_write(self, write: int) -> tuple[Path, list[str]]:
+        """The marker file the run creates once it holds its `write`-th checkpoint write open, and the overrides
+        that add the holding callback."""
+        marker = self.root / f"holding{self.attempt + 1:03d}"
+        node = "+callbacks.drill_hold"
+        return marker, [f"{node}._target_={__name__}.HoldCheckpointWrite", f"{node}.marker={marker}",
+                        f"{node}.write={write}"]
+
+    def kill_during_a_checkpoint_write(self, proc: subprocess.Popen, marker: Path, checkpoints: Path) -> bool:
+        """SIGKILL once the run holds a checkpoint write open; checks that the write is under way (a temp file
+        beside the checkpoint, gptlab's way, or a new file in $TMPDIR, Lightning's own staging)."""
         staged_before = set(os.listdir(self.tmpdir))
-        while proc.poll() is None:
-            writing = (checkpoints.is_dir() and any(e.name.endswith(".tmp") and e.name.startswith(".")
-                                                    for e in os.scandir(checkpoints))) \
-                or bool(set(os.listdir(self.tmpdir)) - staged_before)
-            if writing and completed >= skip:
-                proc.send_signal(signal.SIGKILL)
-                return True
-            if seen_writing and not writing:
-                completed += 1
-            seen_writing = writing
-            time.sleep(0.0002)
-        return False
+        while proc.poll() is None and not marker.exists():
+            time.sleep(0.01)
+        if proc.poll() is not None:
+            return False
+        writing = any(e.name.endswith(".tmp") and e.name.startswith(".") for e in os.scandir(checkpoints)) \
+            or bool(set(os.listdir(self.tmpdir)) - staged_before)
+        proc.send_signal(signal.SIGKILL)
+        if not writing:
+            raise RuntimeError(f"attempt {self.attempt} held a checkpoint write but no temp file of it was found")
+        return True
 
     def kill_at_random(self, proc: subprocess.Popen, events: Path, before: set[str], mean_seconds: float) -> bool:
         """SIGKILL at a random moment once this attempt has begun training (its event file exists)."""
@@ -219,15 +229,15 @@ class Drill:
         for i in range(kills + 1):
             last_kill = i == kills
             before = event_names(events)
-            proc = self.start(run_dir, "resume=auto")
+            aimed = not last_kill and self.rng.random() < aimed_share
+            marker, hold = self.held_write(self.rng.randint(2, 3)) if aimed else (None, [])
+            proc = self.start(run_dir, "resume=auto", *hold)
             if last_kill:
                 proc.wait()
-                killed = aimed = False
-            elif self.rng.random() < aimed_share:
-                aimed = True
-                killed = self.kill_during_a_checkpoint_write(proc, checkpoints, skip=self.rng.randint(1, 2))
+                killed = False
+            elif aimed:
+                killed = self.kill_during_a_checkpoint_write(proc, marker, checkpoints)
             else:
-                aimed = False
                 killed = self.kill_at_random(proc, events, before, train_seconds / (kills + 1))
             proc.wait()
             text = self.log_of(self.attempt)
@@ -261,6 +271,31 @@ class Drill:
             elif any(value != reference[step] for value in logged[step]):
                 result.mismatched_steps.append(step)
         return result
+
+
+class _HeldOpen:
+    """Put into a checkpoint, it holds torch.save while pickling it: the temp file exists, nothing is renamed."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # noqa: ANN204 (pickle's protocol)
+        Path(self.marker).touch()
+        time.sleep(HOLD_SECONDS)  # the drill's SIGKILL comes first; this bound only keeps an orphan from waiting on
+        raise RuntimeError(f"the fault drill did not kill this run within {HOLD_SECONDS} s of {self.marker}")
+
+
+class HoldCheckpointWrite(Callback):
+    """Drill-only (added with +callbacks.drill_hold): holds the run's `write`-th checkpoint write open (see
+    _HeldOpen) and creates `marker`, so the drill kills it mid-write whatever the machine's load."""
+
+    def __init__(self, marker: str, write: int) -> None:
+        self.marker, self.write, self.writes = marker, write, 0
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self.writes += 1
+        if self.writes == self.write:
+            checkpoint["fault_drill_hold"] = _HeldOpen(self.marker)
 
 
 def run_drill(kills: int = 20, seed: int = 0, steps: Optional[int] = None, checkpoint_every: int = 4,
