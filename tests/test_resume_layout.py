@@ -4,6 +4,7 @@ batch is refused naming the fields to set, and checkpoints saved in the older pe
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -149,15 +150,20 @@ def one_rank_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 RELAYOUT_RUN = ["model.dropout=0.0", "trainer.val_check_interval=2", "callbacks.text_samples=null"]
 
 
-def test_a_real_resume_with_another_micro_batch_continues_the_run(one_rank_reference: Path, tmp_path: Path) -> None:
+def test_a_real_resume_with_another_micro_batch_continues_the_run(one_rank_reference: Path, tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     """4 windows per step as 1 micro-batch of 4, then as 2 accumulated micro-batches of 2: Lightning's batch
     counters are converted, the steps see the same windows and the weights end where the uninterrupted run's do."""
     run = tmp_path / "run"
     train_in_process(run, *RELAYOUT_RUN, "trainer.max_steps=2")
     last = run / "checkpoints" / "last.ckpt"
     assert load_checkpoint(last)["GPTDataModule"]["layout"] == {"world_size": 1, "batch_size": 4, "accumulate": 1}
+    caplog.set_level(logging.INFO, logger="gptlab.data.position")
     train_in_process(run, *RELAYOUT_RUN, "trainer.max_steps=4", "data.batch_size=2", "global_batch_tokens=128",
                      "trainer.limit_val_batches=4", f"ckpt_path={last}")  # the same 8 validation windows as 2 x 4
+    assert ("Continuing on 1 rank(s) x data.batch_size=2 x 2 accumulated = 4 windows per step (the checkpoint had "
+            "1 rank(s) x data.batch_size=4 x 1 accumulated = 4 windows per step): the data continues at window 8 of "
+            "epoch 0, in the same global order.") in caplog.text
     state, reference = load_checkpoint(last), load_checkpoint(one_rank_reference / "checkpoints" / "last.ckpt")
     assert state["global_step"] == 4
     assert state["GPTDataModule"] == {"epoch": 0, "windows": 16, "epoch_windows": reference["GPTDataModule"][

@@ -10,6 +10,7 @@ keeps the content of every step and the epoch boundary however G is split into r
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -19,6 +20,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from gptlab.data.windows import EpochSampler
 from gptlab.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def pin_memory(trainer: Optional[L.Trainer]) -> bool:
@@ -72,6 +75,9 @@ class TrainPosition:
         epoch, windows = saved.epoch, saved.windows
         if windows >= sampler.used:  # stopped at an epoch's end: the next one starts afresh
             epoch, windows = epoch + 1, 0
+        if saved.layout != now and rank == 0:
+            log.info("Continuing on %s (the checkpoint had %s): the data continues at window %d of epoch %d, in the "
+                     "same global order.", describe(now), describe(saved.layout), windows, epoch)
         sampler.epoch, sampler.start, sampler.resumed = epoch, windows, bool(self.saved)
         self.batch_size, self.sampler, self.epoch_windows = batch_size, sampler, saved.epoch_windows
         # Its own generator: creating an iterator then draws no number from the global RNG, which dropout
