@@ -18,6 +18,7 @@ from gptlab.data.mixture import Mixture
 from gptlab.data.sources import BuiltinSource
 from gptlab.data.windows import EpochWindows
 from gptlab.errors import ConfigError
+from gptlab.runtime.relayout import relayout_loops
 
 
 def trainer(world_size: int, accumulate: int = 1, processed: int = 3, rank: int = 0) -> SimpleNamespace:
@@ -137,6 +138,21 @@ def test_a_mixture_moves_to_another_layout_with_every_source_where_it_stopped() 
     loader = resumed.train_dataloader()
     assert list(loader.sampler)[:3] == [40, 41, 42]
     assert resumed.windows_seen() == saved["mixture"]["windows"]  # 5 micro-batches of 8 on one rank: the same 40
+
+
+def test_lightning_counters_move_to_the_new_split() -> None:
+    """2 ranks x 4 windows -> 1 rank x 2 windows: 4 times the micro-batches. A checkpoint saved in
+    on_train_batch_end has `completed` one behind `processed`; the gap stays 1, as Lightning's restart expects."""
+    dm = pydocs(batch_size=2)
+    counts = {"ready": 3, "started": 3, "processed": 3, "completed": 2}
+    checkpoint = {"GPTDataModule": {"layout": {"world_size": 2, "batch_size": 4, "accumulate": 1}},
+                  "loops": {"fit_loop": {"epoch_loop.batch_progress": {"current": dict(counts), "total": dict(counts)}}}}
+    relayout_loops(checkpoint, SimpleNamespace(datamodule=dm, world_size=1, accumulate_grad_batches=4))
+    moved = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert moved["current"] == moved["total"] == {"ready": 12, "started": 12, "processed": 12, "completed": 11}
+    del checkpoint["loops"]
+    with pytest.raises(ConfigError, match="no Lightning batch counters"):
+        relayout_loops(checkpoint, SimpleNamespace(datamodule=dm, world_size=1, accumulate_grad_batches=4))
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gptlab.data.position import layout
+from gptlab.errors import ConfigError
 
 PROGRESS = ("ready", "started", "processed", "completed")
 
@@ -27,9 +28,15 @@ def relayout_loops(checkpoint: dict[str, Any], trainer: Any) -> None:
         return
     now = layout(trainer, datamodule.batch_size)
     old, new = saved["world_size"] * saved["batch_size"], now["world_size"] * now["batch_size"]
-    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
-    if old == new or progress is None:
+    if old == new:
         return
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+    if progress is None:  # a Lightning whose checkpoints keep these counters elsewhere: never continue miscounted
+        raise ConfigError(
+            "the checkpoint holds no Lightning batch counters (loops.fit_loop['epoch_loop.batch_progress']) to move "
+            f"to this layout; resume with the checkpoint's {saved['world_size']} rank(s) x data.batch_size="
+            f"{saved['batch_size']}, or with the Lightning version that wrote it."
+        )
     for scope in ("current", "total"):
         counts = progress[scope]
         behind = counts["processed"] - counts["completed"]  # 1 when saved in on_train_batch_end, before completed
