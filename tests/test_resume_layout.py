@@ -145,8 +145,9 @@ def test_lightning_counters_move_to_the_new_split() -> None:
     on_train_batch_end has `completed` one behind `processed`; the gap stays 1, as Lightning's restart expects."""
     dm = pydocs(batch_size=2)
     counts = {"ready": 3, "started": 3, "processed": 3, "completed": 2}
+    progress = {"current": dict(counts), "total": dict(counts)}
     checkpoint = {"GPTDataModule": {"layout": {"world_size": 2, "batch_size": 4, "accumulate": 1}},
-                  "loops": {"fit_loop": {"epoch_loop.batch_progress": {"current": dict(counts), "total": dict(counts)}}}}
+                  "loops": {"fit_loop": {"epoch_loop.batch_progress": progress}}}
     relayout_loops(checkpoint, SimpleNamespace(datamodule=dm, world_size=1, accumulate_grad_batches=4))
     moved = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
     assert moved["current"] == moved["total"] == {"ready": 12, "started": 12, "processed": 12, "completed": 11}
