@@ -243,12 +243,13 @@ class PauseAtStep(L.Callback):
 
 class RecordBatches(L.Callback):
     """Saves the input ids of every training micro-batch, {global step: [(B, T) tensors]}, to `path` after each
-    (a resumed run adds to the file the interrupted one left)."""
+    (a resumed run adds to the file the interrupted one left). `per_rank`: each rank its own `path`.rank<r>."""
 
-    def __init__(self, path: str) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str, per_rank: bool = False) -> None:
+        self.path, self.per_rank = Path(path), per_rank
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, *args: Any) -> None:
-        seen = torch.load(self.path) if self.path.exists() else {}
+        path = self.path.with_name(f"{self.path.name}.rank{trainer.global_rank}") if self.per_rank else self.path
+        seen = torch.load(path) if path.exists() else {}
         seen.setdefault(trainer.global_step, []).append(batch[0].cpu())
-        torch.save(seen, self.path)
+        torch.save(seen, path)

@@ -46,9 +46,12 @@ def test_two_ranks_read_disjoint_windows_covering_an_epoch(corpus, tmp_path, sto
         x, y = dm.store.train_set[next(iter(sampler))]
         assert torch.equal(x[1:], y[:-1]) and x.shape == (BLOCK,)
     n = len(dm.store.train_set)
-    assert len(starts[0]) == len(starts[1]) == n // 2
+    assert n == (len(dm.store.tokens["train"]) - 1) // BLOCK  # every window, however many ranks
+    used = n // 16 * 16  # whole steps of 2 ranks x 8 windows: the shuffled order's tail waits for the next epoch
+    assert len(starts[0]) == len(starts[1]) == used // 2
     assert not set(starts[0]) & set(starts[1])
-    assert sorted(starts[0] + starts[1]) == [BLOCK * i for i in range(n)]  # every window of the epoch, once
+    assert sorted(starts[0] + starts[1]) == sorted(dm.store.train_set.window_start(i) for i in range(used))
+    assert len(set(starts[0] + starts[1])) == used and all(s % BLOCK == 0 for s in starts[0])
 
 
 def test_random_windows_come_from_the_memmapped_shards(corpus, tmp_path):
@@ -93,7 +96,8 @@ def test_window_stores_resume_at_the_saved_batch(corpus, tmp_path, store):
     first.trainer = SimpleNamespace(global_rank=0, world_size=1, accumulate_grad_batches=1, fit_loop=SimpleNamespace(
         epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=progress))))
     saved = first.state_dict()
-    assert saved == {"epoch": 0, "batches": 3, "layout": {"world_size": 1, "batch_size": 8, "accumulate": 1}}
+    assert saved == {"epoch": 0, "windows": 3 * 8, "epoch_windows": len(first.store.train_set),
+                     "layout": {"world_size": 1, "batch_size": 8, "accumulate": 1}}
 
     resumed = datamodule(corpus, tmp_path, store=store)
     resumed.load_state_dict(saved)

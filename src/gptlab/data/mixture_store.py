@@ -2,7 +2,7 @@
 
 Training draws windows by the mixture's weights (gptlab.data.mixture_windows); validation keeps one fixed set
 of windows per source, one DataLoader each, so the module reports val/loss and val/bpb per source and overall.
-The resume position is the global one every window store saves (epoch, batches); since the mixture is a pure
+The resume position is the global one every window store saves (epoch, windows); since the mixture is a pure
 function of the global index, it fixes every source's position too. The checkpoint also records the weights and
 the windows read from each source, and a resume with other weights is refused.
 """
@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from gptlab.data.mixture import FIELD, Mixture
 from gptlab.data.mixture_windows import MixedWindows
 from gptlab.data.position import TrainPosition
-from gptlab.data.stores import STORES, DataSettings, TokenStore, WindowStore, rank_world
+from gptlab.data.stores import STORES, DataSettings, TokenStore, WindowStore
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError
@@ -67,30 +67,25 @@ class MixtureStore(TokenStore):
                 self.train_windows[name] = len(trains[-1])
             self.val_sets[name] = SequentialWindows(tokens["val"], s.block_size)
         per_epoch = s.samples_per_epoch or sum(len(t) for t in trains)
-        _, world = rank_world(trainer)
-        per_epoch = max(world, per_epoch - per_epoch % world)  # every rank the same number of batches
         self.train_set = MixedWindows(trains, list(self.mixture.weights.values()), per_epoch, s.seed)
 
     def train_dataloader(self, trainer: Any) -> DataLoader:
         workers = self.settings.num_workers
-        return self.position.train_loader(self.train_set, trainer, self.settings.batch_size, num_workers=workers,
-                                          persistent_workers=workers > 0)
+        return self.position.train_loader(self.train_set, trainer, self.settings.batch_size, trimmed_before=True,
+                                          num_workers=workers, persistent_workers=workers > 0)
 
     def val_dataloader(self, trainer: Any) -> list[DataLoader]:  # type: ignore[override]
         return [self._loader(v, trainer) for v in self.val_sets.values()]
 
     def windows_seen(self, trainer: Any) -> dict[str, int]:
         """Training windows read from each source so far, by every rank together: global samples [e * N, e * N +
-        full batches) of each epoch e reached (the loader drops an epoch's last partial batch)."""
-        position = self.position.state_dict(trainer)
-        if self.train_set is None or not position:
+        used) of each epoch e reached (an epoch uses whole optimizer steps of its N), and the current epoch's done."""
+        sampler = self.position.sampler
+        if self.train_set is None or sampler is None or trainer is None:
             return {name: 0 for name in self.parts}
-        _, world = rank_world(trainer)
-        n, batch = len(self.train_set), self.settings.batch_size
-        per_epoch = len(range(0, n, world)) // batch * batch * world
-        seen = np.zeros(len(self.parts), dtype=np.int64)
-        for epoch in range(position["epoch"] + 1):
-            done = per_epoch if epoch < position["epoch"] else position["batches"] * batch * world
+        n, seen = len(self.train_set), np.zeros(len(self.parts), dtype=np.int64)
+        for epoch in range(sampler.epoch + 1):
+            done = sampler.used if epoch < sampler.epoch else self.position.windows_done(trainer)
             seen += self.train_set.windows_before(epoch * n + done) - self.train_set.windows_before(epoch * n)
         return dict(zip(self.parts, (int(v) for v in seen)))
 

@@ -46,6 +46,10 @@ class MixedWindows(Dataset):
     def __len__(self) -> int:
         return self.samples_per_epoch
 
+    def set_epoch_windows(self, n: int) -> None:
+        """A resumed run keeps the epoch length its checkpoint was trained with (gptlab.data.position)."""
+        self.samples_per_epoch = n
+
     @functools.lru_cache(maxsize=4)  # noqa: B019 (a few blocks per instance, which lives for the whole run)
     def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """(source of each slot, its rank among that source's slots in the block)."""

@@ -1,7 +1,17 @@
-"""The training data position of a map-style DataModule, for exact resume from a checkpoint."""
+"""The training data position of a map-style DataModule, for exact resume from a checkpoint, also on another
+number of ranks.
+
+The position is global: (epoch, windows of that epoch's order trained on). EpochSampler deals an epoch's order
+round-robin (rank r of W takes positions r, r+W, ...), so after k micro-batches of b windows on W ranks exactly
+the first k*b*W positions are consumed, whatever W. An optimizer step of G = W*b*a windows (a: accumulated
+micro-batches) covers positions [s*G, (s+1)*G), and an epoch ends after whole steps, so a resume that keeps G
+keeps the content of every step and the epoch boundary however G is split into ranks x micro-batch x accumulation.
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import lightning as L
@@ -11,6 +21,8 @@ from torch.utils.data import DataLoader, Dataset
 from gptlab.data.windows import EpochSampler
 from gptlab.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 
 def pin_memory(trainer: Optional[L.Trainer]) -> bool:
     """Page-locked batches when training on a GPU: Lightning copies batches with non_blocking=True, which only
@@ -19,43 +31,71 @@ def pin_memory(trainer: Optional[L.Trainer]) -> bool:
     return strategy is not None and strategy.root_device.type == "cuda"
 
 
+@dataclass(frozen=True)
+class Position:
+    """Where a checkpoint stopped, in terms that do not depend on its layout."""
+
+    epoch: int
+    windows: int  # positions of the epoch's global order already trained on
+    epoch_windows: int  # the run's windows per epoch (N), fixed when it started
+    layout: dict[str, int]  # the layout that trained them
+
+
 class TrainPosition:
     """Hands out the training sampler and saves/restores where in which epoch training stopped.
 
     The saved count is the trainer's batches, not how far the sampler was read: the loader reads ahead.
     The sampler's epoch is the one those batches belong to; Lightning's own epoch counters move at different
-    points of the loop depending on where the checkpoint was taken.
-    The batch layout (ranks, micro-batch, accumulation) is saved too: `batches` counts this layout's micro-batches,
-    so a resume with another layout is refused rather than continued at the wrong sample (`check_layout`)."""
+    points of the loop depending on where the checkpoint was taken. The layout (ranks, micro-batch,
+    accumulation) is saved beside the position: a resume may change it as long as the global batch stays."""
 
     def __init__(self) -> None:
-        self.saved: dict[str, int] = {}  # from a checkpoint
+        self.saved: dict[str, Any] = {}  # from a checkpoint
         self.sampler: Optional[EpochSampler] = None
+        self.epoch_windows = 0
         self.batch_size = 0  # the micro-batch of the loader handed out
 
-    def train_loader(self, dataset: Dataset, trainer: Optional[L.Trainer], batch_size: int,
+    def train_loader(self, dataset: Dataset, trainer: Optional[L.Trainer], batch_size: int, trimmed_before: bool,
                      **loader_kwargs: Any) -> DataLoader:
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-        check_layout(self.saved.get("layout"), layout(trainer, batch_size))
-        sampler = EpochSampler(len(dataset), rank, world)
-        epoch, batches = self.saved.get("epoch", 0), self.saved.get("batches", 0)
-        if batches >= len(sampler) // batch_size:  # stopped at an epoch's end: the next one starts afresh
-            epoch, batches = epoch + 1, 0
-        sampler.epoch, sampler.start = epoch, batches * batch_size
-        self.batch_size = batch_size
-        self.sampler = sampler
+        """`dataset` has set_epoch_windows; `trimmed_before`: gptlab before the global position cut this store's
+        epoch to a multiple of the ranks (see `restore`)."""
+        rank = trainer.global_rank if trainer else 0
+        now = layout(trainer, batch_size)
+        saved = restore(self.saved, now, len(dataset), trimmed_before)  # type: ignore[arg-type]
+        check_step(saved.layout, now, saved.windows)
+        if saved.epoch_windows != len(dataset):  # type: ignore[arg-type]
+            dataset.set_epoch_windows(saved.epoch_windows)  # type: ignore[attr-defined]
+        sampler = EpochSampler(saved.epoch_windows, rank, now["world_size"], step_windows=step_windows(now))
+        if sampler.used == 0:
+            raise ConfigError(
+                f"an epoch of {saved.epoch_windows} training windows holds no optimizer step of {step_windows(now)} "
+                "windows (ranks x data.batch_size x accumulated); raise data.samples_per_epoch or lower "
+                "data.batch_size / global_batch_tokens."
+            )
+        epoch, windows = saved.epoch, saved.windows
+        if windows >= sampler.used:  # stopped at an epoch's end: the next one starts afresh
+            epoch, windows = epoch + 1, 0
+        if saved.layout != now and rank == 0:
+            log.info("Continuing on %s (the checkpoint had %s): the data continues at window %d of epoch %d, in the "
+                     "same global order.", describe(now), describe(saved.layout), windows, epoch)
+        sampler.epoch, sampler.start, sampler.resumed = epoch, windows, bool(self.saved)
+        self.batch_size, self.sampler, self.epoch_windows = batch_size, sampler, saved.epoch_windows
         # Its own generator: creating an iterator then draws no number from the global RNG, which dropout
         # uses, so a resumed run's random stream stays the uninterrupted run's.
         loader_kwargs.setdefault("pin_memory", pin_memory(trainer))
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
                           generator=torch.Generator().manual_seed(0), **loader_kwargs)
 
-    def state_dict(self, trainer: Optional[L.Trainer]) -> dict[str, int]:
+    def windows_done(self, trainer: Optional[L.Trainer]) -> int:
+        """Positions of the current epoch trained on by all ranks together."""
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current  # type: ignore[union-attr]
+        return progress.processed * self.batch_size * layout(trainer, self.batch_size)["world_size"]
+
+    def state_dict(self, trainer: Optional[L.Trainer]) -> dict[str, Any]:
         if trainer is None or self.sampler is None:
             return {}
-        progress = trainer.fit_loop.epoch_loop.batch_progress.current
-        return {"epoch": self.sampler.epoch, "batches": progress.processed,
-                "layout": layout(trainer, self.batch_size)}
+        return {"epoch": self.sampler.epoch, "windows": self.windows_done(trainer),
+                "epoch_windows": self.epoch_windows, "layout": layout(trainer, self.batch_size)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.saved = dict(state)
@@ -67,20 +107,46 @@ def layout(trainer: Optional[L.Trainer], batch_size: int) -> dict[str, int]:
     return {"world_size": world, "batch_size": batch_size, "accumulate": accumulate}
 
 
-def check_layout(saved: Optional[dict[str, int]], now: dict[str, int]) -> None:
-    """Refuses a resume whose batch layout differs from the checkpoint's (checkpoints from before the layout was
-    saved are taken as they are). The saved position counts micro-batches per rank of that layout, and gptlab does
-    not yet move it to another number of ranks or another global batch."""
-    if saved is None or saved == now:
-        return
+def step_windows(lay: dict[str, int]) -> int:
+    """Windows per optimizer step: the global batch."""
+    return lay["world_size"] * lay["batch_size"] * lay["accumulate"]
 
-    def describe(lay: dict[str, int]) -> str:
-        return (f"{lay['world_size']} rank(s) x data.batch_size={lay['batch_size']} x {lay['accumulate']} "
-                f"accumulated = {lay['world_size'] * lay['batch_size'] * lay['accumulate']} windows per step")
 
-    raise ConfigError(
-        f"the checkpoint was trained with {describe(saved)}, but this run has {describe(now)}. gptlab resumes the "
-        "exact data order only with the same layout: set trainer.devices/trainer.num_nodes, data.batch_size and "
-        "global_batch_tokens as the interrupted run had them (resuming on another number of ranks or with "
-        "another global batch size is not supported yet)."
-    )
+def restore(saved: dict[str, Any], now: dict[str, int], epoch_windows: int, trimmed_before: bool) -> Position:
+    """The checkpoint's position in global terms. Checkpoints from before it was global saved `batches` (this
+    layout's micro-batches per rank) and their layout (the oldest not even that: taken as this run's); their epoch
+    length was cut to a multiple of their ranks where `trimmed_before`, and is kept so their order continues."""
+    if not saved:
+        return Position(0, 0, epoch_windows, now)
+    if "windows" in saved:
+        return Position(saved["epoch"], saved["windows"], saved["epoch_windows"], saved["layout"])
+    lay = saved.get("layout", now)
+    world = lay["world_size"]
+    if trimmed_before:
+        epoch_windows = max(world, epoch_windows - epoch_windows % world)
+    return Position(saved["epoch"], saved["batches"] * lay["batch_size"] * world, epoch_windows, lay)
+
+
+def describe(lay: dict[str, int]) -> str:
+    return (f"{lay['world_size']} rank(s) x data.batch_size={lay['batch_size']} x {lay['accumulate']} "
+            f"accumulated = {step_windows(lay)} windows per step")
+
+
+def check_step(saved: dict[str, int], now: dict[str, int], windows: int) -> None:
+    """Refuses a resume whose global batch differs from the checkpoint's: its steps would cover other windows than
+    the interrupted run's (and the epoch would end elsewhere). Another split of the same global batch is fine
+    unless the checkpoint fell inside a step that the new split cannot start from."""
+    if step_windows(saved) != step_windows(now):
+        raise ConfigError(
+            f"the checkpoint was trained with {describe(saved)}, but this run has {describe(now)}. A resumed run may "
+            "change the number of ranks (trainer.devices, trainer.num_nodes), data.batch_size and the accumulation, "
+            "but not the global batch: set global_batch_tokens (or trainer.accumulate_grad_batches) so that ranks x "
+            f"data.batch_size x accumulated = {step_windows(saved)} windows, as the interrupted run had."
+        )
+    per_pass = now["world_size"] * now["batch_size"]
+    if windows % per_pass:
+        raise ConfigError(
+            f"the checkpoint stopped {windows} windows into its epoch, inside an optimizer step, which "
+            f"{describe(now)} cannot continue ({per_pass} windows per micro-batch on all ranks); resume with "
+            f"the checkpoint's layout, {describe(saved)}, or from a checkpoint taken at a step's end."
+        )

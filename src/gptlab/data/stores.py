@@ -118,14 +118,13 @@ class WindowStore(TokenStore):
             per_epoch = s.samples_per_epoch or max(1, len(train) // s.block_size)
             self.train_set = RandomWindows(train, s.block_size, per_epoch, s.seed)
         else:
-            _, world = rank_world(trainer)
-            n = (len(train) - 1) // s.block_size
-            self.train_set = EpochWindows(train, s.block_size, s.seed, n_windows=max(world, n - n % world))
+            self.train_set = EpochWindows(train, s.block_size, s.seed)
         self.val_set = SequentialWindows(self.tokens["val"], s.block_size)
 
     def train_dataloader(self, trainer: Any) -> DataLoader:
         workers = self.settings.num_workers
-        return self.position.train_loader(self.train_set, trainer, self.settings.batch_size, num_workers=workers,
+        return self.position.train_loader(self.train_set, trainer, self.settings.batch_size,
+                                          trimmed_before=self.settings.sampling == "epoch", num_workers=workers,
                                           persistent_workers=workers > 0)
 
     def val_dataloader(self, trainer: Any) -> DataLoader:
@@ -249,7 +248,10 @@ class StreamingStore(TokenStore):
         if {k: saved[k] for k in layout} != layout:
             raise ConfigError(
                 f"the checkpoint's stream position was saved with {({k: saved[k] for k in layout})} but this run has "
-                f"{layout}; resume with the same trainer.devices/num_nodes and data.num_workers."
+                f"{layout}; resume with the same trainer.devices/num_nodes and data.num_workers. A streamed dataset "
+                "(data.store=streaming) cannot move to another layout: each rank and worker reads its own part of the "
+                "stream (datasets' split_dataset_by_node) and packs it into windows itself, so the windows depend on "
+                "the layout and the saved positions have no counterpart in another one."
             )
         rank, _ = rank_world(trainer)
         self.positions = {int(w): tuple(p) for w, p in saved["positions"][rank].items()}

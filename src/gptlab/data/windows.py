@@ -5,7 +5,7 @@ Each item is block_size+1 contiguous tokens split into x = w[:-1], y = w[1:].
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -39,6 +39,10 @@ class RandomWindows(Dataset):
     def __len__(self) -> int:
         return self.samples_per_epoch
 
+    def set_epoch_windows(self, n: int) -> None:
+        """A resumed run keeps the epoch length its checkpoint was trained with (gptlab.data.position)."""
+        self.samples_per_epoch = n
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = np.random.default_rng([self.seed, i])
         start = int(rng.integers(0, len(self.tokens) - self.block_size))
@@ -65,32 +69,47 @@ class EpochSampler(Sampler[int]):
 
     Written by hand (instead of Lightning's DistributedSampler) because it must move to fresh indices every
     epoch without shuffling a list of N, and ranks must stay disjoint; the trainer calls `set_epoch`.
-    A resumed run starts it at `epoch`, skipping the first `start` indices of this rank's share: the ones the
-    interrupted run had already trained on. `len` stays the full epoch so Lightning's batch counters agree."""
+    Rank r of W takes positions r, r+W, r+2W, ... of the epoch, so after any number of micro-batches exactly a
+    prefix of the epoch is consumed, whatever W: `start` counts that prefix (a multiple of W), and a run resumed
+    on any number of ranks continues after it. An epoch uses its first `used` positions: N rounded down to whole
+    optimizer steps of `step_windows` (W x micro-batch x accumulation) windows, so no step is short and the epoch
+    ends at the same window on every layout of the step. `len` stays this rank's full share so Lightning's batch
+    counters agree."""
 
     def __init__(self, samples_per_epoch: int, rank: int = 0, world_size: int = 1, epoch: int = 0,
-                 start: int = 0) -> None:
+                 start: int = 0, step_windows: Optional[int] = None) -> None:
         self.samples_per_epoch, self.rank, self.world_size = samples_per_epoch, rank, world_size
+        step = step_windows or world_size
+        self.used = samples_per_epoch // step * step
         self.epoch, self.start = epoch, start
+        self.resumed = False  # set by a resume: `epoch` is the checkpoint's, whatever Lightning numbers it
+        self.lightning_epoch: Optional[int] = None  # Lightning's number for `epoch`, once it has called set_epoch
 
     def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.epoch, self.start = epoch, 0  # the skip belongs to the resumed epoch only
+        """Lightning's epoch number. A resumed sampler keeps its checkpoint's epoch and follows Lightning's count
+        from there: Lightning counts the epoch a run stopped in at max_steps as finished, the data position does
+        not, so a run trained further from its final checkpoint continues that epoch."""
+        if self.lightning_epoch is not None:
+            known = self.lightning_epoch
+        else:
+            known = epoch if self.resumed else self.epoch
+        self.lightning_epoch = epoch
+        if epoch != known:
+            self.epoch, self.start = self.epoch + epoch - known, 0  # the skip belongs to the resumed epoch only
 
     def __len__(self) -> int:
-        return len(range(self.rank, self.samples_per_epoch, self.world_size))
+        return self.used // self.world_size
 
     def __iter__(self) -> Iterator[int]:
         offset = self.epoch * self.samples_per_epoch
-        first = offset + self.rank + self.start * self.world_size
-        return iter(range(first, offset + self.samples_per_epoch, self.world_size))
+        return iter(range(offset + self.start + self.rank, offset + self.used, self.world_size))
 
 
 class EpochWindows(Dataset):
     """The array cut into non-overlapping windows (stride block_size), visited once per epoch in an order
     shuffled per epoch: global index i is window perm_e[i mod n] of epoch e = i // n. With `EpochSampler`
-    dealing indices round-robin, ranks read disjoint windows. `n_windows` may be trimmed by the caller to a
-    multiple of the world size so that every rank gets the same number of batches."""
+    dealing indices round-robin, ranks read disjoint windows. `n_windows` (all windows unless given) does not
+    depend on the number of ranks, so neither does the order."""
 
     def __init__(self, tokens: np.ndarray, block_size: int, seed: int = 0, n_windows: int | None = None) -> None:
         _check_length(tokens, block_size, "train")
@@ -101,6 +120,11 @@ class EpochWindows(Dataset):
 
     def __len__(self) -> int:
         return self.n_windows
+
+    def set_epoch_windows(self, n: int) -> None:
+        """A resumed run keeps the epoch length its checkpoint was trained with (gptlab.data.position): older
+        gptlab trimmed it to a multiple of the ranks, and the permutation depends on it."""
+        self.n_windows, self._perm = n, None
 
     def window_start(self, i: int) -> int:
         epoch, j = divmod(i, self.n_windows)

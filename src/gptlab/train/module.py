@@ -16,6 +16,7 @@ from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
+from gptlab.runtime.relayout import relayout_loops
 from gptlab.train.optim import param_groups
 from gptlab.train.source_metrics import ValidationSums
 
@@ -258,6 +259,8 @@ class GPTLitModule(L.LightningModule):
             checkpoint["last_step_scalars"] = {k: float(v) for k, v in self._step_scalars.items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self._trainer is not None:  # resumed by fit, maybe on another number of ranks
+            relayout_loops(checkpoint, self._trainer)
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
