@@ -160,7 +160,7 @@ def test_callback_logs_lambada_metrics_of_the_model_at_that_step(run_dir: Path) 
     expected = evaluate_tasks(model, TOK, examples)
     assert logged["zero_shot/lambada/ppl"][4] == pytest.approx(expected["lambada/ppl"], rel=1e-5)
     assert logged["zero_shot/lambada/acc"][4] == pytest.approx(expected["lambada/acc"])
-    assert logged["zero_shot/lambada/ppl"][2] != logged["zero_shot/lambada/ppl"][4]  # scored twice, on different weights
+    assert logged["zero_shot/lambada/ppl"][2] != logged["zero_shot/lambada/ppl"][4]  # scored twice, other weights
 
 
 def test_eval_script_scores_tasks_and_writes_them_to_eval_json(run_dir: Path, tmp_path: Path) -> None:
