@@ -64,7 +64,7 @@ def test_disk_full_mid_run_is_one_message_then_resume_auto_finishes(tmp_path: Pa
     assert load_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 4  # the save before it, whole
     (disk / "filler").unlink(missing_ok=True)  # space freed
     run_tiny(run, *RUN, "resume=auto")
-    assert sorted(scalars(run)["train/loss"]) == list(range(8))
+    assert sorted(scalars(run)["train/loss"]) == list(range(1, 9))
     assert load_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 8
 
 
@@ -99,11 +99,38 @@ def test_a_kill_right_after_a_checkpoint_loses_no_logged_step(tmp_path: Path) ->
                       check=False)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert load_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 4
-    assert 3 not in scalars(run)["train/loss"]  # step 3 (the 4th) was saved but never logged
+    assert 4 not in scalars(run)["train/loss"]  # the 4th step was saved but never logged
     train_in_process(run, *RUN, "resume=auto")
     resumed = scalars(run)
-    for tag in ("train/loss", "lr", "train/grad_norm"):
+    for tag in ("train/loss", "train/lr", "train/grad_norm"):
         assert resumed[tag] == reference[tag], tag  # every step, bit for bit
+
+
+def test_a_checkpoint_from_before_the_steps_done_axis_relogs_its_last_step_where_it_belongs(tmp_path: Path) -> None:
+    """Checkpoints written before gptlab.train.step_axis hold Lightning's step (one behind) and `lr`: a run resumed
+    from one in its own dir logs them at the steps done, as train/lr, like everything else in its new event file."""
+    from types import SimpleNamespace
+
+    from gptlab.model import GPT, GPTConfig
+    from gptlab.train.module import GPTLitModule
+
+    class Recorder:
+        save_dir = str(tmp_path)
+
+        def __init__(self) -> None:
+            self.logged: list[tuple[dict, int]] = []
+
+        def log_metrics(self, metrics: dict, step: int) -> None:
+            self.logged.append((metrics, step))
+
+    for saved, step in (({"step": 3.0, "train/loss": 2.5, "lr": 1e-3}, 4),
+                        ({"steps_done": 4.0, "train/loss": 2.5, "train/lr": 1e-3}, 4)):
+        module = GPTLitModule(GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=1, n_embd=8)))
+        module.on_load_checkpoint({"last_step_scalars": saved})
+        recorder = Recorder()
+        module._trainer = SimpleNamespace(ckpt_path=str(tmp_path / "checkpoints" / "last.ckpt"), loggers=[recorder])
+        module.on_train_start()
+        assert recorder.logged == [({"train/loss": 2.5, "train/lr": 1e-3}, step)], saved
 
 
 def test_resume_auto_skips_checkpoints_that_do_not_load_and_names_them(tmp_path: Path, caplog) -> None:
@@ -119,7 +146,7 @@ def test_resume_auto_skips_checkpoints_that_do_not_load_and_names_them(tmp_path:
     assert "skipping checkpoint" in log and "preempted.ckpt" in log and "step0000005-val9.9999.ckpt" in log
     assert "truncated or corrupt" in log and "empty (0 bytes)" in log
     assert f"resume=auto: continuing from {last}" in log
-    assert sorted(scalars(run)["train/loss"]) == list(range(8))
+    assert sorted(scalars(run)["train/loss"]) == list(range(1, 9))
 
 
 @pytest.fixture

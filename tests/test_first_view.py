@@ -96,26 +96,68 @@ def test_only_the_expected_warnings_are_silenced(tmp_path: Path) -> None:
         assert {str(w.message) for w in caught} == {not_empty, moved, "something else"} - silenced, ckpt
 
 
+def tensorboard_order(tag: str) -> tuple:
+    """TensorBoard 2.x's order of tags (Time Series and Scalars alike, read from its frontend): character by
+    character, a run of digits compared as a number, and '/' and digits before every other character."""
+    key = []
+    for digits, slash, other in re.findall(r"(\d+)|(/)|(.)", tag):
+        key.append((0, int(digits)) if digits else (0, -1) if slash else (1, ord(other)))
+    return tuple(key)
+
+
+def tensorboard_groups(tags: list[str]) -> list[str]:
+    """The tag groups in the order TensorBoard shows them: a group is the text before a tag's first '/', placed where
+    its first tag sorts. Only the first two start expanded (Time Series: `slice(0, 2)` of the groups on the first
+    load; Scalars: `_shouldOpen(index) { return index <= 2 }` with index 0 the search results)."""
+    return list(dict.fromkeys(tag.split("/", 1)[0] for tag in sorted(tags, key=tensorboard_order)))
+
+
+def test_tensorboard_order_is_the_frontends() -> None:
+    assert sorted(["val_best/loss", "val/ppl", "val/loss/b", "val/loss"], key=tensorboard_order) == [
+        "val/loss", "val/loss/b", "val/ppl", "val_best/loss"]  # '/' sorts before '_' and letters
+    assert sorted(["block_10", "block_9", "block/x"], key=tensorboard_order) == ["block/x", "block_9", "block_10"]
+
+
 def test_tensorboard_first_screen_from_the_event_files(tmp_path: Path) -> None:
-    """What TensorBoard shows first: no Lightning `epoch` chart, the run named by the run's name, and HParams values
-    of their own types (a boolean a bool, not 1.0)."""
+    """What TensorBoard shows first: train/ and val/ as the two expanded groups, no Lightning `epoch` or hp_metric,
+    every point at the optimizer steps done (as the bar and the checkpoint names say), the run named by the run's
+    name, and HParams values of their own types (a boolean a bool, not 1.0)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
-    from gptlab.runs.run_dir import event_files
+    from gptlab.runs.run_dir import STEPS_DONE_SUFFIX, event_files
 
     run = tmp_path / "run"
-    train_in_process(run, "trainer.max_steps=2")
+    train_in_process(run, "trainer.max_steps=4", "trainer.val_check_interval=2",
+                     "callbacks.stability_probes.every_n_steps=2")
     (events,) = event_files(run)
     assert events.parent == run / "tensorboard" / "train"  # `tensorboard --logdir <run dir>` lists tensorboard/train
-    acc = EventAccumulator(str(events), size_guidance={"tensors": 0})
+    assert events.name.endswith(STEPS_DONE_SUFFIX)  # what tells the report this file's steps are steps done
+    acc = EventAccumulator(str(events), size_guidance={"tensors": 0, "scalars": 0})
     acc.Reload()
     tags = acc.Tags()["scalars"]
-    assert "epoch" not in tags and {"train/loss", "val/loss"} <= set(tags)
+    assert "epoch" not in tags and "hp_metric" not in tags
+    groups = tensorboard_groups(tags)
+    assert groups[:2] == ["train", "val"], groups  # the two groups TensorBoard opens
+    assert set(groups) == {"train", "val", "val_best", "x_probes", "x_throughput"}, groups
+    # Three train/ cards: a 1920-pixel screen shows them in one row, and val/ below them.
+    assert [t for t in sorted(tags, key=tensorboard_order) if t.startswith("train/")] == [
+        "train/grad_norm", "train/loss", "train/lr"]
+    assert {"train/loss", "train/lr", "x_throughput/tokens_per_sec", "val/loss", "val/bpb"} <= set(tags)
+
+    steps = {tag: [e.step for e in acc.Scalars(tag)] for tag in tags}
+    assert steps["val/loss"] == steps["val/bpb"] == steps["val_best/loss"] == [2, 4]
+    assert steps["train/loss"] == steps["train/lr"] == [1, 2, 3, 4]  # a step's loss at the count after that step
+    assert steps["x_probes/grad_norm/block_0"] == [1, 3]  # probed during steps 1 and 3
+    assert [e.step for e in acc.Tensors("samples/0/text_summary")] == [2, 4]
+    assert (run / "checkpoints" / "step0000004-val" f"{acc.Scalars('val/loss')[-1].value:.4f}.ckpt").is_file()
+
     content = acc.PluginTagToContent("hparams")
     session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     values = session.hparams
     assert values["check_memory"].WhichOneof("kind") == "bool_value" and values["check_memory"].bool_value is True
+    # Numbers stay numbers (HParams filters them by interval and sorts them numerically); TensorBoard has no integer
+    # type and shows every number with 5 digits (32.000): see docs/run-outputs.md.
     batch_size = values["data.batch_size"]
     assert batch_size.WhichOneof("kind") == "number_value" and batch_size.number_value == 4
     assert values["model.norm"].WhichOneof("kind") == "string_value"
@@ -123,7 +165,7 @@ def test_tensorboard_first_screen_from_the_event_files(tmp_path: Path) -> None:
     types = {info.name: info.type for info in experiment.hparam_infos}
     assert types["check_memory"] == api_pb2.DATA_TYPE_BOOL and types["model.tie_weights"] == api_pb2.DATA_TYPE_BOOL
     assert types["data.batch_size"] == api_pb2.DATA_TYPE_FLOAT64 and types["model.norm"] == api_pb2.DATA_TYPE_STRING
-    assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss", "hp/best_val_bpb"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["val_best/loss", "val_best/bpb"]
 
 
 def test_eval_is_quiet_and_says_where_eval_json_went(runs: dict) -> None:

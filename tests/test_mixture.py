@@ -1,5 +1,5 @@
 """Weighted mixtures (data.source: gptlab.data.mixture.Mixture): the per-source share of training windows follows
-the weights, data/tokens/<source> counts what was really trained on, validation reports each source, a resumed run
+the weights, x_data/tokens/<source> counts what was really trained on, validation reports each source, a resumed run
 continues every source where it stopped (bit-exact), and bad mixtures are refused naming the field."""
 
 from __future__ import annotations
@@ -175,7 +175,8 @@ def test_tokens_per_source_are_logged_as_trained_and_follow_the_weights(referenc
     assert sorted(batches) == list(range(12))
     for step in (0, 5, 11):
         counted = windows_by_source(batches, range(step + 1))
-        assert {name: logged[f"data/tokens/{name}"][step] for name in counted} == {
+        # batch `step` is the (step + 1)th optimizer step: logged at the steps done
+        assert {name: logged[f"x_data/tokens/{name}"][step + 1] for name in counted} == {
             name: 32.0 * windows for name, windows in counted.items()}
     total = windows_by_source(batches, range(12))
     assert sum(total.values()) == 12 * 4
@@ -186,7 +187,7 @@ def test_tokens_per_source_are_logged_as_trained_and_follow_the_weights(referenc
 
 def test_validation_reports_each_source_and_overall(reference: Path) -> None:
     logged = scalars(reference)
-    for step in (5, 11):
+    for step in (6, 12):  # the validations after the 6th and the 12th step
         letters, digits = logged["val/loss/letters"][step], logged["val/loss/digits"][step]
         assert letters != pytest.approx(digits, rel=1e-3)
         # Both sources evaluate the same number of windows (limit_val_batches=2 each): the overall val/loss is
@@ -214,9 +215,9 @@ def test_resumed_mixture_continues_every_source_exactly(reference: Path, tmp_pat
     for step in range(12):
         assert all(torch.equal(a, b) for a, b in zip(ours[step], theirs[step], strict=True)), step
     resumed, uninterrupted = scalars(run), scalars(reference)
-    for tag in ("train/loss", "data/tokens/letters", "data/tokens/digits"):
+    for tag in ("train/loss", "x_data/tokens/letters", "x_data/tokens/digits"):
         assert resumed[tag] == uninterrupted[tag], tag  # bit for bit
-    assert resumed["val/loss/digits"][11] == uninterrupted["val/loss/digits"][11]
+    assert resumed["val/loss/digits"][12] == uninterrupted["val/loss/digits"][12]
 
 
 def test_example_config_builds_and_reads_both_builtin_corpora() -> None:

@@ -51,7 +51,7 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
                              text=True, timeout=HANG_GUARD_S)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "preempted.ckpt" in resumed.stderr + resumed.stdout  # resume=auto took the preemption checkpoint
-    assert sorted(scalars(run)["train/loss"]) == list(range(8))  # steps 0-3, then 4-7 after resuming
+    assert sorted(scalars(run)["train/loss"]) == list(range(1, 9))  # steps 1-4, then 5-8 after resuming
 
 
 def test_single_device_sigterm_exits_143_with_one_line(tmp_path: Path) -> None:

@@ -20,14 +20,17 @@ from gptlab.model.accounting import training_flops_per_token
 from gptlab.report.plot import val_loss_figure
 from gptlab.report.runs import group_variants, load_sweep, parse_baseline, write_report
 from gptlab.report.stats import compare, mean_curve, value_at
+from gptlab.runs.run_dir import STEPS_DONE_SUFFIX
 
 MODEL = {"vocab_size": None, "block_size": 32, "n_layer": 1, "n_head": 2, "n_embd": 32}
 TOKENS_PER_STEP = 128
 
 
 def make_job(sweep: Path, index: int, overrides: dict[str, str], losses: list[float], steps: list[int] | None = None,
-             model: dict | None = None, extra: dict | None = None, walltimes: list[float] | None = None) -> Path:
-    """A finished job as train.py leaves it: summary, Hydra overrides, resolved config and val/loss events."""
+             model: dict | None = None, extra: dict | None = None, walltimes: list[float] | None = None,
+             steps_done: bool = False) -> Path:
+    """A finished job as train.py leaves it: summary, Hydra overrides, resolved config and val/loss events; by
+    default as runs before gptlab.train.step_axis wrote them (Lightning's step, one behind the steps done)."""
     from torch.utils.tensorboard import SummaryWriter
 
     job = sweep / str(index)
@@ -36,15 +39,15 @@ def make_job(sweep: Path, index: int, overrides: dict[str, str], losses: list[fl
     config = {"name": "synthetic", "seed": int(overrides.get("seed", 0)), "model": {**MODEL, **(model or {})},
               "tokenizer": {"_target_": "gptlab.data.tokenizers.ByteTokenizer"}}
     (job / "config_resolved.yaml").write_text(yaml.safe_dump(config))
-    steps = steps or [2 * (i + 1) - 1 for i in range(len(losses))]  # Lightning's 0-based step of validation
-    writer = SummaryWriter(log_dir=str(job / "tensorboard"))
+    steps = steps or [2 * (i + 1) - (0 if steps_done else 1) for i in range(len(losses))]
+    writer = SummaryWriter(log_dir=str(job / "tensorboard"), filename_suffix=STEPS_DONE_SUFFIX if steps_done else "")
     for i, (step, loss) in enumerate(zip(steps, losses)):
         writer.add_scalar("val/loss", loss, global_step=step, walltime=None if walltimes is None else walltimes[i])
     writer.close()
+    done = steps[-1] + (0 if steps_done else 1)
     summary = {"name": "synthetic", "parameters": 22016, "best_val_loss": min(losses), "final_val_loss": losses[-1],
-               "global_step": steps[-1] + 1, "tokens_per_step": TOKENS_PER_STEP,
-               "tokens_seen": (steps[-1] + 1) * TOKENS_PER_STEP, "fit_seconds": 1.0, "tokens_per_sec": 1000.0,
-               **(extra or {})}
+               "global_step": done, "tokens_per_step": TOKENS_PER_STEP, "tokens_seen": done * TOKENS_PER_STEP,
+               "fit_seconds": 1.0, "tokens_per_sec": 1000.0, **(extra or {})}
     (job / "run_summary.json").write_text(json.dumps(summary))
     return job
 
@@ -274,3 +277,21 @@ def test_jobs_with_the_same_overrides_are_counted_once_with_a_warning(tmp_path: 
     assert verdict_line(text, "model.norm=post") == "- model.norm=post: +0.200, one seed: no test"
     row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
     assert "| 1 |" in row  # n: the repeat is not a second seed
+
+
+def test_val_steps_of_old_and_new_event_files_read_alike(tmp_path: Path) -> None:
+    """Event files written before gptlab.train.step_axis hold Lightning's step, one behind the steps done; newer ones
+    (named with STEPS_DONE_SUFFIX) hold the steps done. Both give the same tokens, also in one job resumed across
+    the change (an old file, then a new one)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    old = make_job(tmp_path / "old", 0, {"seed": "1"}, [4.0, 3.0])  # at steps 1 and 3
+    new = make_job(tmp_path / "new", 0, {"seed": "1"}, [4.0, 3.0], steps_done=True)  # at steps 2 and 4
+    mixed = make_job(tmp_path / "mixed", 0, {"seed": "1"}, [4.0], steps=[1])  # step 1 of an old run, resumed:
+    writer = SummaryWriter(log_dir=str(mixed / "tensorboard"), filename_suffix=STEPS_DONE_SUFFIX)
+    writer.add_scalar("val/loss", 3.0, global_step=4)
+    writer.close()
+    for sweep in (old, new, mixed):
+        job = load_sweep(sweep.parent)[0]
+        assert job.x_values("tokens") == [2 * TOKENS_PER_STEP, 4 * TOKENS_PER_STEP], sweep
+        assert [p.loss for p in job.val_curve] == [4.0, 3.0], sweep

@@ -41,15 +41,15 @@ def test_forward_probes_on_known_weights(fields: dict) -> None:
     probes = forward_probes(known_model(**fields), torch.randint(0, V, (2, T)))
     dense = sum(math.log(i + 1) for i in range(T)) / T
     local = sum(math.log(min(i + 1, W)) for i in range(T)) / T
-    assert probes["probes/attn_entropy/layer_0"] == pytest.approx(dense, rel=1e-5)
-    assert probes["probes/attn_entropy/layer_1"] == pytest.approx(local, rel=1e-5)
-    assert probes["probes/attn_logit_max/layer_0"] == 0.0 and probes["probes/attn_logit_max/layer_1"] == 0.0
+    assert probes["x_probes/attn_entropy/layer_0"] == pytest.approx(dense, rel=1e-5)
+    assert probes["x_probes/attn_entropy/layer_1"] == pytest.approx(local, rel=1e-5)
+    assert probes["x_probes/attn_logit_max/layer_0"] == 0.0 and probes["x_probes/attn_logit_max/layer_1"] == 0.0
     for key in ("embed_out", "block_0", "block_1"):
-        assert probes[f"probes/residual_rms/{key}"] == pytest.approx(0.5)
+        assert probes[f"x_probes/residual_rms/{key}"] == pytest.approx(0.5)
     norm_type = fields.get("norm_type", "layernorm")
     expected_z = math.log(V) ** 2 if norm_type == "layernorm" else None  # RMSNorm keeps the constant: not 0
     if expected_z is not None:
-        assert probes["probes/z_loss"] == pytest.approx(expected_z, rel=1e-5)
+        assert probes["x_probes/z_loss"] == pytest.approx(expected_z, rel=1e-5)
 
 
 def test_max_logit_is_the_largest_scaled_score() -> None:
@@ -65,7 +65,7 @@ def test_max_logit_is_the_largest_scaled_score() -> None:
         probes = forward_probes(model, idx)
         x = model.blocks[0].norm_1(model.embed(idx))[0, 0, :4]
     assert float(x @ x) > 0.1
-    assert probes["probes/attn_logit_max/layer_0"] == pytest.approx(float(6 * x @ x / 2), rel=1e-5)
+    assert probes["x_probes/attn_logit_max/layer_0"] == pytest.approx(float(6 * x @ x / 2), rel=1e-5)
 
 
 def test_grad_norm_and_update_ratio_per_block() -> None:
@@ -78,12 +78,12 @@ def test_grad_norm_and_update_ratio_per_block() -> None:
     torch.optim.SGD(model.parameters(), lr=lr).step()
     ratios = update_ratios(before, model)
     for i, block in enumerate(model.blocks):
-        assert grads[f"probes/grad_norm/block_{i}"] == pytest.approx(
+        assert grads[f"x_probes/grad_norm/block_{i}"] == pytest.approx(
             math.sqrt(sum(float(p.grad.square().sum()) for p in block.parameters())), rel=1e-5)
         matrices = [p for p in block.parameters() if p.dim() >= 2]
         step = math.sqrt(sum(float((lr * p.grad).square().sum()) for p in matrices))
         weight = math.sqrt(sum(float(w.square().sum()) for w in before[i]))
-        assert ratios[f"probes/update_ratio/block_{i}"] == pytest.approx(step / weight, rel=1e-4)
+        assert ratios[f"x_probes/update_ratio/block_{i}"] == pytest.approx(step / weight, rel=1e-4)
 
 
 class _Module(torch.nn.Module):
@@ -128,7 +128,8 @@ def test_spike_guard_skips_the_injected_spike_and_nothing_else() -> None:
 def test_spike_guard_off_by_default_and_stops_after_too_many() -> None:
     assert all(_train(LossSpikeGuard(), [1.0] * 30 + [100.0] * 5))  # z_threshold null: never skips
     guard = LossSpikeGuard(z_threshold=3.0, window=20, min_history=10, max_consecutive=3)
-    with pytest.raises(LossSpikeError, match=r"skipped 3 optimizer steps in a row.*callbacks.loss_spike"):
+    # The 3rd spike is the 23rd step (global_step 22 before it): named as TensorBoard's train/loss counts it.
+    with pytest.raises(LossSpikeError, match=r"skipped 3 optimizer steps in a row \(step 23: loss 50.*loss_spike"):
         _train(guard, [1.0 + 0.01 * (i % 3) for i in range(20)] + [50.0] * 5)
     with pytest.raises(ConfigError, match="callbacks.loss_spike.window"):
         LossSpikeGuard(z_threshold=3.0, window=1)
@@ -139,8 +140,8 @@ def test_probes_spike_guard_and_z_loss_in_a_real_run(tmp_path: Path) -> None:
                      "callbacks.loss_spike.z_threshold=6.0", "model.pos_emb=rope", "model.qk_norm=true",
                      "callbacks.text_samples=null")
     logged = scalars(tmp_path)
-    assert set(logged["probes/attn_entropy/layer_0"]) == {0, 2}
-    assert {"probes/grad_norm/block_0", "probes/update_ratio/block_0", "probes/residual_rms/block_0",
-            "probes/attn_logit_max/layer_0", "probes/z_loss"} <= set(logged)
+    assert set(logged["x_probes/attn_entropy/layer_0"]) == {1, 3}  # probed before steps 1 and 3; at the steps done
+    assert {"x_probes/grad_norm/block_0", "x_probes/update_ratio/block_0", "x_probes/residual_rms/block_0",
+            "x_probes/attn_logit_max/layer_0", "x_probes/z_loss"} <= set(logged)
     assert all(v > 0 for v in logged["train/z_loss"].values()) and len(logged["train/z_loss"]) == 4
     assert set(logged["train/skipped_steps"].values()) == {0.0}

@@ -64,9 +64,9 @@ def test_relaunched_sweep_skips_finished_jobs_and_continues_the_others(killed_sw
 
     acc = EventAccumulator(str(new_events))
     acc.Reload()
-    # Continued from the step-2 checkpoint: no step before it trained again (step 1 is the checkpoint's own last
-    # logged step, logged once more on resume), steps 2 and 3 are new.
-    assert sorted(e.step for e in acc.Scalars("train/loss")) == [1, 2, 3]
+    # Continued from the step-2 checkpoint: no step before it trained again (step 2 is the checkpoint's own last
+    # logged step, logged once more on resume), steps 3 and 4 are new.
+    assert sorted(e.step for e in acc.Scalars("train/loss")) == [2, 3, 4]
     assert json.loads((sweep / "0" / "run_summary.json").read_text()) == summary0
     shutil.rmtree(sweep)
 

@@ -43,22 +43,22 @@ def _events(run_dir: Path) -> EventAccumulator:
 
 def test_scalars_are_logged(run_dir: Path) -> None:
     logged = scalars(run_dir)
-    expected = {"train/loss", "val/loss", "val/ppl", "lr", "train/grad_norm", "train/tokens_seen",
-                "throughput/tokens_per_sec", "throughput/mfu", "hp/best_val_loss", "val/bpb", "hp/best_val_bpb"}
+    expected = {"train/loss", "val/loss", "val/ppl", "train/lr", "train/grad_norm", "x_throughput/tokens_seen",
+                "x_throughput/tokens_per_sec", "x_throughput/mfu", "val_best/loss", "val/bpb", "val_best/bpb"}
     assert expected <= set(logged)
     # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
     flops_per_token = training_flops_per_token(build_model_config(compose_tiny(run_dir, *RUN).model, 257))["total"]
-    for step, mfu in logged["throughput/mfu"].items():
-        tokens_per_sec = logged["throughput/tokens_per_sec"][step]
+    for step, mfu in logged["x_throughput/mfu"].items():
+        tokens_per_sec = logged["x_throughput/tokens_per_sec"][step]
         assert mfu == pytest.approx(tokens_per_sec * flops_per_token / PEAK_FLOPS, rel=1e-4)
-    assert sorted(logged["train/loss"]) == list(range(10))  # one per optimizer step
+    assert sorted(logged["train/loss"]) == list(range(1, 11))  # one per optimizer step, at the steps done
     # 2 micro-batches of 4 x 32 tokens accumulated per step (derived from global_batch_tokens=256).
-    assert logged["train/tokens_seen"][9] == 10 * 256
+    assert logged["x_throughput/tokens_seen"][10] == 10 * 256
     for step, loss in logged["val/loss"].items():
         assert logged["val/ppl"][step] == pytest.approx(math.exp(loss), rel=1e-5)
-    assert logged["hp/best_val_loss"][9] == pytest.approx(min(logged["val/loss"].values()))
+    assert logged["val_best/loss"][10] == pytest.approx(min(logged["val/loss"].values()))
     assert all(v > 0 for v in logged["train/grad_norm"].values())
-    assert logged["lr"][0] < logged["lr"][9]  # still warming up (30 warmup steps)
+    assert logged["train/lr"][1] < logged["train/lr"][10]  # still warming up (30 warmup steps)
 
 
 def test_text_samples_and_hparams(run_dir: Path) -> None:
@@ -71,21 +71,21 @@ def test_text_samples_and_hparams(run_dir: Path) -> None:
 
     content = acc.PluginTagToContent("hparams")
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
-    assert [m.name.tag for m in experiment.metric_infos] == ["hp/best_val_loss", "hp/best_val_bpb"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["val_best/loss", "val_best/bpb"]
     hparams = {h.name for h in experiment.hparam_infos}
     expected = {"model.n_layer", "optimizer.lr", "optimizer._target_", "scheduler.warmup_steps", "data.batch_size"}
     assert expected <= hparams
 
 
 def test_eval_script_reproduces_the_last_val_loss(run_dir: Path, tmp_path: Path) -> None:
-    last_val = scalars(run_dir)["val/loss"][9]  # the validation at the end, same weights as last.ckpt
+    last_val = scalars(run_dir)["val/loss"][10]  # the validation at the end, same weights as last.ckpt
     overrides = [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={tmp_path}"]
     overrides += [o for o in TINY if o.startswith(("data.", "trainer.limit_val_batches", "trainer.accelerator"))]
     proc = run_script("src/eval.py", overrides)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["val/loss"] == pytest.approx(last_val, rel=1e-6, abs=1e-6)
     assert result["val/ppl"] == pytest.approx(math.exp(last_val), rel=1e-5)
-    assert result["val/bpb"] == pytest.approx(scalars(run_dir)["val/bpb"][9], rel=1e-5)
+    assert result["val/bpb"] == pytest.approx(scalars(run_dir)["val/bpb"][10], rel=1e-5)
     assert json.loads((tmp_path / "eval.json").read_text())["val/loss"] == result["val/loss"]
     assert json.loads((tmp_path / "eval.json").read_text())["val/bpb"] == result["val/bpb"]
 
@@ -109,5 +109,5 @@ def test_val_bpb_counts_the_bytes_of_the_evaluated_targets(run_dir: Path) -> Non
     summary = json.loads((run_dir / "run_summary.json").read_text())
     best_step = min(logged["val/loss"], key=logged["val/loss"].get)
     assert summary["best_val_bpb"] == pytest.approx(logged["val/bpb"][best_step], rel=1e-6)
-    assert summary["final_val_bpb"] == pytest.approx(logged["val/bpb"][9], rel=1e-6)
-    assert logged["hp/best_val_bpb"][9] == pytest.approx(summary["best_val_bpb"], rel=1e-6)
+    assert summary["final_val_bpb"] == pytest.approx(logged["val/bpb"][10], rel=1e-6)
+    assert logged["val_best/bpb"][10] == pytest.approx(summary["best_val_bpb"], rel=1e-6)

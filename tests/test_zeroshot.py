@@ -153,14 +153,14 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_callback_logs_lambada_metrics_of_the_model_at_that_step(run_dir: Path) -> None:
     logged = scalars(run_dir)
-    assert set(logged["eval/lambada/acc"]) == {2, 4} and set(logged["eval/lambada/ppl"]) == {2, 4}
-    assert set(logged["eval/lambada/word_ppl"]) == {2, 4}
+    assert set(logged["zero_shot/lambada/acc"]) == {2, 4} and set(logged["zero_shot/lambada/ppl"]) == {2, 4}
+    assert set(logged["zero_shot/lambada/word_ppl"]) == {2, 4}
     model, _ = load_model(run_dir / "checkpoints" / "last.ckpt")  # the weights after step 4
     examples = load_examples(["lambada"], {"lambada": str(LAMBADA)}, limit=5)
     expected = evaluate_tasks(model, TOK, examples)
-    assert logged["eval/lambada/ppl"][4] == pytest.approx(expected["lambada/ppl"], rel=1e-5)
-    assert logged["eval/lambada/acc"][4] == pytest.approx(expected["lambada/acc"])
-    assert logged["eval/lambada/ppl"][2] != logged["eval/lambada/ppl"][4]  # scored twice, on different weights
+    assert logged["zero_shot/lambada/ppl"][4] == pytest.approx(expected["lambada/ppl"], rel=1e-5)
+    assert logged["zero_shot/lambada/acc"][4] == pytest.approx(expected["lambada/acc"])
+    assert logged["zero_shot/lambada/ppl"][2] != logged["zero_shot/lambada/ppl"][4]  # scored twice, other weights
 
 
 def test_eval_script_scores_tasks_and_writes_them_to_eval_json(run_dir: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from gptlab.runtime.preemption import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.callbacks.training_clock import TrainingClock
 from gptlab.train.module import GPTLitModule
+from gptlab.train.step_axis import log_at_steps_done
 
 
 @dataclass
@@ -82,8 +83,10 @@ def build_trainer(cfg: DictConfig, callbacks: list[Any]) -> L.Trainer:
     # callbacks.progress_bar=null means no bar, not Lightning's own default bar in its place.
     no_bar = {} if any(isinstance(c, ProgressBar) for c in callbacks) or "enable_progress_bar" in cfg.trainer \
         else {"enable_progress_bar": False}
-    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
         cfg.get("logger"), str(cfg.name)), plugins=[AtomicCheckpointIO()], **no_bar)
+    log_at_steps_done(trainer)  # scalars at the step the progress bar and the checkpoint names show
+    return trainer
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:

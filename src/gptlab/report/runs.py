@@ -17,7 +17,7 @@ from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
-from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files
+from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files, steps_done_offset
 from gptlab.runs.sweep_failures import describe, failed_jobs
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
@@ -118,9 +118,9 @@ def _read_val_curve(job_dir: Path, tokens_per_step: int) -> list[ValPoint]:
         acc.Reload()
         start = acc.FirstEventTimestamp() if start is None else start  # the job's first event: oldest file first
         if "val/loss" in acc.Tags()["scalars"]:
-            points.update({e.step: (e.wall_time, e.value) for e in acc.Scalars("val/loss")})
-    # Lightning logs the step index of the batch that triggered validation (0-based): +1 steps were done.
-    return [ValPoint((step + 1) * tokens_per_step, wall - start, loss) for step, (wall, loss) in sorted(points.items())]
+            offset = steps_done_offset(path)  # 1 for event files that log Lightning's step, one behind
+            points.update({e.step + offset: (e.wall_time, e.value) for e in acc.Scalars("val/loss")})
+    return [ValPoint(step * tokens_per_step, wall - start, loss) for step, (wall, loss) in sorted(points.items())]
 
 
 _VOCAB_CACHE: dict[str, int] = {}

@@ -30,6 +30,11 @@ SUMMARY_FILE = "run_summary.json"  # what a finished run measured; read by scrip
 FAILURE_FILE = "failed.json"  # why a sweep job failed (diverged, refused for its values): the sweep went on
 SWEEP_CONFIG = "sweep_config.json"  # in a sweep dir: what a relaunch must match (train.sweep_identity)
 
+# Ends the name of every event file whose steps count optimizer steps done (gptlab.train.step_axis): a validation
+# after the 80th step at 80. Event files made before have no suffix and log one less (79), Lightning's own count;
+# readers add 1 to those (`steps_done_offset`). Per file, so a run resumed across the change reads right too.
+STEPS_DONE_SUFFIX = ".steps_done"
+
 SETUP_ENTRIES = {".hydra", RESOLVED_CONFIG, TENSORBOARD_DIR, "checkpoints", LOCK_FILE}  # + the job's log file
 
 
@@ -38,6 +43,11 @@ def event_files(run_dir: Path) -> list[Path]:
     a sweep job's are one level deeper (`tensorboard/<overrides of the job>/`, named so TensorBoard shows them)."""
     files = (run_dir / TENSORBOARD_DIR).rglob("events.out.tfevents.*")
     return sorted((p for p in files if p.is_file()), key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+def steps_done_offset(event_file: Path) -> int:
+    """What to add to an event file's steps to get the optimizer steps done (see STEPS_DONE_SUFFIX)."""
+    return 0 if event_file.name.endswith(STEPS_DONE_SUFFIX) else 1
 
 
 # Set by the launchers of a multi-process job (torchrun, Lightning's children, SLURM's srun, a second node's NODE_RANK);

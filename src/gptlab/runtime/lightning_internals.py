@@ -36,6 +36,9 @@ PRIVATE = (
             "gptlab/data/position.py", "batches trained this epoch: the data position saved for exact resume"),
     Private("trainer:_logger_connector.should_update_logs",
             "gptlab/train/module.py", "whether this step's metrics reach the loggers: skip computing the others"),
+    Private("trainer:_logger_connector.log_metrics",
+            "gptlab/train/step_axis.py", "the one call through which Lightning logs, wrapped to give it the step: "
+            "Lightning's own step is one behind the optimizer steps done"),
     Private("fsdp_strategy:_activation_checkpointing_kwargs",
             "tests/test_sweeps.py", "checks trainer=fsdp really recomputes each Block"),
 )

@@ -29,7 +29,7 @@ import lightning as L
 from lightning.pytorch import Callback
 
 from gptlab.checkpoint.reader import newest_loadable_checkpoint, read_checkpoint
-from gptlab.runs.run_dir import SUMMARY_FILE, event_files
+from gptlab.runs.run_dir import SUMMARY_FILE, event_files, steps_done_offset
 
 REPO = Path(__file__).resolve().parents[3]
 HOLD_SECONDS = 600.0
@@ -134,7 +134,8 @@ class SeparateTmpdir:
 
 
 def step_losses(run_dir: Path) -> dict[int, list[float]]:
-    """step -> every train/loss logged for it, over all event files of the run (a resumed step logs again)."""
+    """steps done (1 for the first step) -> every train/loss logged for it, over all event files of the run (a
+    resumed step logs again)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     losses: dict[int, list[float]] = {}
@@ -142,8 +143,9 @@ def step_losses(run_dir: Path) -> dict[int, list[float]]:
         acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
         acc.Reload()
         if "train/loss" in acc.Tags()["scalars"]:
+            offset = steps_done_offset(path)
             for event in acc.Scalars("train/loss"):
-                losses.setdefault(event.step, []).append(event.value)
+                losses.setdefault(event.step + offset, []).append(event.value)
     return losses
 
 
@@ -256,7 +258,7 @@ class Drill:
             result.kills += 1
             result.aimed_kills += aimed
             result.cut_writes += len(temp_files(run_dir))
-            done = max(step_losses(run_dir), default=-1) + 1
+            done = max(step_losses(run_dir), default=0)
             newest = newest_loadable_checkpoint(run_dir)
             resumed_from_step = int(read_checkpoint(newest, mmap=True)["global_step"]) if newest else 0
             result.lost_steps += max(0, done - resumed_from_step)
@@ -265,7 +267,7 @@ class Drill:
         result.leaked = [str(p) for p in all_files(self.tmpdir) if str(p) not in tmp_before]
         result.leaked += [str(p) for p in temp_files(run_dir)]
         logged = step_losses(run_dir)
-        for step in range(self.steps):
+        for step in range(1, self.steps + 1):
             if step not in logged:
                 result.missing_steps.append(step)
             elif any(value != reference[step] for value in logged[step]):

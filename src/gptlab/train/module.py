@@ -69,7 +69,7 @@ class GPTLitModule(L.LightningModule):
         hparams = {"model": model.config.to_dict(), "label_smoothing": label_smoothing}
         self.save_hyperparameters(hparams | ({"run": run_config} if run_config else {}))
         self.val_loss = MeanMetric()
-        self.best_val_loss = math.inf  # for hp/best_val_loss; kept in checkpoints so it survives a resume
+        self.best_val_loss = math.inf  # for val_best/loss; kept in checkpoints so it survives a resume
         # Bits per byte, comparable across tokenizers: the summed NLL (nats) of every evaluated target over ln 2
         # times the UTF-8 bytes those same targets stand for (`token_bytes[id]`, Tokenizer.token_byte_lengths:
         # end-of-text counts 0 bytes, its loss is kept). Counted per target, so it is exact for whatever validation
@@ -77,7 +77,7 @@ class GPTLitModule(L.LightningModule):
         # whole. Not persistent: a table derived from the tokenizer, not state, and old checkpoints lack it.
         self.register_buffer("token_bytes", token_bytes, persistent=False)
         self.val_nats, self.val_bytes = SumMetric(), SumMetric()
-        self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (hp/best_val_bpb)
+        self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (val_best/bpb)
         self.val_sources: list[str] = []  # a mixture's sources (setup): val/loss/<name>, val/bpb/<name>
         self.per_source = torch.nn.ModuleList()
 
@@ -106,10 +106,12 @@ class GPTLitModule(L.LightningModule):
             # values anyway. The progress bar reads the step's loss from training_step's output instead.
             self.log("train/loss", loss, on_step=True, on_epoch=False)
             # Logged here rather than by LearningRateMonitor, which splits it per parameter group
-            # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
+            # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule; under train/ so that
+            # TensorBoard opens on train/ and val/ (see docs/run-outputs.md).
             lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-            self.log("lr", lr, on_step=True, on_epoch=False)
-            self._step_scalars = {"step": self.global_step, "train/loss": loss.detach(), "lr": lr}
+            self.log("train/lr", lr, on_step=True, on_epoch=False)
+            # At the step count after this step (gptlab.train.step_axis), as Lightning will log them.
+            self._step_scalars = {"steps_done": self.global_step + 1, "train/loss": loss.detach(), "train/lr": lr}
         return self._add_z_loss(loss, logits)
 
     def log_step_scalar(self, name: str, value: float) -> None:
@@ -226,9 +228,9 @@ class GPTLitModule(L.LightningModule):
                 self.best_val_bpb = math.nan if bpb is None else float(bpb)
             # The HParams tab's metrics (callbacks.hparams). Equal on every rank (from synced metrics); sync_dist
             # costs one scalar all-reduce per validation and spares Lightning's per-rank warning under DDP.
-            self.log("hp/best_val_loss", self.best_val_loss, sync_dist=True)
+            self.log("val_best/loss", self.best_val_loss, sync_dist=True)
             if bpb is not None:
-                self.log("hp/best_val_bpb", self.best_val_bpb, sync_dist=True)
+                self.log("val_best/bpb", self.best_val_bpb, sync_dist=True)
 
     def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:
@@ -274,7 +276,10 @@ class GPTLitModule(L.LightningModule):
         scalars, self._scalars_to_relog = dict(self._scalars_to_relog or {}), None
         if not scalars or self.trainer.ckpt_path is None:
             return
-        step = int(scalars.pop("step"))
+        # A checkpoint written before gptlab.train.step_axis holds Lightning's step ("step"), one behind.
+        step = int(scalars.pop("steps_done")) if "steps_done" in scalars else int(scalars.pop("step")) + 1
+        if "lr" in scalars:  # such a checkpoint's name for train/lr
+            scalars["train/lr"] = scalars.pop("lr")
         checkpoint = Path(self.trainer.ckpt_path).resolve()
         for logger in self.loggers:
             if logger.save_dir is not None and Path(logger.save_dir).resolve() in checkpoint.parents:

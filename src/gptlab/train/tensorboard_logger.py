@@ -1,18 +1,27 @@
-"""Lightning's TensorBoardLogger without the `epoch` scalar.
+"""Lightning's TensorBoardLogger without the `epoch` scalar, writing event files that say their steps count optimizer
+steps done.
 
-Lightning adds `epoch` to every logged dict; gptlab's epochs are pseudo-epochs of a sampler, meaningless to a
-reader of a run counted in optimizer steps, and their chart sorted first on TensorBoard's opening screen.
+Lightning adds `epoch` to a logged dict that comes without a step; gptlab's epochs are pseudo-epochs of a sampler,
+meaningless to a reader of a run counted in optimizer steps, and their chart sorted first on TensorBoard's opening
+screen. While fitting, gptlab.train.step_axis gives every dict its step (so no `epoch`); this covers the rest.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from gptlab.runs.run_dir import STEPS_DONE_SUFFIX
+
 
 class RunTensorBoardLogger(TensorBoardLogger):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The marker readers of old runs need (gptlab.runs.run_dir.STEPS_DONE_SUFFIX); TensorBoard reads every file
+        # whose name holds "tfevents", whatever follows.
+        super().__init__(*args, **{"filename_suffix": STEPS_DONE_SUFFIX, **kwargs})
+
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
         super().log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step)

@@ -2,8 +2,12 @@
 
 torch's `torch.utils.tensorboard.summary.hparams` tests `isinstance(v, (int, float))` before `bool`, so every
 boolean is written as the number 1.0 or 0.0 (HParams then shows `check_memory 1.0000`), and declares every
-number a float. Here booleans are bool values of type DATA_TYPE_BOOL, strings strings, and numbers numbers
-(protobuf's Value has no integer kind).
+number a float. Here booleans are bool values of type DATA_TYPE_BOOL, strings strings, and numbers numbers.
+
+Integers stay numbers and show as `32.000`: TensorBoard has no integer to declare (api.proto's DataType is UNSET,
+STRING, BOOL or FLOAT64; protobuf's Value holds a double) and its HParams frontend prints every number with
+`value.toPrecision(5)` (tf-hparams-utils.ts `prettyPrint`). As strings they would print `32`, but lose HParams'
+min/max filter (offered for FLOAT64 only), sort `128` before `32`, and sit on a categorical axis in its plots.
 """
 
 from __future__ import annotations

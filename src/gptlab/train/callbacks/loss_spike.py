@@ -71,7 +71,7 @@ class LossSpikeGuard(L.Callback):
             if self.consecutive >= self.max_consecutive:
                 raise LossSpikeError(
                     f"callbacks.loss_spike skipped {self.consecutive} optimizer steps in a row (step "
-                    f"{trainer.global_step}: loss {loss:.4g}, z-score {z:.1f} > {self.z_threshold}); the run is "
+                    f"{trainer.global_step + 1}: loss {loss:.4g}, z-score {z:.1f} > {self.z_threshold}); the run is "
                     "not recovering. Lower optimizer.lr, raise scheduler.warmup_steps, or raise "
                     "callbacks.loss_spike.z_threshold / max_consecutive. Checkpoints written before it are kept."
                 )

@@ -1,9 +1,10 @@
 """Per-source training tokens of a weighted mixture (data.source: gptlab.data.mixture.Mixture), in TensorBoard.
 
-`data/tokens/<source>` counts the target tokens of every window read from the source so far, all ranks together;
-it comes from the mixture's position (gptlab.data.mixture_store.windows_seen), the same on every rank, so it needs
-no communication. With data.sampling=epoch a source that has read all its windows starts its next pass in a new
-order; the run says so (once per pass) instead of repeating data silently. A single-corpus run logs nothing here.
+`x_data/tokens/<source>` (`x_`: after train/ and val/ in TensorBoard, docs/run-outputs.md) counts the target tokens
+of every window read from the source so far, all ranks together; it comes from the mixture's position
+(gptlab.data.mixture_store.windows_seen), the same on every rank, so it needs no communication. With
+data.sampling=epoch a source that has read all its windows starts its next pass in a new order; the run says so
+(once per pass) instead of repeating data silently. A single-corpus run logs nothing here.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class MixtureTokens(L.Callback):
             self._announce_passes(seen, getattr(datamodule.store, "train_windows", {}))
         if logging_step(trainer):
             for name, windows in seen.items():
-                pl_module.log_step_scalar(f"data/tokens/{name}", float(windows * datamodule.block_size))
+                pl_module.log_step_scalar(f"x_data/tokens/{name}", float(windows * datamodule.block_size))
 
     def _announce_passes(self, seen: dict[str, int], per_pass: dict[str, int]) -> None:
         for name, windows in per_pass.items():

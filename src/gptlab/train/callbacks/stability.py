@@ -1,12 +1,13 @@
 """Stability probes: what pre-LN vs post-LN, QK-norm and z-loss change inside the model, in TensorBoard.
 
 Every `every_n_steps` optimizer steps (callbacks.stability_probes):
-  probes/residual_rms/block_i      RMS of the residual stream after block i (embed_out: before the first)
-  probes/grad_norm/block_i         L2 norm of block i's gradients (before clipping)
-  probes/update_ratio/block_i      ||W_after - W_before|| / ||W_before|| over block i's weights, for that step
-  probes/attn_entropy/layer_i      mean entropy (nats) of the attention rows of layer i
-  probes/attn_logit_max/layer_i    largest pre-softmax score of layer i (what QK-norm bounds)
-  probes/z_loss                    mean log^2 Z of the output logits (PaLM's z-loss term, whatever model.z_loss is)
+  x_probes/residual_rms/block_i    RMS of the residual stream after block i (embed_out: before the first)
+  x_probes/grad_norm/block_i       L2 norm of block i's gradients (before clipping)
+  x_probes/update_ratio/block_i    ||W_after - W_before|| / ||W_before|| over block i's weights, for that step
+  x_probes/attn_entropy/layer_i    mean entropy (nats) of the attention rows of layer i
+  x_probes/attn_logit_max/layer_i  largest pre-softmax score of layer i (what QK-norm bounds)
+  x_probes/z_loss                  mean log^2 Z of the output logits (PaLM's z-loss term, whatever model.z_loss is)
+`x_`: TensorBoard opens the first two tag groups in sort order, which must be train/ and val/ (docs/run-outputs.md).
 The forward probes (RMS, entropy, logits, z) run on the first `batch_rows` rows of the step's batch, in eval
 mode without gradients, so they change nothing in training; the scores are materialised by
 CausalSelfAttention.scores since the fused kernels never form them.
@@ -37,17 +38,17 @@ def forward_probes(model: GPT, idx: torch.Tensor) -> dict[str, float]:
     model.eval()
     try:
         x = model.embed(idx)
-        out["probes/residual_rms/embed_out"] = float(x.pow(2).mean().sqrt())
+        out["x_probes/residual_rms/embed_out"] = float(x.pow(2).mean().sqrt())
         for i, block in enumerate(model.blocks):
             attn_in = block.place.branch_input(x, block.norm_1)
             scores = block.attn.scores(attn_in)
             probs = scores.softmax(dim=-1)
             entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
-            out[f"probes/attn_entropy/layer_{i}"] = float(entropy.mean())
-            out[f"probes/attn_logit_max/layer_{i}"] = float(scores.max())
+            out[f"x_probes/attn_entropy/layer_{i}"] = float(entropy.mean())
+            out[f"x_probes/attn_logit_max/layer_{i}"] = float(scores.max())
             x = block(x)
-            out[f"probes/residual_rms/block_{i}"] = float(x.pow(2).mean().sqrt())
-        out["probes/z_loss"] = float(z_loss_term(model(idx)))
+            out[f"x_probes/residual_rms/block_{i}"] = float(x.pow(2).mean().sqrt())
+        out["x_probes/z_loss"] = float(z_loss_term(model(idx)))
     finally:
         model.train(was_training)
     return out
@@ -58,7 +59,7 @@ def block_grad_norms(model: GPT) -> dict[str, float]:
     for i, block in enumerate(model.blocks):
         grads = [p.grad for p in block.parameters() if p.grad is not None]
         if grads:
-            out[f"probes/grad_norm/block_{i}"] = float(torch.nn.utils.get_total_norm(grads))
+            out[f"x_probes/grad_norm/block_{i}"] = float(torch.nn.utils.get_total_norm(grads))
     return out
 
 
@@ -72,7 +73,7 @@ def update_ratios(before: list[list[torch.Tensor]], model: GPT) -> dict[str, flo
     for i, (old, block) in enumerate(zip(before, model.blocks)):
         new = [p.detach() for p in block.parameters() if p.dim() >= 2]
         delta = torch.stack([(n - o).float().norm() for n, o in zip(new, old)]).norm()
-        out[f"probes/update_ratio/block_{i}"] = float(delta / torch.stack([o.float().norm() for o in old]).norm())
+        out[f"x_probes/update_ratio/block_{i}"] = float(delta / torch.stack([o.float().norm() for o in old]).norm())
     return out
 
 
@@ -107,7 +108,7 @@ class StabilityProbes(L.Callback):
     ) -> None:
         if self._before is None:  # no optimizer step was probed (not due, or still accumulating)
             return
-        step = trainer.global_step - 1  # the step just taken, which the grad norms belong to
+        step = trainer.global_step  # steps done, counting the one just taken, which the grad norms belong to
         metrics = self._pending | update_ratios(self._before, pl_module.model)
         metrics |= forward_probes(pl_module.model, batch[0][: self.batch_rows])
         self._before, self._pending = None, {}

@@ -25,8 +25,9 @@ def compute_dtype(precision: str) -> torch.dtype:
 
 
 class TokenThroughput(L.Callback):
-    """Logs `train/tokens_seen` every step, and `throughput/tokens_per_sec` (all devices) and `throughput/mfu`
-    (per device, only where the GPU's peak FLOPs is known) averaged over the last `window_size` batches."""
+    """Logs `x_throughput/tokens_seen` every step, and `x_throughput/tokens_per_sec` (all devices) and
+    `x_throughput/mfu` (per device, only where the GPU's peak FLOPs is known) averaged over the last `window_size`
+    batches. `x_`: after train/ and val/ in TensorBoard, which opens the first two groups (docs/run-outputs.md)."""
 
     def __init__(self, window_size: int = 20) -> None:
         self.window_size = window_size
@@ -60,10 +61,10 @@ class TokenThroughput(L.Callback):
             return
         # total_batch_idx is restored from the checkpoint, so the count continues across a resume.
         micro_batches = trainer.fit_loop.epoch_loop.total_batch_idx + 1
-        pl_module.log("train/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
+        pl_module.log("x_throughput/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
         metrics = self._throughput.compute()
         if "device/items_per_sec" in metrics:  # only once the window is full
             tokens_per_sec = metrics["device/items_per_sec"] * trainer.world_size
-            pl_module.log("throughput/tokens_per_sec", tokens_per_sec, prog_bar=True)
+            pl_module.log("x_throughput/tokens_per_sec", tokens_per_sec, prog_bar=True)
         if "device/mfu" in metrics:
-            pl_module.log("throughput/mfu", metrics["device/mfu"])
+            pl_module.log("x_throughput/mfu", metrics["device/mfu"])

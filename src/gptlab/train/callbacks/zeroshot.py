@@ -63,7 +63,7 @@ class ZeroShotEval(L.Callback):
             return
         with trainer.precision_plugin.forward_context():  # the run's own precision (autocast for *-mixed)
             results = evaluate_tasks(pl_module.model, tokenizer, self._examples, self.batch_size)
-        metrics = {f"eval/{key}": value for key, value in results.items() if not key.endswith("/n")}
+        metrics = {f"zero_shot/{key}": value for key, value in results.items() if not key.endswith("/n")}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
         log.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
