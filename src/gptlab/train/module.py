@@ -16,7 +16,7 @@ from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
-from gptlab.train.optim import param_groups
+from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.source_metrics import ValidationSums
 
 
@@ -106,7 +106,7 @@ class GPTLitModule(L.LightningModule):
             self.log("train/loss", loss, on_step=True, on_epoch=False)
             # Logged here rather than by LearningRateMonitor, which splits it per parameter group
             # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule.
-            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            lr = base_lr(self.trainer.optimizers[0].param_groups[0])  # muP's hidden group: without its 1/r
             self.log("lr", lr, on_step=True, on_epoch=False)
             self._step_scalars = {"step": self.global_step, "train/loss": loss.detach(), "lr": lr}
         return self._add_z_loss(loss, logits)
@@ -240,6 +240,7 @@ class GPTLitModule(L.LightningModule):
             extra["fused"] = False
         groups = param_groups(self.optimizer_factory, self.model, keywords.get("weight_decay", 0.0))
         optimizer = self.optimizer_factory(groups, **extra)
+        scale_group_lrs(optimizer)
         if self.scheduler_factory is None:
             return optimizer
         total_steps = self.trainer.max_steps
