@@ -18,6 +18,7 @@ from helpers import compose_config, compose_tiny, load_checkpoint, scalars, trai
 from gptlab.config.rules import check_rules
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
+from gptlab.report.mup_transfer import WidthCurve, grid_steps, transfer_table, transfer_verdicts
 from gptlab.runtime.early_checks import check_config
 from gptlab.tools.coord_check import CoordSetup, coord_check, slopes
 from gptlab.train.optim import adamw, param_groups, scale_group_lrs
@@ -90,7 +91,8 @@ def hand_forward(m: GPT, idx: torch.Tensor, scale: float, output_mult: float) ->
         return F.layer_norm(x, (64,), P[f"{name}.weight"], P[f"{name}.bias"], 1e-5)
 
     x = P["tok_emb.weight"][idx] + P["pos_emb.weight"][:T]
-    q, k, v = F.linear(ln(x, "blocks.0.norm_1"), P["blocks.0.attn.qkv.weight"], P["blocks.0.attn.qkv.bias"]).chunk(3, -1)
+    qkv = F.linear(ln(x, "blocks.0.norm_1"), P["blocks.0.attn.qkv.weight"], P["blocks.0.attn.qkv.bias"])
+    q, k, v = qkv.chunk(3, -1)
     q, k, v = (t.view(b, T, 2, 32).transpose(1, 2) for t in (q, k, v))
     mask = torch.full((T, T), float("-inf")).triu(1)
     y = torch.softmax(q @ k.transpose(-1, -2) * scale + mask, -1) @ v
@@ -211,3 +213,18 @@ def test_coordinate_check_is_flat_under_mup_and_grows_under_standard() -> None:
     assert all(abs(s) < 0.3 for s in fitted["mup"].values()), fitted["mup"]
     assert all(fitted["standard"][layer] > 0.5 for layer in layers - {"embedding"}), fitted["standard"]
     assert abs(fitted["standard"]["embedding"]) < 0.1  # embeddings are width-independent in both
+
+
+def test_transfer_report_counts_grid_steps_from_the_narrowest_best_lr() -> None:
+    grid = [1e-3, 2e-3, 4e-3, 8e-3]
+    curve = lambda best: {lr: 3.0 + abs(i - best) * 0.1 for i, lr in enumerate(grid)}  # noqa: E731
+    curves = [WidthCurve("mup", 64, curve(2)), WidthCurve("mup", 256, curve(2)), WidthCurve("mup", 512, curve(1)),
+              WidthCurve("standard", 64, curve(2)), WidthCurve("standard", 256, curve(1)),
+              WidthCurve("standard", 512, curve(0))]
+    assert grid_steps(curves) == {("mup", 64): 0, ("mup", 256): 0, ("mup", 512): -1, ("standard", 64): 0,
+                                  ("standard", 256): -1, ("standard", 512): -2}
+    assert transfer_verdicts(curves) == [
+        "mup: best LR 0.004 at 64, 0.004 at 256, 0.002 at 512: transfers (within one grid step)",
+        "standard: best LR 0.004 at 64, 0.002 at 256, 0.001 at 512: drifts (2 grid steps)"]
+    row = transfer_table(curves).splitlines()[-1]
+    assert row == "| standard | 512 | **3.0000** | 3.1000 | 3.2000 | 3.3000 | 0.001 | -2 |"
