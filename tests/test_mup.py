@@ -174,6 +174,8 @@ def test_bad_values_are_refused_by_name(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=f"model.parametrization=mup cannot train with optimizer={name}"):
             check_rules(compose_config(["model.parametrization=mup", f"optimizer={name}"], tmp_path))
     check_rules(compose_config(["model.parametrization=mup", "optimizer=adamw"], tmp_path))
+    with pytest.raises(ConfigError, match=r"model\.mup_base_width=64 has no effect.*model\.parametrization=mup"):
+        check_config(compose_tiny(tmp_path / "run", "model.mup_base_width=64"))  # a base width without mup
     with pytest.raises(ConfigError, match=r"optimizer=sgd \(torch.optim.sgd.SGD\).*optimizer=adamw"):
         param_groups(torch.optim.SGD, model(), 0.0)  # the same refusal without Hydra, from the param groups
 
