@@ -118,7 +118,7 @@ def test_mup_at_its_base_width_is_the_standard_model() -> None:
 TOGGLES = [{"norm": "post"}, {"norm_type": "rmsnorm"}, {"tie_weights": False}, {"qk_norm": True},
            {"logit_softcap": 30.0}, {"attn_pattern": ["dense", "local"], "attn_window": 4},
            {"attn_pattern": ["strided"], "attn_window": 4}, {"attn_bias": False, "mlp_bias": False},
-           {"head_dim": 16, "v_head_dim": 8}, {"mlp_layers": 3}]
+           {"head_dim": 16, "v_head_dim": 8}, {"mlp_layers": 3}, {"n_embd": 40}]  # r = 40 / 16 = 2.5: any ratio
 TOGGLES += [{"pos_emb": p} for p in ("learned", "sinusoidal", "none", "rope", "alibi")]
 TOGGLES += [{"activation": a} for a in ("gelu_tanh", "gelu", "relu", "swiglu", "geglu")]
 
@@ -137,7 +137,8 @@ def test_every_toggle_builds_and_trains_a_step_under_mup(toggle: dict) -> None:
     moved = {n for n, p in m.named_parameters() if not torch.equal(p, before[n])}
     assert moved == set(before)  # every parameter took its step
     hidden = [g for g in opt.param_groups if g["name"] == "hidden"][0]
-    assert hidden["lr"] == pytest.approx(1e-3 / 4) and len(hidden["params"]) >= 4 * 2
+    r = m.config.n_embd / 16
+    assert hidden["lr"] == pytest.approx(1e-3 / r) and len(hidden["params"]) >= 4 * 2
 
 
 @pytest.mark.parametrize("tie", [True, False])
