@@ -76,7 +76,9 @@ class GPTConfig:
     )
     attn_window: int = _f(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0")
     attn_impl: str = _f("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex (GPU)")
-    attn_scale: Optional[float] = _f(None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0")
+    attn_scale: Optional[float] = _f(
+        None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0; mup: the base width's, / r"
+    )
     # Post-GPT-3 toggles (GPT-2 -> LLaMA and the speedrun tricks); all off = GPT-2/3 exactly.
     norm_type: str = _f(
         "layernorm", "layernorm | rmsnorm (no mean, no bias), for every norm: pre, post, final and qk_norm"
