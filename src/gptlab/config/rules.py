@@ -33,7 +33,28 @@ def one_activation_checkpointing(cfg: DictConfig) -> Optional[str]:
     return None
 
 
-RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing)
+# muP's per-layer learning rates are Tensor Programs V's table for Adam; other optimizers scale differently.
+MUP_OPTIMIZERS = ("gptlab.train.optim.adamw", "torch.optim.AdamW", "torch.optim.Adam")
+
+
+def mup_refusal(optimizer_target: str) -> str:
+    """Why model.parametrization=mup cannot train with this optimizer (named by its target)."""
+    name = optimizer_target.rsplit(".", 1)[-1].lower()
+    return (f"model.parametrization=mup cannot train with optimizer={name} ({optimizer_target}): muP's per-layer "
+            "learning rates (hidden matrices' lr / r) are Tensor Programs V's rules for Adam, and SGD, Adafactor "
+            "and Muon (whose update is already scaled by each matrix's shape) follow other rules. Use "
+            "optimizer=adamw, or model.parametrization=standard.")
+
+
+def mup_trains_with_adam(cfg: DictConfig) -> Optional[str]:
+    model, optimizer = cfg.get("model"), cfg.get("optimizer")
+    if not model or not optimizer or model.get("parametrization") != "mup":
+        return None
+    target = optimizer.get("_target_")
+    return mup_refusal(target) if isinstance(target, str) and target not in MUP_OPTIMIZERS else None
+
+
+RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing, mup_trains_with_adam)
 
 
 def check_rules(cfg: DictConfig) -> None:

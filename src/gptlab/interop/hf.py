@@ -19,6 +19,7 @@ from gptlab.atomic import atomic_write
 from gptlab.errors import ConfigError
 from gptlab.interop.gpt_neo import convert_gpt_neo
 from gptlab.interop.llama import convert_llama, is_llama_shaped, to_llama
+from gptlab.interop.mup_export import as_standard
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 
@@ -250,7 +251,9 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 def save_pretrained(model: GPT, path: Union[str, Path]) -> None:
     """Write a directory that transformers' AutoModelForCausalLM.from_pretrained loads (config + safetensors):
-    Llama for a model with RoPE, RMSNorm or SwiGLU, otherwise GPT-2 (pre-LN) or GPT-1 (post-LN)."""
+    Llama for a model with RoPE, RMSNorm or SwiGLU, otherwise GPT-2 (pre-LN) or GPT-1 (post-LN). A muP model is
+    written as the standard model with the same logits (mup_export.py: its multipliers folded into the weights)."""
+    model = as_standard(model)
     if is_llama_shaped(model.config):
         config, state = to_llama(model.config, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     else:

@@ -76,7 +76,9 @@ class GPTConfig:
     )
     attn_window: int = _f(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0")
     attn_impl: str = _f("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex (GPU)")
-    attn_scale: Optional[float] = _f(None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0")
+    attn_scale: Optional[float] = _f(
+        None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0; mup: the base width's, / r"
+    )
     # Post-GPT-3 toggles (GPT-2 -> LLaMA and the speedrun tricks); all off = GPT-2/3 exactly.
     norm_type: str = _f(
         "layernorm", "layernorm | rmsnorm (no mean, no bias), for every norm: pre, post, final and qk_norm"
@@ -92,7 +94,13 @@ class GPTConfig:
         None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d"
     )
     parametrization: str = _f(
-        "standard", "how weights start: standard (GPT-2's N(0, 0.02), residual projections / sqrt(2M))"
+        "standard",
+        "standard (GPT-2's N(0, 0.02), residual projections / sqrt(2M)) | mup (Tensor Programs V: hidden init / "
+        "sqrt(r), hidden Adam lr / r, logits / r, scores 1/D_K; r = n_embd / mup_base_width; docs/mup.md)"
+    )
+    mup_base_width: int = _f(
+        128, "parametrization=mup: an integer >= 1, the n_embd whose best lr wider models share (r = n_embd / "
+        "this; r = 1 is standard)"
     )
 
     def __post_init__(self) -> None:
@@ -118,7 +126,7 @@ class GPTConfig:
                             ("norm_type", NORMS), ("parametrization", PARAMETRIZATIONS)):
             if getattr(self, name) not in table:
                 raise invalid_choice(f"model.{name}", getattr(self, name), tuple(table))
-        positive = ["block_size", "n_layer", "n_head", "n_embd", "mlp_layers"]
+        positive = ["block_size", "n_layer", "n_head", "n_embd", "mlp_layers", "mup_base_width"]
         optional = ("vocab_size", "head_dim", "v_head_dim", "d_ff", "pad_vocab_to")
         positive += [f for f in optional if getattr(self, f) is not None]
         for name in positive:
@@ -190,6 +198,21 @@ class GPTConfig:
         scale = self.attn_scale
         if scale is not None and not (is_number(scale) and scale > 0):
             raise ConfigError(f"model.attn_scale={scale!r} must be a positive number, or null for 1/sqrt(D_K).")
+
+    @property
+    def width_mult(self) -> float:
+        """muP's r = n_embd / mup_base_width; 1 under the standard parametrization (which ignores the base)."""
+        return self.n_embd / self.mup_base_width if self.parametrization == "mup" else 1.0
+
+    @property
+    def scores_scale(self) -> Optional[float]:
+        """The factor on Q K^T the attention uses (None = 1/sqrt(D_K)): attn_scale, or muP's 1/D_K form of it."""
+        return PARAMETRIZATIONS[self.parametrization].attn_scale(self.attn_scale, self.head_dim, self.width_mult)
+
+    @property
+    def output_mult(self) -> float:
+        """The factor on the logits (muP: 1/r)."""
+        return PARAMETRIZATIONS[self.parametrization].output_mult(self.width_mult)
 
     @property
     def gated(self) -> bool:

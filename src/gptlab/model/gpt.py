@@ -45,7 +45,8 @@ class GPT(nn.Module):
 
     def reset_parameters(self) -> None:
         """Every weight's starting value, as model.parametrization says (parametrization.py)."""
-        PARAMETRIZATIONS[self.config.parametrization].init(self, self.config.n_layer)
+        cfg = self.config
+        PARAMETRIZATIONS[cfg.parametrization].init(self, cfg.n_layer, cfg.width_mult)
 
     def embed(self, idx: torch.Tensor, start_pos: int = 0, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Enc+(X) = X E_1 + P E_2 (or the fixed table, or nothing), for positions start_pos.., or for the (B, T)
@@ -83,6 +84,8 @@ class GPT(nn.Module):
         if last_only:
             x = x[:, -1:]
         logits = self.head(self.final_norm(x))
+        if self.config.output_mult != 1.0:  # muP's 1/r on the readout (parametrization.py)
+            logits = logits * self.config.output_mult
         if self.config.logit_softcap is not None:  # Gemma 2: c * tanh(logits / c), bounded in (-c, c)
             logits = self.config.logit_softcap * torch.tanh(logits / self.config.logit_softcap)
         return logits

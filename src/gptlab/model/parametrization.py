@@ -1,29 +1,42 @@
-"""How the weights start (and, for parametrizations that need it, how their learning rates scale with width),
-chosen by model.parametrization from one table.
+"""How the weights start, how the attention scores and logits are scaled, and how each layer's learning rate
+scales with width, chosen by model.parametrization from one table.
 
 `standard` is the GPT papers' parametrization: GPT-2's init, N(0, 0.02) for every matrix and embedding and
 0.02/sqrt(2M) for the projections that write into the residual stream, so its variance does not grow with depth
-(two such writes per block); norms start at gain 1, bias 0. muP (Yang et al. 2022), whose init and per-layer
-learning rates make a small model's best LR transfer to a wide one, is the next entry this table is for.
+(two such writes per block); norms start at gain 1, bias 0; scores times 1/sqrt(D_K); one learning rate.
+
+`mup` is the maximal update parametrization for Adam (Yang et al. 2022, "Tensor Programs V", Table 3, in its
+output-multiplier form), with the width multiplier r = n_embd / mup_base_width. Every hidden width (D, H*D_K,
+d_ff) is taken to grow by r with n_embd, as it does when n_head is fixed and head_dim, d_ff follow n_embd:
+- hidden matrices (every Linear inside the blocks): init std / sqrt(r) (std ∝ 1/sqrt(fan_in)), Adam LR / r;
+- embeddings, the head, norm gains and biases ("vector-like": one dimension does not grow): init and LR as at the
+  base width;
+- logits times 1/r, so the head acts as a readout of init std ∝ 1/fan_in whose Adam update is ∝ 1/fan_in: this
+  is why a tied head (W_head = E_1^T) stays consistent, as embedding and readout then share init and LR;
+- scores times 1/D_K instead of 1/sqrt(D_K): attn_scale (null = 1/sqrt(D_K at the base width)) is the base
+  model's scale, divided by r.
+At r = 1 every rule above is the identity, so a mup model at its base width is the standard model.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 from torch import nn
 
 INIT_STD = 0.02
 
 
-def standard_init(model: nn.Module, n_layer: int) -> None:
+def gpt2_init(model: nn.Module, n_layer: int, hidden_std_mult: float = 1.0) -> None:
+    """GPT-2's init; the matrices inside the blocks (every Linear but the head) get std times hidden_std_mult."""
+    head = getattr(model, "head", None)
     residual_std = INIT_STD / math.sqrt(2 * n_layer)
     for module in model.modules():
         if isinstance(module, nn.Linear):
             std = residual_std if getattr(module, "is_residual_projection", False) else INIT_STD
-            nn.init.normal_(module.weight, mean=0.0, std=std)
+            nn.init.normal_(module.weight, mean=0.0, std=std if module is head else std * hidden_std_mult)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
@@ -35,9 +48,34 @@ def standard_init(model: nn.Module, n_layer: int) -> None:
             nn.init.ones_(module.weight)
 
 
+def hidden_matrices(model: nn.Module) -> set[int]:
+    """ids of the hidden (matrix-like) weights: 2-D Linear weights other than the head's; both dimensions grow
+    with width. Embeddings, the head (tied or not), gains and biases are vector-like."""
+    head = getattr(model, "head", None)
+    outer = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    outer |= {id(p) for p in head.parameters()} if head is not None else set()
+    return {id(m.weight) for m in model.modules()
+            if isinstance(m, nn.Linear) and m is not head and id(m.weight) not in outer}
+
+
 @dataclass(frozen=True)
 class Parametrization:
-    init: Callable[[nn.Module, int], None]  # (the model, its number of blocks M): every weight's starting value
+    init: Callable[[nn.Module, int, float], None]  # (model, its blocks M, r): every weight's starting value
+    attn_scale: Callable[[Optional[float], int, float], Optional[float]]  # (attn_scale, D_K, r) -> the scale used
+    output_mult: Callable[[float], float]  # r -> the factor on the logits
+    hidden_lr_mult: Callable[[float], float]  # r -> the factor on the hidden matrices' learning rate
 
 
-PARAMETRIZATIONS = {"standard": Parametrization(init=standard_init)}
+def _mup_attn_scale(base_scale: Optional[float], head_dim: int, r: float) -> float:
+    """attn_scale / r; null: 1/sqrt(D_K / r) / r = sqrt(D_K,base) / D_K, muP's 1/D_K that equals eq. 5 at r = 1."""
+    return (base_scale if base_scale is not None else math.sqrt(r / head_dim)) / r
+
+
+PARAMETRIZATIONS = {
+    "standard": Parametrization(init=lambda model, n_layer, r: gpt2_init(model, n_layer),
+                                attn_scale=lambda scale, head_dim, r: scale,
+                                output_mult=lambda r: 1.0, hidden_lr_mult=lambda r: 1.0),
+    "mup": Parametrization(init=lambda model, n_layer, r: gpt2_init(model, n_layer, r**-0.5),
+                           attn_scale=_mup_attn_scale, output_mult=lambda r: 1.0 / r,
+                           hidden_lr_mult=lambda r: 1.0 / r),
+}

@@ -59,6 +59,8 @@ RULES: tuple[OnlyWhen, ...] = (
              ("model.attn_pattern",)),
     OnlyWhen("model.attn_impl", "model.attn_pattern has a local or strided layer (dense layers use SDPA's causal "
              "kernel whatever attn_impl says)", _sparse_layers, ("model.attn_pattern",)),
+    OnlyWhen("model.mup_base_width", "model.parametrization=mup", lambda g: g("model.parametrization") == "mup",
+             ("model.parametrization",)),
     OnlyWhen("data.shard_tokens", "data.store=prepared", lambda g: g("data.store") == "prepared", ("data.store",)),
     OnlyWhen("data.verify_sha256", "data.store=prepared", lambda g: g("data.store") == "prepared", ("data.store",)),
     OnlyWhen("data.val_windows", "data.store=streaming", lambda g: g("data.store") == "streaming", ("data.store",)),

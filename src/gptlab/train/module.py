@@ -17,7 +17,7 @@ from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.model import GPT, next_token_loss
 from gptlab.model.loss import z_loss_term
 from gptlab.runtime.relayout import relayout_loops
-from gptlab.train.optim import param_groups
+from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.source_metrics import ValidationSums
 
 
@@ -108,7 +108,7 @@ class GPTLitModule(L.LightningModule):
             # Logged here rather than by LearningRateMonitor, which splits it per parameter group
             # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule; under train/ so that
             # TensorBoard opens on train/ and val/ (see docs/run-outputs.md).
-            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            lr = base_lr(self.trainer.optimizers[0].param_groups[0])  # muP's hidden group: without its 1/r
             self.log("train/lr", lr, on_step=True, on_epoch=False)
             # At the step count after this step (gptlab.train.step_axis), as Lightning will log them.
             self._step_scalars = {"steps_done": self.global_step + 1, "train/loss": loss.detach(), "train/lr": lr}
@@ -243,6 +243,7 @@ class GPTLitModule(L.LightningModule):
             extra["fused"] = False
         groups = param_groups(self.optimizer_factory, self.model, keywords.get("weight_decay", 0.0))
         optimizer = self.optimizer_factory(groups, **extra)
+        scale_group_lrs(optimizer)
         if self.scheduler_factory is None:
             return optimizer
         total_steps = self.trainer.max_steps

@@ -20,6 +20,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from gptlab.errors import ConfigError
+from gptlab.model.parametrization import hidden_matrices
 
 MUON_KEY = "muon"  # a param group flag: True for the groups Muon steps
 
@@ -28,15 +29,12 @@ def muon_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Hidden 2-D matrices (attention and MLP weights) for Muon; embeddings and the head, which map tokens rather
     than hidden features, and every 1-D gain or bias for AdamW. Weight decay as `weight_decay_groups`: on
     matrices and embeddings only."""
-    outer = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    head = getattr(model, "head", None)
-    if head is not None:
-        outer |= {id(p) for p in head.parameters()}  # a tied head is the embedding: already in
+    matrices = hidden_matrices(model)  # the split muP's per-layer lrs use too
     params = [p for p in model.parameters() if p.requires_grad]
-    hidden = [p for p in params if p.dim() == 2 and id(p) not in outer]
     groups = [
-        {"params": hidden, "weight_decay": weight_decay, "name": "muon", MUON_KEY: True},
-        {"params": [p for p in params if p.dim() >= 2 and id(p) in outer], "weight_decay": weight_decay,
+        {"params": [p for p in params if id(p) in matrices], "weight_decay": weight_decay, "name": "muon",
+         MUON_KEY: True},
+        {"params": [p for p in params if p.dim() >= 2 and id(p) not in matrices], "weight_decay": weight_decay,
          "name": "adamw_decay", MUON_KEY: False},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "name": "adamw_no_decay",
          MUON_KEY: False},

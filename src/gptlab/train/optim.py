@@ -14,27 +14,62 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
+from gptlab.config.rules import mup_refusal
 from gptlab.errors import ConfigError
+from gptlab.model.parametrization import PARAMETRIZATIONS, hidden_matrices
 
 # Device types whose AdamW has a fused (single-kernel) implementation in torch >= 2.4.
 FUSED_DEVICES = ("cuda", "cpu")
 
 
+LR_MULT = "lr_mult"  # a param group's factor on the optimizer's lr (muP's hidden matrices: 1/r)
+
+
+def hidden_lr_mult(model: nn.Module) -> float:
+    """The factor model.parametrization puts on the hidden matrices' lr (1 for a model without a GPTConfig)."""
+    cfg = getattr(model, "config", None)
+    return PARAMETRIZATIONS[cfg.parametrization].hidden_lr_mult(cfg.width_mult) if cfg is not None else 1.0
+
+
 def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Decay matrices and embeddings (dim ≥ 2) only: decaying biases and LayerNorm gains pulls them
-    toward 0 rather than toward their neutral value, which only hurts (GPT-3 appendix B, nanoGPT)."""
+    toward 0 rather than toward their neutral value, which only hurts (GPT-3 appendix B, nanoGPT). Under muP
+    the hidden matrices get a group of their own whose `lr_mult` is 1/r (`scale_group_lrs` applies it)."""
     params = [p for p in model.parameters() if p.requires_grad]  # a tied head appears once
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay, "name": "decay"},
+    mult = hidden_lr_mult(model)
+    scaled = hidden_matrices(model) if mult != 1.0 else set()
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2 and id(p) not in scaled], "weight_decay": weight_decay,
+         "name": "decay"},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0, "name": "no_decay"},
     ]
+    if scaled:
+        groups.insert(0, {"params": [p for p in params if id(p) in scaled], "weight_decay": weight_decay,
+                          "name": "hidden", LR_MULT: mult})
+    return groups
 
 
 def param_groups(factory: Callable[..., Optimizer], model: nn.Module, weight_decay: float) -> list[dict]:
     """The groups an optimizer factory is called with: its function's own `param_groups(model, weight_decay)`
-    when it has one (Muon splits hidden matrices from embeddings and head), else `weight_decay_groups`."""
+    when it has one (Muon splits hidden matrices from embeddings and head), else `weight_decay_groups`. A muP
+    model is refused with any optimizer but Adam(W): its per-layer lrs are Adam's."""
     func = getattr(factory, "func", factory)  # a Hydra `_partial_` is a functools.partial
+    cfg = getattr(model, "config", None)
+    if cfg is not None and cfg.parametrization == "mup" and func not in (adamw, torch.optim.AdamW, torch.optim.Adam):
+        raise ConfigError(mup_refusal(f"{func.__module__}.{func.__qualname__}"))
     return getattr(func, "param_groups", weight_decay_groups)(model, weight_decay)
+
+
+def scale_group_lrs(optimizer: Optimizer) -> None:
+    """Each group's lr times its `lr_mult`, once, right after the optimizer is built and before the schedule
+    records its base lrs: a schedule then scales every group alike, and a checkpoint stores the scaled lrs."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * group.get(LR_MULT, 1.0)
+
+
+def base_lr(group: dict) -> float:
+    """A group's lr without its `lr_mult`: the lr of optimizer.lr's schedule, what the `lr` metric shows."""
+    return group["lr"] / group.get(LR_MULT, 1.0)
 
 
 def adamw(
