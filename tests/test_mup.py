@@ -203,7 +203,7 @@ def test_a_run_keeps_the_hidden_lr_at_one_over_r_through_its_schedule_and_resume
         assert groups["decay"]["lr"] == pytest.approx(warmup(steps)) == groups["no_decay"]["lr"]
         assert groups["hidden"]["lr"] == pytest.approx(warmup(steps) / 2)  # r = 2, not doubled by the resume
         assert state["hyper_parameters"]["model"]["parametrization"] == "mup"
-    logged = sorted(scalars(run)["lr"].values())  # the schedule's lr, not the hidden group's lr / r
+    logged = sorted(scalars(run)["train/lr"].values())  # the schedule's lr, not the hidden group's lr / r
     assert logged == pytest.approx([warmup(step) for step in range(6)])
 
 
