@@ -10,21 +10,18 @@ Prints one row per job; exits 1 unless every job passed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
+from gptlab.tools.drill_cli import drill_parser
 from gptlab.tools.preemption_drill import drill_cases, outcome_row, run_preemption_drill
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = drill_parser(__doc__)
     parser.add_argument("--repeats", type=int, default=10, help="SIGTERMs to rank 0, and as many to rank 1")
     parser.add_argument("--seed", type=int, default=0, help="seeds the aimed steps and the random moments")
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds from a signal to the end of all ranks")
-    parser.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: the system temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the runs and their logs")
     args = parser.parse_args()
     started = time.perf_counter()
     outcomes = run_preemption_drill(drill_cases(args.repeats, args.seed), args.seed, args.deadline, args.workdir,
