@@ -34,7 +34,7 @@ BLOCKING_WORKER = textwrap.dedent("""
         lock.acquire()  # never returns: only a signal that ends the process ends it
 
     class BlockingTokenizer:
-        eot_id = 0
+        eot_id, vocab_size = 0, 1
         def encode(self, text):
             block()
 
