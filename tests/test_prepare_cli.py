@@ -2,10 +2,8 @@
 
 import json
 import subprocess
-import sys
 
 import helpers
-from helpers import ROOT
 
 
 def run_script(*args: str, cwd) -> subprocess.CompletedProcess:

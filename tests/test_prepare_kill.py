@@ -10,7 +10,6 @@ one moment (mid-tokenizing: workers busy, a shard half written in its temp file)
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap

@@ -16,10 +16,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-
 from gptlab.atomic import atomic_write_text
-from gptlab.data.ranks import sha256_file
 from gptlab.data.prepare_progress import PrepareBar, ReadCounter
+from gptlab.data.ranks import sha256_file
 from gptlab.data.shard_writer import PROGRESS, ShardWriter
 from gptlab.data.shards import ShardedTokens, open_shard, read_header, token_dtype
 from gptlab.data.source_files import changes, file_identity
