@@ -114,3 +114,20 @@ def test_a_busy_pool_worker_dies_with_its_sigkilled_parent(tmp_path: Path) -> No
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(parent.pid, signal.SIGKILL)  # whatever is left of the group
+
+
+def test_a_pool_worker_ignores_ctrl_c(tmp_path: Path) -> None:
+    """Ctrl-C signals the whole foreground group: the parent stops the pool, and workers must not each print a
+    KeyboardInterrupt traceback. The kernel's mask of ignored signals says so without waiting on anything."""
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, "-c", BLOCKING_WORKER, "pool", str(pid_file)], env=CHECKOUT_ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert _wait_for(pid_file.exists, 120), f"the worker never started: {parent.poll()}"
+        worker = int(pid_file.read_text())
+        status = Path(f"/proc/{worker}/status").read_text().splitlines()
+        ignored = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGTERM - 1))
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
