@@ -213,3 +213,16 @@ def test_progress_bar_of_a_streamed_dataset_has_a_rate_but_no_total(corpus, tmp_
     run(corpus, tmp_path / "c", source=source, progress=True)
     line = final_bar(capsys.readouterr().err)
     assert "%" not in line and "B/s" in line and " tok/s, " in line, line
+
+
+def test_parquet_is_read_in_row_batches_to_the_last_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"row {i}: " + "word " * (i % 40) for i in range(2500)]  # 3 batches of 1024 rows
+    pq.write_table(pa.table({"text": texts, "n": list(range(2500))}), tmp_path / "t.parquet")
+    source = TextFiles([str(tmp_path / "t.parquet")])
+    manifest = run([], tmp_path / "c", source=source, val_fraction=0.2)
+    assert sum(manifest["splits"][s]["documents"] for s in ("train", "val")) == 2500
+    assert source.bytes_read == (tmp_path / "t.parquet").stat().st_size == source.size_bytes()
+    assert load_prepared(tmp_path / "c", ByteTokenizer())["train"][0:4].tolist() == list(b"row ")

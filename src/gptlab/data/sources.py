@@ -199,7 +199,7 @@ class TextFiles:
         if self.text_field not in table.schema_arrow.names:
             raise self._missing_field(path, table.schema_arrow.names)
         per_row = Path(path).stat().st_size / max(table.metadata.num_rows, 1)
-        # pyarrow's default batch is 65,536 rows: gigabytes of web documents at once.
+        # pyarrow's default batch is 65,536 rows: gigabytes of web documents at once (it still decodes a row group).
         for batch in table.iter_batches(batch_size=PARQUET_ROWS, columns=[self.text_field]):
             self.bytes_read += int(per_row * batch.num_rows)  # compressed: the file's bytes shared out by row
             yield from (t for t in batch.column(0).to_pylist() if t is not None)
