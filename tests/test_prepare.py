@@ -190,3 +190,39 @@ def test_unreachable_hub_fails_fast_without_offline_mode(tmp_path, monkeypatch):
     monkeypatch.setattr(socket, "create_connection", no_network)
     with pytest.raises(ConfigError, match=r"roneneldan/TinyStories.*huggingface.co is unreachable.*HF_HUB_OFFLINE=1"):
         prepare(HFDataset("roneneldan/TinyStories"), ByteTokenizer(), tmp_path / "c", progress=False)
+
+
+def final_bar(stderr: str) -> str:
+    return [line for line in stderr.replace("\r", "\n").splitlines() if "tokenizing" in line][-1]
+
+
+def test_progress_bar_counts_input_bytes_against_the_files_size(corpus, tmp_path, capsys):
+    from tqdm import tqdm
+
+    manifest = run(corpus, tmp_path / "c", progress=True)
+    line = final_bar(capsys.readouterr().err)
+    size = sum(p.stat().st_size for p in corpus)
+    tokens = sum(manifest["splits"][s]["tokens"] for s in ("train", "val"))
+    done = tqdm.format_sizeof(size, divisor=1024)
+    assert "100%" in line and f"{done}/{done} " in line and "B/s" in line, line  # every byte read, of a known total
+    assert " tok/s, " in line and f"{tqdm.format_sizeof(tokens)} tok" in line, line
+
+
+def test_progress_bar_of_a_streamed_dataset_has_a_rate_but_no_total(corpus, tmp_path, capsys):
+    source = HFDataset("json", data_files=[str(p) for p in corpus])
+    run(corpus, tmp_path / "c", source=source, progress=True)
+    line = final_bar(capsys.readouterr().err)
+    assert "%" not in line and "B/s" in line and " tok/s, " in line, line
+
+
+def test_parquet_is_read_in_row_batches_to_the_last_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"row {i}: " + "word " * (i % 40) for i in range(2500)]  # 3 batches of 1024 rows
+    pq.write_table(pa.table({"text": texts, "n": list(range(2500))}), tmp_path / "t.parquet")
+    source = TextFiles([str(tmp_path / "t.parquet")])
+    manifest = run([], tmp_path / "c", source=source, val_fraction=0.2)
+    assert sum(manifest["splits"][s]["documents"] for s in ("train", "val")) == 2500
+    assert source.bytes_read == (tmp_path / "t.parquet").stat().st_size == source.size_bytes()
+    assert load_prepared(tmp_path / "c", ByteTokenizer())["train"][0:4].tolist() == list(b"row ")

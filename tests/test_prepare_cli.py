@@ -2,10 +2,8 @@
 
 import json
 import subprocess
-import sys
 
 import helpers
-from helpers import ROOT
 
 
 def run_script(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -28,28 +26,3 @@ def test_prepare_script_bad_input_exits_2_without_traceback(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "x.jsonl:1 has no field 'text'" in result.stderr and "data.source.text_field" in result.stderr
 
-
-def test_sigkilled_prepare_resumes_to_the_same_bytes(tmp_path):
-    """A real kill -9 in the middle of python_stdlib, then a re-run: same files as an uninterrupted run."""
-    import signal
-    import time
-
-    def args(cache):
-        return ("data=python_stdlib", f"data.cache_dir={cache}", "data.shard_tokens=2000000", "data.num_proc=1")
-
-    script = [sys.executable, str(ROOT / "scripts" / "prepare_data.py")]
-    victim = subprocess.Popen([*script, *args(tmp_path / "killed")], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=helpers.CHECKOUT_ENV)  # this checkout's gptlab
-    progress = tmp_path / "killed" / "bytes" / "progress.json"
-    deadline = time.time() + 120
-    while not progress.exists() and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    out = tmp_path / "killed" / "bytes"
-    assert progress.exists() and not (out / "manifest.json").exists()  # it really stopped midway
-    assert run_script(*args(tmp_path / "killed"), cwd=tmp_path).returncode == 0
-    assert run_script(*args(tmp_path / "clean"), cwd=tmp_path).returncode == 0
-    clean = tmp_path / "clean" / "bytes"
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())
-    assert all((out / p.name).read_bytes() == p.read_bytes() for p in clean.iterdir())

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -34,7 +35,7 @@ BLOCKING_WORKER = textwrap.dedent("""
         lock.acquire()  # never returns: only a signal that ends the process ends it
 
     class BlockingTokenizer:
-        eot_id = 0
+        eot_id, vocab_size = 0, 1
         def encode(self, text):
             block()
 
@@ -96,3 +97,37 @@ def test_the_parent_still_records_sigterm() -> None:
         while not FLAG.signum and time.monotonic() < deadline:
             time.sleep(0.01)
         assert FLAG.consume() == signal.SIGTERM
+
+
+def test_a_busy_pool_worker_dies_with_its_sigkilled_parent(tmp_path: Path) -> None:
+    """A SIGKILLed parent runs no cleanup; an idle worker then reads EOF from the task pipe and exits, but a busy
+    one (here: blocked inside a document for good) would run on as an orphan without PR_SET_PDEATHSIG."""
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, "-c", BLOCKING_WORKER, "pool", str(pid_file)], env=CHECKOUT_ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert _wait_for(pid_file.exists, 120), f"the worker never started: {parent.poll()}"
+        worker = int(pid_file.read_text())
+        parent.kill()
+        parent.wait()
+        assert _wait_for(lambda: _dead(worker), 60), f"pool worker {worker} outlived its SIGKILLed parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)  # whatever is left of the group
+
+
+def test_a_pool_worker_ignores_ctrl_c(tmp_path: Path) -> None:
+    """Ctrl-C signals the whole foreground group: the parent stops the pool, and workers must not each print a
+    KeyboardInterrupt traceback. The kernel's mask of ignored signals says so without waiting on anything."""
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, "-c", BLOCKING_WORKER, "pool", str(pid_file)], env=CHECKOUT_ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert _wait_for(pid_file.exists, 120), f"the worker never started: {parent.poll()}"
+        worker = int(pid_file.read_text())
+        status = Path(f"/proc/{worker}/status").read_text().splitlines()
+        ignored = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGTERM - 1))
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()

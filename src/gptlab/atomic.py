@@ -87,6 +87,48 @@ def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] =
     fsync_dir(path.parent)
 
 
+class AtomicFile:
+    """A file written piece by piece over a long time (a token shard as its batches arrive) that appears at `path`
+    whole at `commit()`, or never: the same temp file, fsync and rename as `atomic_write`, for writers that cannot
+    hand over one callback. `discard()` (or a kill) leaves `path` as it was."""
+
+    def __init__(self, path: Path, mode: Optional[int] = None) -> None:
+        self.path, self.mode = Path(path), mode
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX)
+        self.file = os.fdopen(fd, "r+b")
+
+    def write(self, data: bytes) -> None:
+        self._guard(lambda: self.file.write(data))
+
+    def commit(self) -> None:
+        self._guard(self._replace)
+        fsync_dir(self.path.parent)
+
+    def _replace(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.chmod(self.tmp, self.mode if self.mode is not None else 0o666 & ~current_umask())
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        self.file.close()
+        Path(self.tmp).unlink(missing_ok=True)
+
+    def _guard(self, step: Callable[[], object]) -> None:
+        """Run a write step; on failure remove the temp file, and name a full disk as such."""
+        try:
+            step()
+        except BaseException as err:
+            self.discard()
+            if isinstance(err, Exception) and _disk_was_full(err, self.path.parent, None):
+                raise DiskFullError(f"disk full: could not write {self.path} "
+                                    f"({format_size(shutil.disk_usage(self.path.parent).free)} free); nothing was "
+                                    "replaced. Free some space and run again.") from err
+            raise
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: Optional[int] = None) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_bytes(data), mode, size_hint=len(data))
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import closing
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gptlab.atomic import atomic_write_text
+from gptlab.data.prepare_progress import PrepareBar, ReadCounter
 from gptlab.data.ranks import sha256_file
-from gptlab.data.shards import ShardedTokens, ShardHeader, open_shard, read_header, token_dtype, write_shard
+from gptlab.data.shard_writer import PROGRESS, ShardWriter
+from gptlab.data.shards import ShardedTokens, open_shard, read_header, token_dtype
 from gptlab.data.source_files import changes, file_identity
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.tokenizers import Tokenizer, fingerprint
@@ -34,39 +35,6 @@ SOURCE_FILES = "source_files"  # key of the manifest: data.source_files.file_ide
 def tokenizer_identity(tokenizer: Tokenizer) -> dict[str, Any]:
     return {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size, "eot_id": tokenizer.eot_id,
             "fingerprint": fingerprint(tokenizer)}
-
-
-class _Writer:
-    """Buffers encoded batches and cuts them into shards; records progress after each cut."""
-
-    def __init__(self, out: Path, key: dict[str, Any], tokenizer: Tokenizer, shard_tokens: int, state: dict) -> None:
-        self.out, self.key, self.tokenizer, self.shard_tokens, self.state = out, key, tokenizer, shard_tokens, state
-        self.pending: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-        self.pending_docs = {s: 0 for s in SPLITS}
-
-    def add(self, encoded: dict[str, tuple[np.ndarray, int]]) -> None:
-        for split, (ids, n_docs) in encoded.items():
-            self.pending[split].append(ids)
-            self.pending_docs[split] += n_docs
-        self.state["batches_done"] += 1
-        if any(sum(map(len, p)) >= self.shard_tokens for p in self.pending.values()):
-            self.flush()
-
-    def flush(self) -> None:
-        """Write both splits' pending tokens (as one shard each), then the progress that covers them."""
-        dtype = token_dtype(self.tokenizer.vocab_size)
-        for split in SPLITS:
-            if not self.pending[split]:
-                continue
-            tokens = np.concatenate(self.pending[split]).astype(dtype)
-            shards = self.state["shards"][split]
-            name = f"{split}_{len(shards):06d}.bin"
-            header = ShardHeader(self.tokenizer.name, self.tokenizer.vocab_size, self.tokenizer.eot_id, len(tokens),
-                                 self.pending_docs[split])
-            sha = write_shard(self.out / name, tokens, header)
-            shards.append({"file": name, "tokens": len(tokens), "documents": self.pending_docs[split], "sha256": sha})
-            self.pending[split], self.pending_docs[split] = [], 0
-        atomic_write_text(self.out / "progress.json", json.dumps({"key": self.key, **self.state}, indent=1))
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -122,6 +90,7 @@ def prepare(
             raise _mismatch(manifest_path, manifest, key)
         changed = changes(manifest.get(SOURCE_FILES), files)
         if not changed:
+            (out / PROGRESS).unlink(missing_ok=True)  # a run killed between writing the manifest and removing it
             return manifest
         log.warning("the source of %s changed since it was prepared (%s); preparing it again", out,
                     "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else ""))
@@ -131,25 +100,34 @@ def prepare(
     for stale in out.glob(".*.tmp"):  # left by a run killed while writing; never renamed into place
         stale.unlink()
     state = {"batches_done": 0, "shards": {s: [] for s in SPLITS}}
-    progress_path = out / "progress.json"
+    progress_path = out / PROGRESS
     if progress_path.is_file():
         saved = json.loads(progress_path.read_text())
         if saved.pop("key") == key:
             state = saved
             log.info("Resuming %s after %d batches", out, state["batches_done"])
 
-    writer = _Writer(out, key, tokenizer, shard_tokens, state)
-    batches = doc_batches(source.documents())
-    for _ in islice(batches, state["batches_done"]):  # already in shards: read past them without tokenizing
-        pass
-    from tqdm.auto import tqdm
-
-    with tqdm(desc=f"tokenizing {getattr(source, 'name', 'corpus')}", unit=" docs", disable=not progress) as bar:
-        for encoded in encode_batches(batches, tokenizer, val_fraction, num_proc):
-            writer.add(encoded)
-            bar.update(sum(n for _, n in encoded.values()))
-    writer.flush()
+    _write_shards(source, tokenizer, ShardWriter(out, key, tokenizer, shard_tokens, state), val_fraction, num_proc,
+                  progress)
     return _finish(out, key, source, state)
+
+
+def _write_shards(source: Any, tokenizer: Tokenizer, writer: ShardWriter, val_fraction: float, num_proc: int,
+                  progress: bool) -> None:
+    counted = ReadCounter(source)
+    batches = doc_batches(counted.documents())
+    for _ in islice(batches, writer.state["batches_done"]):  # already in shards: read past them without tokenizing
+        pass
+    bar = PrepareBar(f"tokenizing {getattr(source, 'name', 'corpus')}", counted.total, counted.read, progress)
+    try:
+        with closing(encode_batches(batches, tokenizer, val_fraction, num_proc)) as encoded_batches:  # stops the pool
+            for encoded in encoded_batches:
+                writer.add(encoded)
+                bar.update(counted.read, sum(len(ids) for ids, _ in encoded.values()))
+        writer.cut()
+    finally:
+        writer.discard()
+        bar.close()
 
 
 def _remove_prepared(out: Path, manifest: dict[str, Any]) -> None:
@@ -167,7 +145,7 @@ def _finish(out: Path, key: dict[str, Any], source: Any, state: dict) -> dict[st
     stats = source.stats
     if stats.replaced_chars:
         log.warning("%d characters that were not valid UTF-8 were replaced with U+FFFD, in: %s",
-                    stats.replaced_chars, ", ".join(stats.files[:10]) + (" ..." if len(stats.files) > 10 else ""))
+                    stats.replaced_chars, ", ".join(stats.files[:10]) + (" ..." if stats.places > 10 else ""))
     manifest = {
         **key,
         "vocab_size": key["tokenizer"]["vocab_size"],
@@ -179,7 +157,7 @@ def _finish(out: Path, key: dict[str, Any], source: Any, state: dict) -> dict[st
                            "shards": state["shards"][split]} for split in SPLITS},
     }
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1))
-    (out / "progress.json").unlink(missing_ok=True)
+    (out / PROGRESS).unlink(missing_ok=True)
     return manifest
 
 

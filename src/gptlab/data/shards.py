@@ -9,12 +9,12 @@ from __future__ import annotations
 import bisect
 import hashlib
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from gptlab.atomic import atomic_write_bytes
+from gptlab.atomic import AtomicFile
 from gptlab.errors import ConfigError
 
 MAGIC = b"GPTLABTK"
@@ -45,11 +45,36 @@ class ShardHeader:
         return raw.ljust(HEADER_BYTES, b"\0")
 
 
-def write_shard(path: Path, tokens: np.ndarray, header: ShardHeader) -> str:
-    """Write header + tokens to a temporary file and rename it into place; return the file's sha256."""
-    data = header.pack() + np.ascontiguousarray(tokens, dtype=header.dtype).tobytes()
-    atomic_write_bytes(path, data, mode=0o644)  # shards are data for everyone on the machine
-    return hashlib.sha256(data).hexdigest()
+class ShardFile:
+    """A shard written as its tokens arrive, so a writer holds one batch, never a whole shard (100M tokens by
+    default): a placeholder header, the tokens appended, then the real header (counts known only at the end)
+    written over it before the rename."""
+
+    def __init__(self, path: Path, tokenizer: str, vocab_size: int, eot_id: int) -> None:
+        self.header = ShardHeader(tokenizer, vocab_size, eot_id, 0, 0)
+        self.target = AtomicFile(path, mode=0o644)  # shards are data for everyone on the machine
+        self.target.write(bytes(HEADER_BYTES))
+
+    def append(self, tokens: np.ndarray, n_documents: int) -> None:
+        self.target.write(np.ascontiguousarray(tokens, dtype=self.header.dtype).tobytes())
+        self.header = replace(self.header, n_tokens=self.header.n_tokens + len(tokens),
+                              n_documents=self.header.n_documents + n_documents)
+
+    def commit(self) -> str:
+        """Put the header in, rename the file into place; return its sha256 (read back: the header that starts
+        the file is known last)."""
+        self.target.file.seek(0)
+        self.target.write(self.header.pack())
+        self.target.file.flush()
+        digest = hashlib.sha256()
+        self.target.file.seek(0)
+        for block in iter(lambda: self.target.file.read(1 << 20), b""):
+            digest.update(block)
+        self.target.commit()
+        return digest.hexdigest()
+
+    def discard(self) -> None:
+        self.target.discard()
 
 
 def read_header(path: Path) -> ShardHeader:

@@ -18,10 +18,14 @@ from gptlab.errors import ConfigError, invalid_choice
 
 
 class DecodeStats:
-    """Counts characters replaced because the input was not valid UTF-8, and in which files."""
+    """Counts characters replaced because the input was not valid UTF-8, and names the first places (a file, a
+    JSONL line): all of them would be a list as long as the corpus."""
+
+    NAMED = 100
 
     def __init__(self) -> None:
         self.replaced_chars = 0
+        self.places = 0
         self.files: list[str] = []
 
     def decode(self, data: bytes, where: str) -> str:
@@ -31,7 +35,9 @@ class DecodeStats:
             text = data.decode("utf-8", errors="replace")
             # U+FFFD that were already in the input are not counted as replacements.
             self.replaced_chars += text.count("\ufffd") - data.count("\ufffd".encode("utf-8"))
-            self.files.append(where)
+            self.places += 1
+            if len(self.files) < self.NAMED:
+                self.files.append(where)
             return text
 
 
@@ -80,13 +86,26 @@ class BuiltinSource:
             raise invalid_choice("data.source.name", name, SOURCES)
         self.name = name
         self.stats = DecodeStats()
+        self.bytes_read = 0  # of the UTF-8 texts (pydocs) or the files (python_stdlib): the progress bar's count
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "builtin", "name": self.name, "python": sys.version.split()[0]}
 
+    def size_bytes(self) -> int:
+        if self.name == "pydocs":
+            return sum(len(text.encode("utf-8")) for _, text in pydocs_documents())
+        return sum(p.stat().st_size for p in stdlib_files())
+
     def documents(self) -> Iterator[str]:
-        docs = pydocs_documents() if self.name == "pydocs" else python_stdlib_documents(self.stats)
-        for _, text in docs:
+        self.bytes_read = 0
+        if self.name == "pydocs":
+            for _, text in pydocs_documents():
+                self.bytes_read += len(text.encode("utf-8"))
+                yield text
+            return
+        root = Path(sysconfig.get_paths()["stdlib"])
+        for rel, text in python_stdlib_documents(self.stats):
+            self.bytes_read += (root / rel).stat().st_size
             yield text
 
     def streaming_dataset(self):
@@ -105,6 +124,7 @@ class BuiltinSource:
 
 
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+PARQUET_ROWS = 1024  # rows read at once from a Parquet file
 
 
 class TextFiles:
@@ -115,6 +135,7 @@ class TextFiles:
         self.patterns = [paths] if isinstance(paths, str) else list(paths or [])
         self.text_field, self.name = text_field, name
         self.stats = DecodeStats()
+        self.bytes_read = 0  # of the files, as documents() reads them: the progress bar's count
         if not self.patterns:
             raise ConfigError("data.source.paths is empty; give files or globs: data.source.paths='[corpus/*.txt]'.")
 
@@ -138,25 +159,28 @@ class TextFiles:
     def describe(self) -> dict[str, Any]:
         return {"kind": "text_files", "files": self.files(), "text_field": self.text_field}
 
+    def size_bytes(self) -> int:
+        return sum(Path(f).stat().st_size for f in self.files())
+
     def documents(self) -> Iterator[str]:
+        self.bytes_read = 0
         for path in self.files():
+            done = self.bytes_read + Path(path).stat().st_size
             yield from self._read(path)
+            self.bytes_read = done  # exact at each file's end, whatever the format counted inside it
 
     def _read(self, path: str) -> Iterator[str]:
+        """A .txt file is one document and is read whole; JSONL by line and Parquet by small row batches, so
+        memory holds a few documents, never a file."""
         suffix = Path(path).suffix
         if suffix == ".txt":
             yield self.stats.decode(Path(path).read_bytes(), path)
         elif suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.ParquetFile(path)
-            if self.text_field not in table.schema_arrow.names:
-                raise self._missing_field(path, table.schema_arrow.names)
-            for batch in table.iter_batches(columns=[self.text_field]):
-                yield from (t for t in batch.column(0).to_pylist() if t is not None)
+            yield from self._read_parquet(path)
         else:
             with open(path, "rb") as f:
                 for lineno, line in enumerate(f, 1):
+                    self.bytes_read += len(line)
                     if not line.strip():
                         continue
                     try:
@@ -167,6 +191,18 @@ class TextFiles:
                         keys = list(record) if isinstance(record, dict) else type(record).__name__
                         raise self._missing_field(f"{path}:{lineno}", keys)
                     yield record[self.text_field]
+
+    def _read_parquet(self, path: str) -> Iterator[str]:
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(path)
+        if self.text_field not in table.schema_arrow.names:
+            raise self._missing_field(path, table.schema_arrow.names)
+        per_row = Path(path).stat().st_size / max(table.metadata.num_rows, 1)
+        # pyarrow's default batch is 65,536 rows: gigabytes of web documents at once (it still decodes a row group).
+        for batch in table.iter_batches(batch_size=PARQUET_ROWS, columns=[self.text_field]):
+            self.bytes_read += int(per_row * batch.num_rows)  # compressed: the file's bytes shared out by row
+            yield from (t for t in batch.column(0).to_pylist() if t is not None)
 
     def _missing_field(self, where: str, keys: Any) -> ConfigError:
         return ConfigError(

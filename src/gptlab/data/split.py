@@ -9,13 +9,20 @@ Documents are tokenized in batches of fixed composition, each followed by end-of
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
 import zlib
-from itertools import islice
+from collections import deque
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from gptlab.data.shards import token_dtype
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.errors import ConfigError
 
@@ -50,34 +57,65 @@ def doc_batches(texts: Iterable[str]) -> Iterator[list[str]]:
 
 
 _worker: dict[str, Any] = {}
+IN_FLIGHT = 2  # batches per worker queued or done but not yet written: what bounds the pool's memory
 
 
-def _init_worker(tokenizer: Tokenizer, val_fraction: float) -> None:
+def _init_worker(tokenizer: Tokenizer, val_fraction: float, parent: int | None = None) -> None:
     _worker.update(tokenizer=tokenizer, val_fraction=val_fraction)
+    if parent is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the pool
+        _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A parent killed by SIGKILL runs no cleanup, and a worker blocked on the task queue would wait forever: on
+    Linux the kernel kills the worker with its parent (prctl PR_SET_PDEATHSIG); elsewhere a thread polls."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    else:
+        threading.Thread(target=_poll_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # it died before the request was made
+        os._exit(1)
+
+
+def _poll_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def _encode_batch(texts: list[str]) -> Encoded:
+    """Each document's ids then end-of-text, per split, in the shard's dtype (half the bytes to pass back for
+    a vocabulary under 65,536)."""
     tok: Tokenizer = _worker["tokenizer"]
     sides = {split: [t for t in texts if is_val(t, _worker["val_fraction"]) == (split == "val")] for split in SPLITS}
     encode = getattr(tok, "encode_array", tok.encode)
-    eot = np.array([tok.eot_id], dtype=np.uint32)
+    dtype = token_dtype(tok.vocab_size)
+    eot = np.array([tok.eot_id], dtype=dtype)
     out = {}
     for split, docs in sides.items():
-        parts = [part for text in docs for part in (np.asarray(encode(text), dtype=np.uint32), eot)]
-        out[split] = (np.concatenate(parts) if parts else np.empty(0, dtype=np.uint32), len(docs))
+        parts = [part for text in docs for part in (np.asarray(encode(text)), eot)]
+        out[split] = (np.concatenate(parts, dtype=dtype) if parts else np.empty(0, dtype=dtype), len(docs))
     return out
 
 
 def encode_batches(batches: Iterator[list[str]], tokenizer: Tokenizer, val_fraction: float,
                    num_proc: int) -> Iterator[Encoded]:
-    """Encoded batches in input order. A pool is fed a bounded group at a time so memory stays flat."""
+    """Encoded batches in input order. At most IN_FLIGHT * num_proc batches are handed to the pool and not yet
+    taken back (a sliding window, so workers never wait on a slow one), so memory does not grow with the corpus."""
     if num_proc <= 1:
         _init_worker(tokenizer, val_fraction)
         yield from (_encode_batch(b) for b in batches)
         return
-    with multiprocessing.get_context().Pool(num_proc, _init_worker, (tokenizer, val_fraction)) as pool:
-        while group := list(islice(batches, 4 * num_proc)):
-            yield from pool.imap(_encode_batch, group)
+    init = (tokenizer, val_fraction, os.getpid())
+    with multiprocessing.get_context().Pool(num_proc, _init_worker, init) as pool:
+        window: deque = deque()
+        for batch in batches:
+            window.append(pool.apply_async(_encode_batch, (batch,)))
+            if len(window) >= IN_FLIGHT * num_proc:
+                yield window.popleft().get()
+        while window:
+            yield window.popleft().get()
 
 
 def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float) -> None:

@@ -1,0 +1,29 @@
+"""Data preparation throughput: tokens/s per process and scaling efficiency at the given process counts.
+
+Prepares a deterministic generated corpus with each count of worker processes (interleaved rounds, best of N) and
+prints a markdown table; efficiency is rate(n) / (n * rate(first count)), measured in the same run.
+Usage: python scripts/bench_prepare.py [1 2 8] [--mib 32] [--repeats 3] [--tokenizer gpt2]
+(default counts: 1, 2 and all cores; gpt2 needs its ranks in data/cache/tiktoken: scripts/fetch_gpt2_ranks.py)
+"""
+
+import argparse
+import os
+from pathlib import Path
+
+from gptlab.tools.benchmarks.prepare import main as run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("counts", nargs="*", type=int, help="process counts (data.num_proc); first is the reference")
+    parser.add_argument("--mib", type=int, default=32, help="corpus size in MiB of JSONL text")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best of them is kept")
+    parser.add_argument("--tokenizer", default="gpt2", help="a tiktoken encoding, or bytes")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/gptlab_bench_prepare"), help="corpus and caches")
+    args = parser.parse_args()
+    counts = args.counts or sorted({1, 2, os.cpu_count() or 1})
+    run(counts, args.mib, args.repeats, args.tokenizer, args.dir)
+
+
+if __name__ == "__main__":
+    main()
