@@ -25,17 +25,22 @@ from gptlab.config.suggest import compose_message
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 
-# (arguments of src/train.py, what its one line must say). The examples first, then neighbours.
+# (arguments of src/train.py, what its one line must say): one of each way a config is refused (a key Hydra does not
+# know, a `+` key a constructor does not take, a cross-field rule, a missing group option), run as a user runs them.
 REFUSED = [
     (["model.n_layers=2"], ["model.n_layers is not a key of model.", "Did you mean model.n_layer?"]),
-    (["trainer.max_step=3"], ["trainer.max_step is not a key of trainer.", "Did you mean trainer.max_steps?"]),
     (["+optimizer.foo=1"], ["optimizer.foo is not an argument of gptlab.train.optim.adamw.", "lr"]),
+    (["data.block_size=512", "model.block_size=256"], ["data.block_size=512 is longer than model.block_size=256"]),
+    (["model=nanoo"], ["conf/model/ has no option nanoo.", "Did you mean model=nano?"]),
+]
+# The same ways, more examples, through the same two steps in-process (compose, then check); the entry script's
+# part (one line, exit 2, no run dir) is the same for all and shown above: each subprocess costs ~8 s of imports.
+REFUSED_IN_PROCESS = [
+    (["trainer.max_step=3"], ["trainer.max_step is not a key of trainer.", "Did you mean trainer.max_steps?"]),
     (["+trainer.max_step=3"], ["trainer.max_step is not an argument of lightning.pytorch.Trainer.",
                                "Did you mean trainer.max_steps?"]),
-    (["data.block_size=512", "model.block_size=256"], ["data.block_size=512 is longer than model.block_size=256"]),
     (["trainer.max_steps=abc"], ["trainer.max_steps='abc' is invalid: use an integer >= 1."]),
     (["model.tie_weights=maybe"], ["model.tie_weights='maybe' is invalid: use true or false."]),
-    (["model=nanoo"], ["conf/model/ has no option nanoo.", "Did you mean model=nano?"]),
     (["model.compile=true"], ["model.compile is now runtime.compile"]),
 ]
 # Neighbours, through the same two steps in-process (compose, then check): each subprocess costs ~8 s of imports.
@@ -100,6 +105,12 @@ def refusal(*overrides: str) -> str:
     with pytest.raises(ConfigError) as err:
         check(cfg, list(overrides))
     return str(err.value)
+
+
+@pytest.mark.parametrize("args,words", REFUSED_IN_PROCESS, ids=[" ".join(a) for a, _ in REFUSED_IN_PROCESS])
+def test_refused_naming_the_key_meant(args: list[str], words: list[str]) -> None:
+    message = refusal(*args)
+    assert all(w in message for w in words), message
 
 
 @pytest.mark.parametrize("override,words", NEIGHBOURS, ids=[o for o, _ in NEIGHBOURS])

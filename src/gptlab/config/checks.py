@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -94,6 +95,13 @@ def writable_dir(field: str, value: Any) -> None:
         raise ConfigError(
             f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can write to."
         )
+
+
+def node_with_target(field: str, value: Any) -> None:
+    """A config node Hydra instantiates: a mapping that names its class in _target_."""
+    if not (isinstance(value, Mapping) and value.get("_target_")):
+        raise ConfigError(f"{field}={value!r} is not a node with _target_: give one, e.g. "
+                          f"{field}={{_target_: gptlab.data.sources.BuiltinSource, name: pydocs}} (see conf/data/).")
 
 
 def betas(field: str, value: Any) -> None:

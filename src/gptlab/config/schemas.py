@@ -97,7 +97,8 @@ class TiktokenTokenizer:
 class Data:
     _target_: str = "gptlab.data.GPTDataModule"
     source: Any = setting(
-        help="the corpus: a node with _target_ (gptlab.data.sources.BuiltinSource | TextFiles | HFDataset)")
+        help="the corpus: a node with _target_ (gptlab.data.sources.BuiltinSource | TextFiles | HFDataset)",
+        check=c.node_with_target)
     store: str = setting("prepared", "memory (tokenize at start, hold in RAM) | prepared (shards on disk, memmap) | "
                          "streaming", c.choice("memory", "prepared", "streaming"))
     cache_dir: str = setting(help="prepared: shards go to <cache_dir>/<tokenizer name>/ (relative to the launch dir)",
