@@ -24,7 +24,7 @@ def test_periodic_check_names_the_first_nonfinite_step(tmp_path: Path) -> None:
         "+callbacks.nan._target_=helpers.InjectNaN",
         "+callbacks.nan.step=7",
     ]
-    with pytest.raises(NonFiniteLossError, match="train/loss is nan at step 7 ") as caught:
+    with pytest.raises(NonFiniteLossError, match="train/loss is nan at step 8 ") as caught:
         train_in_process(tmp_path, *overrides)
     assert "Lower optimizer.lr" in str(caught.value)
     # Stopped by the check after step 10, not at the end of training (step 30).

@@ -30,6 +30,8 @@ IGNORED = [
     (["data.store=streaming", "data.sampling=epoch"], "data.sampling='epoch' has no effect"),
     (["data.sampling=epoch", "data.samples_per_epoch=10"], "data.samples_per_epoch=10 has no effect: it matters "
                                                            "only when data.sampling=random"),
+    (["model.mup_base_width=64"], "model.mup_base_width=64 has no effect: it matters only when "
+                                  "model.parametrization=mup"),
     (["optimizer=sgd", "optimizer.momentum=0.0"], "optimizer.nesterov=True has no effect: it matters only when "
                                                   "optimizer.momentum > 0; here optimizer.momentum=0.0."),
 ]

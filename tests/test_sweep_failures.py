@@ -42,13 +42,13 @@ def test_every_job_runs_and_the_failures_are_recorded_with_their_reasons(sweep) 
     assert returncode == 1, stderr[-3000:]  # some jobs failed: said at the end, after every job ran
     diverged = json.loads((sweep_dir / "0" / FAILURE_FILE).read_text())
     refused = json.loads((sweep_dir / "1" / FAILURE_FILE).read_text())
-    assert diverged["kind"] == "diverged" and "train/loss is nan at step 1" in diverged["reason"]
+    assert diverged["kind"] == "diverged" and "train/loss is nan at step 2" in diverged["reason"]
     assert diverged["overrides"] == "model.attn_scale=1e+30"
     assert refused["kind"] == "config error" and "model.attn_scale=-1.0 must be a positive number" in refused["reason"]
     assert (sweep_dir / "2" / SUMMARY_FILE).is_file() and not (sweep_dir / "2" / FAILURE_FILE).exists()
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("gptlab: 2 of 3 sweep jobs failed, the others ran: job 0 (model.attn_scale=1e+30): "
-                           "train/loss is nan at step 1"), last
+                           "train/loss is nan at step 2"), last
     assert "job 1 (model.attn_scale=-1.0): model.attn_scale=-1.0 must be a positive number" in last
     assert "Traceback" not in stderr
 
@@ -58,7 +58,7 @@ def test_the_report_lists_the_failed_jobs_with_their_reasons(sweep) -> None:
     table, _ = write_report(sweep_dir)
     text = table.read_text()
     failed = text.split("## Failed jobs (left out)\n\n", 1)[1]
-    assert failed.startswith("- 0 (model.attn_scale=1e+30): diverged: train/loss is nan at step 1")
+    assert failed.startswith("- 0 (model.attn_scale=1e+30): diverged: train/loss is nan at step 2")
     assert "- 1 (model.attn_scale=-1.0): config error: model.attn_scale=-1.0 must be a positive number" in failed
     assert "Jobs without a finished run" not in text  # failed is not "missing"
     assert "\n| 2 |" in text  # the job that trained is reported

@@ -23,7 +23,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Pat
         "+callbacks.nan._target_=helpers.InjectNaN",
         "+callbacks.nan.step=7",
     ]
-    with pytest.raises(NonFiniteLossError, match="train/loss is nan at step 7") as caught:
+    with pytest.raises(NonFiniteLossError, match="train/loss is nan at step 8 ") as caught:
         train_in_process(tmp_path, *overrides)
     last = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
     assert last["global_step"] == 6  # the checkpoint before the fault, untouched by it

@@ -114,7 +114,7 @@ class SignalAt(L.Callback):
 
 
 class NaNOnRank(L.Callback):
-    """Turns one weight of `rank`'s replica into NaN as optimizer step `step` begins: a fault on one rank only."""
+    """Turns one weight of `rank`'s replica into NaN when `step` optimizer steps are done: a fault on one rank only."""
 
     def __init__(self, step: int, rank: int) -> None:
         self.step, self.rank = step, rank
@@ -137,7 +137,7 @@ class Case:
         if self.kind == "lost":
             return f"SIGKILL to {self.target}, {self.moment} >= {self.step}"
         if self.kind == "nan":
-            return f"NaN on rank1 at step {self.step}"
+            return f"NaN on rank1 in step {self.step + 1}"
         at = "at a random time from launch" if self.moment == "anytime" else f"{self.moment} >= {self.step}"
         return f"{self.signal_name} to {self.target}, {at}"
 
@@ -254,8 +254,8 @@ class PreemptionDrill:
                 except Exception as err:  # noqa: BLE001 - any failure to load is the finding
                     problems.append(f"{ckpt.name} does not load: {err}")
         elif case.kind == "nan":
-            if out.returncode != 1 or not re.search(rf"at step {case.step} .*on rank 1 of 2", message):
-                problems.append(f"exit {out.returncode}, expected 1 naming step {case.step} on rank 1 of 2")
+            if out.returncode != 1 or not re.search(rf"at step {case.step + 1} .*on rank 1 of 2", message):
+                problems.append(f"exit {out.returncode}, expected 1 naming step {case.step + 1} on rank 1 of 2")
         if problems:
             problems.append(f"log: {log_path}")
 

@@ -157,7 +157,8 @@ class GPTLitModule(L.LightningModule):
         if step >= 0:
             where = f" on rank {rank} of {world}" if world > 1 else ""
             raise NonFiniteLossError(
-                f"train/loss is {loss} at step {int(step)} (optimizer steps done){where}; "
+                f"train/loss is {loss} at step {int(step) + 1} (the step that made it, as TensorBoard and the "
+                f"progress bar count){where}; "
                 "the checkpoints written before it are kept. Lower optimizer.lr, raise scheduler.warmup_steps, "
                 "or use trainer.precision=bf16-mixed instead of 16-mixed."
             )
