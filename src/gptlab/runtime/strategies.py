@@ -4,26 +4,24 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import torch
-from lightning.pytorch.strategies import FSDPStrategy
-
 from gptlab.errors import ConfigError
-from gptlab.model.block import Block
+from gptlab.runtime.fsdp_strategy import GPTFSDPStrategy
+
+# The keys of the FSDP1 trainer=fsdp (Lightning's FSDPStrategy) and what replaced each under FSDP2.
+FSDP1_KEYS = {
+    "sharding_strategy": "trainer.strategy.reshard_after_forward (true: FULL_SHARD, false: SHARD_GRAD_OP)",
+    "state_dict_type": "nothing: checkpoints are always sharded (a folder with one file per rank)",
+}
 
 
-def fsdp(activation_checkpointing: bool = True, **kwargs: Any) -> FSDPStrategy:
-    """FSDP that shards each transformer block as one unit (parameters, gradients, optimizer state) and,
-    when asked, recomputes each block's activations in backward instead of storing them."""
-    if not torch.cuda.is_available():
-        # Lightning's FSDP refuses every accelerator but CUDA; say so before the Trainer's deep traceback.
-        raise ConfigError(
-            "trainer=fsdp needs CUDA GPUs (Lightning's FSDP does not run on CPU); use trainer=ddp on CPU."
-        )
-    return FSDPStrategy(
-        auto_wrap_policy={Block},
-        activation_checkpointing_policy={Block} if activation_checkpointing else None,
-        **kwargs,
-    )
+def fsdp(activation_checkpointing: bool = True, reshard_after_forward: bool = True, **kwargs: Any) -> GPTFSDPStrategy:
+    """FSDP2 that shards each transformer block as one unit (parameters, gradients, optimizer state) and, when asked,
+    recomputes each block's activations in backward instead of storing them. Runs on CPU (gloo) and CUDA (NCCL)."""
+    old = sorted(set(kwargs) & set(FSDP1_KEYS))
+    if old:
+        raise ConfigError("; ".join(f"trainer.strategy.{key} is gone (FSDP1): use {FSDP1_KEYS[key]}" for key in old))
+    return GPTFSDPStrategy(activation_checkpointing=activation_checkpointing,
+                           reshard_after_forward=reshard_after_forward, **kwargs)
 
 
 def check_optimizer_fits_strategy(optimizer_target: Optional[str], strategy_target: Optional[str]) -> None:
