@@ -24,6 +24,12 @@ def fsdp(activation_checkpointing: bool = True, reshard_after_forward: bool = Tr
                            reshard_after_forward=reshard_after_forward, **kwargs)
 
 
+def uses_fsdp(trainer_cfg: Any) -> bool:
+    """Whether a composed `trainer` group runs under trainer=fsdp (this module's `fsdp`)."""
+    strategy = trainer_cfg.get("strategy") if trainer_cfg is not None else None
+    return hasattr(strategy, "get") and str(strategy.get("_target_", "")).endswith("strategies.fsdp")
+
+
 def check_optimizer_fits_strategy(optimizer_target: Optional[str], strategy_target: Optional[str]) -> None:
     """Muon orthogonalizes whole matrices; FSDP hands each rank a flat shard of them, so refuse before training."""
     if optimizer_target and optimizer_target.endswith(".muon") and strategy_target and "fsdp" in strategy_target:

@@ -95,7 +95,8 @@ class GPTLitModule(L.LightningModule):
         parallelize = getattr(self.trainer.strategy, "parallelize", None)
         if parallelize is not None:
             parallelize(self.model, compile=self.compile)
-            self.forward_fn = self.model  # its __call__: FSDP gathers the root unit in a forward pre-hook
+            self.forward_fn = self.model.__call__  # through FSDP's pre-forward hook (gathers the root unit); a
+            # method, not the module, so it is not registered a second time as a submodule (its state_dict keys)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
