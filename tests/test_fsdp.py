@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import PROBE_IDS, compose_config, run_script, run_tiny, scalars, train_in_process
 
-from gptlab.checkpoint.reader import load_model, read_checkpoint
+from gptlab.checkpoint.reader import checkpoint_problem, load_model, read_checkpoint
 from gptlab.errors import ConfigError
 
 RUN = ["model.n_layer=2", "model.dropout=0.0", "data.batch_size=2", "global_batch_tokens=128",
@@ -111,3 +111,51 @@ def test_sharded_checkpoint_outside_fsdp_and_fsdp1_keys_are_refused(sharded: Pat
 
     with pytest.raises(ConfigError, match="sharding_strategy is gone.*reshard_after_forward"):
         fsdp(sharding_strategy="FULL_SHARD")
+
+
+def test_a_partial_or_damaged_folder_is_never_taken_as_whole(sharded: Path, tmp_path: Path) -> None:
+    from gptlab.checkpoint.reader import newest_loadable_checkpoint
+    from gptlab.runtime.fsdp_strategy import partial_name
+
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(sharded / "checkpoints", checkpoints)
+    last = checkpoints / "last.ckpt"
+    shutil.copytree(last, partial_name(last))  # a save killed before its rename: a whole-looking hidden folder
+    damaged = checkpoints / "step0000009.ckpt"  # newer, but a shard is missing (copied in part)
+    shutil.copytree(last, damaged)
+    (damaged / "__1_0.distcp").unlink()
+    problem = checkpoint_problem(damaged)
+    assert "lacks __1_0.distcp" in problem
+    assert newest_loadable_checkpoint(tmp_path) in {last, *checkpoints.glob("step*4*.ckpt")}  # a whole one
+
+
+def first_leg(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    run = tmp_path_factory.mktemp(name)
+    fsdp_run(run, 2, "trainer.max_steps=2")
+    return run
+
+
+@pytest.mark.slow
+def test_resume_on_two_ranks_is_bit_exact(sharded: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    run = first_leg(tmp_path_factory, "resume2")
+    fsdp_run(run, 2, "trainer.max_steps=4", "resume=auto")
+    assert losses(run) == losses(sharded)  # every step's loss, to the bit
+    ours = read_checkpoint(run / "checkpoints" / "last.ckpt")["state_dict"]
+    theirs = read_checkpoint(sharded / "checkpoints" / "last.ckpt")["state_dict"]
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+@pytest.mark.slow
+def test_resume_on_one_rank_continues(sharded: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """2 ranks' sharded checkpoint onto 1 rank: DCP reshards it; the gradient is summed in another order, so float
+    tolerance rather than bits."""
+    run = first_leg(tmp_path_factory, "resume1")
+    fsdp_run(run, 1, "trainer.max_steps=4", "resume=auto")
+    assert sorted(p.name for p in (run / "checkpoints" / "last.ckpt").glob("*.distcp")) == ["__0_0.distcp"]
+    ours = read_checkpoint(run / "checkpoints" / "last.ckpt")
+    theirs = read_checkpoint(sharded / "checkpoints" / "last.ckpt")
+    assert ours["global_step"] == 4
+    for name, tensor in theirs["state_dict"].items():
+        torch.testing.assert_close(ours["state_dict"][name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+    val_ours, val_theirs = scalars(run)["val/loss"], scalars(sharded)["val/loss"]
+    assert val_ours[4] == pytest.approx(val_theirs[4], rel=1e-5)
