@@ -23,7 +23,7 @@ FSDP = ["trainer=fsdp", "trainer.accelerator=cpu"]
 
 
 def fsdp_run(run: Path, devices: int, *overrides: str) -> None:
-    probe = [f"+callbacks.shards._target_=helpers.RecordShards", f"+callbacks.shards.path={run / 'shards.pt'}"]
+    probe = ["+callbacks.shards._target_=helpers.RecordShards", f"+callbacks.shards.path={run / 'shards.pt'}"]
     proc = run_tiny(run, *RUN, *FSDP, f"trainer.devices={devices}", *probe, *overrides, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -107,10 +107,14 @@ def test_sharded_checkpoint_outside_fsdp_and_fsdp1_keys_are_refused(sharded: Pat
     cfg = compose_config(RUN + [f"ckpt_path={sharded / 'checkpoints' / 'last.ckpt'}"], tmp_path)
     with pytest.raises(ConfigError, match="is a sharded checkpoint.*trainer=fsdp.*convert_checkpoint.py"):
         check_before_run(cfg)
-    from gptlab.runtime.strategies import fsdp
+    from gptlab.config.check import check
 
+    old = compose_config(["trainer=fsdp", "+trainer.strategy.sharding_strategy=FULL_SHARD"], tmp_path)
     with pytest.raises(ConfigError, match="sharding_strategy is gone.*reshard_after_forward"):
-        fsdp(sharding_strategy="FULL_SHARD")
+        check(old)
+    typo = compose_config(["trainer=fsdp", "+trainer.strategy.reshard_after_fwd=false"], tmp_path)
+    with pytest.raises(ConfigError, match="trainer.strategy.reshard_after_fwd is not a key of trainer=fsdp"):
+        check(typo)
 
 
 def test_a_partial_or_damaged_folder_is_never_taken_as_whole(sharded: Path, tmp_path: Path) -> None:

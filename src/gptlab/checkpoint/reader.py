@@ -102,7 +102,8 @@ def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
 
 
 def resolve_checkpoint(path: PathLike, what: str = "ckpt_path") -> Path:
-    """`path` itself when it is a checkpoint (a file or a sharded folder); for a run dir (or its checkpoints/ dir), its newest checkpoint that loads."""
+    """`path` itself when it is a checkpoint (a file or a sharded folder); for a run dir (or its checkpoints/ dir),
+    its newest checkpoint that loads."""
     path = Path(path)
     if path.is_dir() and not sharded.is_sharded(path):
         found = newest_loadable_checkpoint(path)

@@ -62,7 +62,8 @@ def _model_parallel_strategy() -> Any:
     return ModelParallelStrategy()
 
 
-INSTANCES = {"trainer": _trainer, "model_parallel_strategy": _model_parallel_strategy}  # attributes set in __init__ need an instance
+# attributes set in __init__ need an instance
+INSTANCES = {"trainer": _trainer, "model_parallel_strategy": _model_parallel_strategy}
 
 
 def resolve(entry: Private) -> Any:

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from gptlab.config.fsdp_keys import fsdp_key_problem
 from gptlab.errors import ConfigError
 from gptlab.runtime.fsdp_strategy import GPTFSDPStrategy
-
-# The keys of the FSDP1 trainer=fsdp (Lightning's FSDPStrategy) and what replaced each under FSDP2.
-FSDP1_KEYS = {
-    "sharding_strategy": "trainer.strategy.reshard_after_forward (true: FULL_SHARD, false: SHARD_GRAD_OP)",
-    "state_dict_type": "nothing: checkpoints are always sharded (a folder with one file per rank)",
-}
 
 
 def fsdp(activation_checkpointing: bool = True, reshard_after_forward: bool = True, **kwargs: Any) -> GPTFSDPStrategy:
     """FSDP2 that shards each transformer block as one unit (parameters, gradients, optimizer state) and, when asked,
     recomputes each block's activations in backward instead of storing them. Runs on CPU (gloo) and CUDA (NCCL)."""
-    old = sorted(set(kwargs) & set(FSDP1_KEYS))
-    if old:
-        raise ConfigError("; ".join(f"trainer.strategy.{key} is gone (FSDP1): use {FSDP1_KEYS[key]}" for key in old))
+    problem = fsdp_key_problem(kwargs)  # also a config rule; here for a strategy built from Python
+    if problem:
+        raise ConfigError(problem)
     return GPTFSDPStrategy(activation_checkpointing=activation_checkpointing,
                            reshard_after_forward=reshard_after_forward, **kwargs)
 

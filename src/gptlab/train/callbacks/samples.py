@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
-
 import logging
+from typing import Optional, Sequence
 
 import lightning as L
 import torch
