@@ -276,3 +276,16 @@ class RecordShards(L.Callback):
 
 
 PROBE_IDS = torch.arange(24).view(2, 12) * 7 % 250  # a fixed input for comparing a model's logits across forms
+
+
+class RecordPeakMemory(L.Callback):
+    """Writes torch.cuda.max_memory_allocated() over the training steps to `path` (JSON) at the end of training."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.path.write_text(json.dumps({"peak_bytes": torch.cuda.max_memory_allocated()}))
