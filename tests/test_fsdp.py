@@ -163,3 +163,31 @@ def test_resume_on_one_rank_continues(sharded: Path, tmp_path_factory: pytest.Te
         torch.testing.assert_close(ours["state_dict"][name], tensor, rtol=1e-4, atol=1e-6, msg=name)
     val_ours, val_theirs = scalars(run)["val/loss"], scalars(sharded)["val/loss"]
     assert val_ours[4] == pytest.approx(val_theirs[4], rel=1e-5)
+
+
+def test_plan_one_unit_per_block_and_bf16_gathers(tmp_path: Path) -> None:
+    """shard_gpt on a 1-rank gloo group in this process: every Block and the root are FSDP units, the gathered
+    weights a block computes with are bf16 under bf16-mixed while the sharded master weights stay fp32, and
+    checkpointing is on."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+
+    from gptlab.model import GPT, GPTConfig
+    from gptlab.runtime.fsdp2 import shard_gpt
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16))
+        shard_gpt(model, init_device_mesh("cpu", (1,)), compile=False, activation_checkpointing=True,
+                  param_dtype=torch.bfloat16, reshard_after_forward=True)
+        assert isinstance(model, FSDPModule) and all(isinstance(b, FSDPModule) for b in model.blocks)
+        assert model.activation_checkpointing
+        seen = []
+        model.blocks[1].attn.qkv.register_forward_hook(lambda m, args, out: seen.append(m.weight.dtype))
+        logits = model(torch.randint(0, 50, (2, 16)))
+        assert seen == [torch.bfloat16] and logits.dtype == torch.bfloat16
+        model.reshard()  # the root keeps its gathered weights after forward (needed first in backward)
+        assert all(p.dtype == torch.float32 and hasattr(p, "to_local") for p in model.parameters())
+    finally:
+        dist.destroy_process_group()
