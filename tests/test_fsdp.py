@@ -133,6 +133,16 @@ def test_a_partial_or_damaged_folder_is_never_taken_as_whole(sharded: Path, tmp_
     assert newest_loadable_checkpoint(tmp_path) in {last, *checkpoints.glob("step*4*.ckpt")}  # a whole one
 
 
+def test_restart_deletes_the_sharded_checkpoints(sharded: Path, tmp_path: Path) -> None:
+    from gptlab.runs.resume import start_over
+
+    run = tmp_path / "run"
+    shutil.copytree(sharded / "checkpoints", run / "checkpoints")
+    removed = start_over(compose_config(["resume=restart"], run), run)
+    assert run / "checkpoints" / "last.ckpt" in removed
+    assert not list((run / "checkpoints").iterdir())
+
+
 def first_leg(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     run = tmp_path_factory.mktemp(name)
     fsdp_run(run, 2, "trainer.max_steps=2")

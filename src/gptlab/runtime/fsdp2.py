@@ -31,7 +31,7 @@ def shard_gpt(model: GPT, mesh: Optional[DeviceMesh], *, compile: bool, activati
     and gradients are reduced in fp32. `compile`: each block is compiled on its own (one graph, reused by every
     layer), so FSDP's hooks stay outside the compiled code."""
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    model.activation_checkpointing = activation_checkpointing
+    model.activation_checkpointing = model.activation_checkpointing or activation_checkpointing  # either switch
     for block in model.blocks:
         if compile:
             block.compile(dynamic=False)  # in place: the state_dict keys stay the model's (no `_orig_mod.`)
