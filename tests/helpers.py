@@ -267,6 +267,8 @@ class RecordShards(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.record["sizes"] = {name: (p.to_local().numel() if hasattr(p, "to_local") else p.numel(), p.numel())
                                 for name, p in pl_module.model.named_parameters()}
+        # nn.Module.compile() (in place) sets this private attribute; per-block compile is what it shows
+        self.record["compiled_blocks"] = [block._compiled_call_impl is not None for block in pl_module.model.blocks]
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.model.eval()
