@@ -253,3 +253,41 @@ class RecordBatches(L.Callback):
         seen = torch.load(path) if path.exists() else {}
         seen.setdefault(trainer.global_step, []).append(batch[0].cpu())
         torch.save(seen, path)
+
+
+class RecordShards(L.Callback):
+    """For trainer=fsdp: each rank's local and global size of every parameter at the start of training, and the
+    (sharded) model's logits on PROBE_IDS at the end, saved to `path`.rank<r> (every rank runs the forward: FSDP
+    gathers each block with collectives)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.record: dict[str, Any] = {}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.record["sizes"] = {name: (p.to_local().numel() if hasattr(p, "to_local") else p.numel(), p.numel())
+                                for name, p in pl_module.model.named_parameters()}
+        # nn.Module.compile() (in place) sets this private attribute; per-block compile is what it shows
+        self.record["compiled_blocks"] = [block._compiled_call_impl is not None for block in pl_module.model.blocks]
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        pl_module.model.eval()
+        with torch.no_grad():
+            self.record["logits"] = pl_module.model(PROBE_IDS.to(pl_module.device)).float().cpu()
+        torch.save(self.record, self.path.with_name(f"{self.path.name}.rank{trainer.global_rank}"))
+
+
+PROBE_IDS = torch.arange(24).view(2, 12) * 7 % 250  # a fixed input for comparing a model's logits across forms
+
+
+class RecordPeakMemory(L.Callback):
+    """Writes torch.cuda.max_memory_allocated() over the training steps to `path` (JSON) at the end of training."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.path.write_text(json.dumps({"peak_bytes": torch.cuda.max_memory_allocated()}))

@@ -30,6 +30,7 @@ from gptlab.runtime.continuation import expected_warnings_silenced
 from gptlab.runtime.early_checks import Checked, check_before_run
 from gptlab.runtime.hydra_ddp import ddp_job_scope
 from gptlab.runtime.rank_watch import WATCH
+from gptlab.runtime.strategies import uses_fsdp
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.training_clock import TrainingClock
 
@@ -92,7 +93,7 @@ def _continue_from(cfg: DictConfig, output_dir: Path, checked: Checked) -> Optio
     model it must fit; None for a run from step 0."""
     ckpt_path = resume_checkpoint(cfg, output_dir)
     if ckpt_path is not None:
-        check_resumable(ckpt_path, checked.model_cfg)
+        check_resumable(ckpt_path, checked.model_cfg, uses_fsdp(cfg.trainer))
         if resume_mode(cfg) == "auto":
             log.info("resume=auto: continuing from %s", ckpt_path)
     return ckpt_path

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from gptlab.checkpoint import sharded
 from gptlab.checkpoint.errors import unreadable_reason
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
@@ -28,7 +29,24 @@ class UnreadableCheckpoint(Exception):
     """Why a file is not a usable checkpoint; `read_checkpoint` turns it into a ConfigError with the advice."""
 
 
+def _load_sharded(path: Path, weights: bool) -> dict[str, Any]:
+    """A sharded checkpoint (trainer=fsdp): Lightning's meta.pt, plus the whole weights gathered when `weights`."""
+    missing = sharded.missing_parts(path)
+    if missing:
+        raise UnreadableCheckpoint(f"it is a sharded checkpoint folder that lacks {', '.join(missing)}: it was "
+                                   "never completely written or was copied in part")
+    try:
+        ckpt = sharded.read_meta(path)
+        if weights:
+            ckpt["state_dict"] = sharded.read_full_state_dict(path)
+    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError... for bad files
+        raise UnreadableCheckpoint(f"its shards cannot be read ({type(err).__name__}: {err})") from err
+    return ckpt
+
+
 def _load(path: Path, mmap: bool) -> dict[str, Any]:
+    if sharded.is_sharded(path):
+        return _load_sharded(path, weights=not mmap)
     if not path.is_file():
         raise UnreadableCheckpoint("it is not a file")
     size = path.stat().st_size
@@ -47,7 +65,8 @@ def _load(path: Path, mmap: bool) -> dict[str, Any]:
 
 def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False) -> dict[str, Any]:
     """The checkpoint's contents; a missing, truncated, foreign or empty file is a ConfigError naming it.
-    `mmap`: tensors stay on disk until touched (a cheap check that a file loads)."""
+    `mmap`: tensors stay on disk until touched (a cheap check that a file loads); for a sharded checkpoint folder,
+    only its meta.pt is read (no `state_dict`) and its shard files are checked to be there."""
     try:
         return _load(Path(path), mmap)
     except UnreadableCheckpoint as err:
@@ -56,9 +75,9 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
 
 
 def checkpoints_newest_first(directory: Path) -> list[Path]:
-    """Every `*.ckpt` under `directory`, newest first by the time it was completed (every checkpoint is renamed into
-    place whole)."""
-    found = (p for p in directory.rglob("*.ckpt") if p.is_file())
+    """Every `*.ckpt` under `directory` (a file, or a sharded checkpoint's folder), newest first by the time it was
+    completed (every checkpoint is renamed into place whole, which sets a folder's mtime too)."""
+    found = (p for p in directory.rglob("*.ckpt") if p.is_file() or sharded.is_sharded(p))
     return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
@@ -83,9 +102,10 @@ def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
 
 
 def resolve_checkpoint(path: PathLike, what: str = "ckpt_path") -> Path:
-    """`path` itself when it is a file; for a run dir (or its checkpoints/ dir), its newest checkpoint that loads."""
+    """`path` itself when it is a checkpoint (a file or a sharded folder); for a run dir (or its checkpoints/ dir),
+    its newest checkpoint that loads."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not sharded.is_sharded(path):
         found = newest_loadable_checkpoint(path)
         if found is None:
             raise ConfigError(f"{what}={str(path)!r} is a directory without a readable checkpoint (*.ckpt); give a "
@@ -139,8 +159,14 @@ def config_differences(trained: GPTConfig, wanted: GPTConfig) -> list[str]:
             for k in a if k not in runtime and a[k] != b[k]]
 
 
-def check_resumable(path: PathLike, wanted: GPTConfig) -> None:
-    """Fail before training starts if `path` is unreadable or holds a model of another shape than `wanted`."""
+def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False) -> None:
+    """Fail before training starts if `path` is unreadable or holds a model of another shape than `wanted`, or is a
+    sharded checkpoint and this run (`fsdp`: under trainer=fsdp) cannot load one."""
+    if sharded.is_sharded(Path(path)) and not fsdp:
+        raise ConfigError(f"ckpt_path={str(path)!r} is a sharded checkpoint (a folder, written under trainer=fsdp); "
+                          "continue it with trainer=fsdp (on any number of ranks: trainer.devices=1 too), or start "
+                          "from its weights alone after `python scripts/convert_checkpoint.py "
+                          f"{path} <file>.pt`.")
     ckpt = read_checkpoint(path, mmap=True)
     differences = config_differences(checkpoint_model_config(ckpt, path), wanted)
     if differences:

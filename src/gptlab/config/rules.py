@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 
+from gptlab.config.fsdp_keys import fsdp_strategy_keys
 from gptlab.errors import ConfigError
 
 Rule = Callable[[DictConfig], Optional[str]]  # None = fine, else the message
@@ -54,7 +55,8 @@ def mup_trains_with_adam(cfg: DictConfig) -> Optional[str]:
     return mup_refusal(target) if isinstance(target, str) and target not in MUP_OPTIMIZERS else None
 
 
-RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing, mup_trains_with_adam)
+RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing, mup_trains_with_adam,
+                          fsdp_strategy_keys)
 
 
 def check_rules(cfg: DictConfig) -> None:

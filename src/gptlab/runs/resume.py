@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -21,6 +22,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig
 
 from gptlab.checkpoint.reader import checkpoint_problem, checkpoints_newest_first, read_checkpoint, resolve_checkpoint
+from gptlab.checkpoint.sharded import is_sharded
 from gptlab.errors import ConfigError, invalid_choice
 from gptlab.runs import sweep_jobs
 from gptlab.runs.run_dir import SUMMARY_FILE, event_files
@@ -54,7 +56,7 @@ def given_checkpoint(cfg: DictConfig) -> Optional[str]:
     if ckpt_path is None:
         return None
     path = resolve_checkpoint(ckpt_path)
-    if not path.is_file():
+    if not path.is_file() and not is_sharded(path):
         raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
     return str(path)
 
@@ -123,7 +125,7 @@ def start_over(cfg: DictConfig, output_dir: Path) -> list[Path]:
     if resume_mode(cfg) != "restart" or not output_dir.is_dir():
         return []
     old = [*checkpoints_newest_first(output_dir), *event_files(output_dir), output_dir / SUMMARY_FILE]
-    removed = [path for path in old if path.is_file()]
+    removed = [path for path in old if path.is_file() or is_sharded(path)]
     for path in removed:
-        path.unlink()
+        shutil.rmtree(path) if path.is_dir() else path.unlink()  # a folder: a sharded checkpoint (trainer=fsdp)
     return removed

@@ -27,7 +27,7 @@ from gptlab.runs.resume import given_checkpoint, resume_mode
 from gptlab.runtime.guards import check_devices, check_memory, resolve_accelerator
 from gptlab.runtime.option_relevance import ignored_options
 from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_free_space, checkpoint_bytes
-from gptlab.runtime.strategies import check_optimizer_fits_strategy
+from gptlab.runtime.strategies import check_optimizer_fits_strategy, uses_fsdp
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _check_before_run(cfg: DictConfig) -> Checked:
                      activation_checkpointing=Runtime(**cfg.get("runtime", {})).activation_checkpointing)
     ckpt_path = given_checkpoint(cfg)  # a file outside the run dir, so it is checked here too
     if ckpt_path is not None:
-        check_resumable(ckpt_path, model_cfg)
+        check_resumable(ckpt_path, model_cfg, uses_fsdp(cfg.trainer))
     if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
         budget = RETAINED_CHECKPOINTS * checkpoint_bytes(count_parameters(model_cfg)["total"])
         check_free_space(checkpoint_dirs(cfg), budget)

@@ -39,8 +39,13 @@ PRIVATE = (
     Private("trainer:_logger_connector.log_metrics",
             "gptlab/train/step_axis.py", "the one call through which Lightning logs, wrapped to give it the step: "
             "Lightning's own step is one behind the optimizer steps done"),
-    Private("fsdp_strategy:_activation_checkpointing_kwargs",
-            "tests/test_sweeps.py", "checks trainer=fsdp really recomputes each Block"),
+    Private("model_parallel_strategy:_data_parallel_size",
+            "gptlab/runtime/fsdp_strategy.py", "trainer=fsdp shards over every rank, not only across nodes"),
+    Private("lightning.fabric.strategies.model_parallel:_METADATA_FILENAME",
+            "gptlab/checkpoint/sharded.py", "the name of Lightning's meta.pt in a sharded checkpoint folder"),
+    Private("torch.distributed.checkpoint.state_dict_loader:_load_state_dict_from_keys",
+            "gptlab/checkpoint/sharded.py", "reads a sharded checkpoint's whole weights in one process (what torch's "
+            "own dcp_to_torch_save uses), without its optimizer states"),
 )
 
 
@@ -51,14 +56,14 @@ def _trainer() -> Any:
                      enable_model_summary=False)
 
 
-def _fsdp_strategy() -> Any:
-    import torch
-    from lightning.pytorch.strategies import FSDPStrategy
+def _model_parallel_strategy() -> Any:
+    from lightning.pytorch.strategies import ModelParallelStrategy
 
-    return FSDPStrategy(activation_checkpointing_policy={torch.nn.Linear})
+    return ModelParallelStrategy()
 
 
-INSTANCES = {"trainer": _trainer, "fsdp_strategy": _fsdp_strategy}  # attributes set in __init__ need an instance
+# attributes set in __init__ need an instance
+INSTANCES = {"trainer": _trainer, "model_parallel_strategy": _model_parallel_strategy}
 
 
 def resolve(entry: Private) -> Any:

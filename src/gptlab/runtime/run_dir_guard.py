@@ -55,6 +55,7 @@ class GuardRunDir(Callback):
         from gptlab.config.checks import writable_dir
         from gptlab.runs.resume import finished_run, resume_checkpoint
         from gptlab.runtime.early_checks import check_before_run
+        from gptlab.runtime.strategies import uses_fsdp
 
         run_dir = Path(os.path.abspath(config.hydra.run.dir))
         task = _task_config(config, run_dir)
@@ -78,7 +79,7 @@ class GuardRunDir(Callback):
         try:
             ckpt_path = resume_checkpoint(task, run_dir, warn=False)  # train() names them in its log
             if ckpt_path is not None:
-                check_resumable(ckpt_path, checked.model_cfg)
+                check_resumable(ckpt_path, checked.model_cfg, uses_fsdp(task.trainer))
             finished = finished_run(task, run_dir, ckpt_path)
         except Exception as err:
             if find_config_error(err) is None:

@@ -4,26 +4,25 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import torch
-from lightning.pytorch.strategies import FSDPStrategy
-
+from gptlab.config.fsdp_keys import fsdp_key_problem
 from gptlab.errors import ConfigError
-from gptlab.model.block import Block
+from gptlab.runtime.fsdp_strategy import GPTFSDPStrategy
 
 
-def fsdp(activation_checkpointing: bool = True, **kwargs: Any) -> FSDPStrategy:
-    """FSDP that shards each transformer block as one unit (parameters, gradients, optimizer state) and,
-    when asked, recomputes each block's activations in backward instead of storing them."""
-    if not torch.cuda.is_available():
-        # Lightning's FSDP refuses every accelerator but CUDA; say so before the Trainer's deep traceback.
-        raise ConfigError(
-            "trainer=fsdp needs CUDA GPUs (Lightning's FSDP does not run on CPU); use trainer=ddp on CPU."
-        )
-    return FSDPStrategy(
-        auto_wrap_policy={Block},
-        activation_checkpointing_policy={Block} if activation_checkpointing else None,
-        **kwargs,
-    )
+def fsdp(activation_checkpointing: bool = True, reshard_after_forward: bool = True, **kwargs: Any) -> GPTFSDPStrategy:
+    """FSDP2 that shards each transformer block as one unit (parameters, gradients, optimizer state) and, when asked,
+    recomputes each block's activations in backward instead of storing them. Runs on CPU (gloo) and CUDA (NCCL)."""
+    problem = fsdp_key_problem(kwargs)  # also a config rule; here for a strategy built from Python
+    if problem:
+        raise ConfigError(problem)
+    return GPTFSDPStrategy(activation_checkpointing=activation_checkpointing,
+                           reshard_after_forward=reshard_after_forward, **kwargs)
+
+
+def uses_fsdp(trainer_cfg: Any) -> bool:
+    """Whether a composed `trainer` group runs under trainer=fsdp (this module's `fsdp`)."""
+    strategy = trainer_cfg.get("strategy") if trainer_cfg is not None else None
+    return hasattr(strategy, "get") and str(strategy.get("_target_", "")).endswith("strategies.fsdp")
 
 
 def check_optimizer_fits_strategy(optimizer_target: Optional[str], strategy_target: Optional[str]) -> None:

@@ -52,6 +52,7 @@ class GPTLitModule(L.LightningModule):
         self.forward_fn: Callable[..., torch.Tensor] = (
             torch.compile(model.forward, dynamic=False) if compile else model.forward
         )
+        self.compile = compile
         require_int("nonfinite_check_every", nonfinite_check_every, 1, "a positive integer (steps)")
         self.nonfinite_check_every = nonfinite_check_every
         # (step, loss) of every training step since the last check_finite: the losses stay on the device until then
@@ -87,6 +88,15 @@ class GPTLitModule(L.LightningModule):
         if list(names) != self.val_sources:
             self.val_sources = list(names)
             self.per_source = torch.nn.ModuleList(ValidationSums() for _ in names)
+
+    def configure_model(self) -> None:
+        """Under trainer=fsdp the strategy shards the model here (runtime/fsdp_strategy.py): per-block compile then
+        replaces the whole-model compile, whose graph would swallow FSDP's per-block gathers."""
+        parallelize = getattr(self.trainer.strategy, "parallelize", None)
+        if parallelize is not None:
+            parallelize(self.model, compile=self.compile)
+            self.forward_fn = self.model.__call__  # through FSDP's pre-forward hook (gathers the root unit); a
+            # method, not the module, so it is not registered a second time as a submodule (its state_dict keys)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)

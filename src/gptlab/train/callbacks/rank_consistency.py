@@ -13,6 +13,8 @@ import logging
 import lightning as L
 import torch
 
+from gptlab.runtime.fsdp_strategy import shards_weights
+
 log = logging.getLogger(__name__)
 
 
@@ -26,8 +28,8 @@ def weights_digest(module: torch.nn.Module) -> int:
 
 class RankConsistencyCheck(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.world_size < 2:
-            return
+        if trainer.world_size < 2 or shards_weights(trainer.strategy):
+            return  # under FSDP each rank holds its own shard: nothing is replicated to compare
         mine = torch.tensor([weights_digest(pl_module)], dtype=torch.int64, device=pl_module.device)
         digests = trainer.strategy.all_gather(mine).flatten().tolist()
         if len(set(digests)) != 1:

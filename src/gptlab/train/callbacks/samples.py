@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Optional, Sequence
 
 import lightning as L
@@ -10,6 +11,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from gptlab.model import GPT
+from gptlab.runtime.fsdp_strategy import shards_weights
+
+log = logging.getLogger(__name__)
 
 
 class TextSamples(L.Callback):
@@ -28,11 +32,17 @@ class TextSamples(L.Callback):
         self.prompts, self.max_new_tokens = list(prompts), max_new_tokens
         self.temperature, self.top_k, self.seed = temperature, top_k, seed
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Sampling runs on rank 0 alone, and under FSDP each rank holds only a shard of the weights.
+        self._enabled = not shards_weights(trainer.strategy)
+        if not self._enabled:
+            log.warning("callbacks.text_samples is off under FSDP (the weights are sharded across ranks).")
+
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
         tokenizer = getattr(trainer.datamodule, "tokenizer", None)
-        if not writers or tokenizer is None or trainer.sanity_checking:
+        if not writers or tokenizer is None or trainer.sanity_checking or not getattr(self, "_enabled", True):
             return
         model: GPT = pl_module.model
         was_training = model.training

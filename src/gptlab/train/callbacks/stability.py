@@ -20,12 +20,12 @@ from typing import Any, Optional
 
 import lightning as L
 import torch
-from lightning.pytorch.strategies import FSDPStrategy
 from torch.optim import Optimizer
 
 from gptlab.errors import require_int
 from gptlab.model import GPT
 from gptlab.model.loss import z_loss_term
+from gptlab.runtime.fsdp_strategy import shards_weights
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class StabilityProbes(L.Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Under FSDP each rank holds a shard of every weight and gradient: per-block norms and a forward outside
         # the FSDP wrapper would be wrong, so the probes stay off there rather than log shard-local numbers.
-        self._enabled = not isinstance(trainer.strategy, FSDPStrategy)
+        self._enabled = not shards_weights(trainer.strategy)
         if not self._enabled:
             log.warning("callbacks.stability_probes is off under FSDP (weights and gradients are sharded).")
 

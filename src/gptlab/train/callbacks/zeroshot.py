@@ -6,11 +6,11 @@ import logging
 from typing import Any, Mapping, Optional, Sequence
 
 import lightning as L
-from lightning.pytorch.strategies import FSDPStrategy
 
 from gptlab.errors import require_int
 from gptlab.eval.tasks import Example
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, load_examples
+from gptlab.runtime.fsdp_strategy import shards_weights
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class ZeroShotEval(L.Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.tasks:
             return
-        if isinstance(trainer.strategy, FSDPStrategy):
+        if shards_weights(trainer.strategy):
             log.warning("callbacks.zero_shot is off under FSDP (the weights are sharded across ranks).")
             self.tasks = []
             return

@@ -1,0 +1,28 @@
+"""Convert a sharded checkpoint (the folder trainer=fsdp saves) into one file that eval, sample and export read.
+
+    python scripts/convert_checkpoint.py outputs/runs/<name>/<date>/<time>/checkpoints/last.ckpt model.ckpt
+
+eval.py, sample.py and scripts/export_hf.py also read the folder directly; the file drops the optimizer states,
+so continue training from the folder (on any number of ranks), not from the file.
+"""
+
+import argparse
+from pathlib import Path
+
+from gptlab.checkpoint.convert import to_one_file
+from gptlab.runtime.cli import user_errors_exit
+
+
+@user_errors_exit
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path, help="a sharded checkpoint folder, or a run dir (its newest)")
+    parser.add_argument("out", type=Path, help="the one-file checkpoint to write")
+    args = parser.parse_args()
+    ckpt = to_one_file(args.checkpoint, args.out)
+    n = sum(t.numel() for t in ckpt["state_dict"].values())
+    print(f"wrote {args.out} (step {ckpt.get('global_step', 0)}, {len(ckpt['state_dict'])} tensors, {n:,} values)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""A sharded checkpoint (trainer=fsdp) as one file: for tools that want a single `.ckpt`, or to keep a run's weights
+in one place. DCP joins every rank's chunks in this one process (no process group, any world size that wrote it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gptlab.atomic import atomic_write
+from gptlab.checkpoint.atomic_io import tensor_bytes
+from gptlab.checkpoint.reader import read_checkpoint, resolve_checkpoint
+from gptlab.checkpoint.sharded import is_sharded
+from gptlab.errors import ConfigError
+
+
+def to_one_file(src: Path, out: Path) -> dict[str, Any]:
+    """Write the sharded checkpoint `src` (or a run dir's newest loadable one) as the one-file checkpoint `out`:
+    Lightning's meta.pt plus the whole `state_dict`. The optimizer states are left out, so the file is for eval,
+    sampling and export, not for resuming (resume from the folder itself, on any number of ranks)."""
+    src = resolve_checkpoint(src, "checkpoint")
+    if not is_sharded(src):
+        raise ConfigError(f"{src} is already a one-file checkpoint; eval, sample and export read it as it is.")
+    if out.is_dir():
+        raise ConfigError(f"out={str(out)!r} is a directory; give the path of the file to write (e.g. model.ckpt).")
+    ckpt = read_checkpoint(src, "checkpoint")
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            torch.save(ckpt, f)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, write, size_hint=tensor_bytes(ckpt))
+    return ckpt

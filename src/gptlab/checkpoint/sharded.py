@@ -1,0 +1,48 @@
+"""A sharded checkpoint (trainer=fsdp): a folder `<name>.ckpt/` that torch.distributed.checkpoint (DCP) and
+Lightning's ModelParallelStrategy write, one `__<rank>_0.distcp` file per rank, DCP's `.metadata` index, and
+Lightning's `meta.pt` (everything but the weights and optimizer states: loops, callbacks, hyperparameters).
+
+The folder is renamed into place whole (runtime/fsdp_strategy.py); these checks still name what is missing in one
+that was copied or damaged afterwards, so resume=auto skips it like a truncated file.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+
+META_FILE = "meta.pt"  # lightning.fabric.strategies.model_parallel._METADATA_FILENAME
+INDEX_FILE = ".metadata"  # DCP's index of which file holds which tensor chunk
+
+
+def is_sharded(path: Path) -> bool:
+    """Whether `path` is a sharded checkpoint folder (rather than a one-file checkpoint)."""
+    return path.is_dir() and ((path / META_FILE).exists() or (path / INDEX_FILE).exists())
+
+
+def missing_parts(path: Path) -> list[str]:
+    """The files a sharded checkpoint lacks (index, Lightning's meta.pt, any shard the index names)."""
+    if not (path / INDEX_FILE).is_file():
+        return [INDEX_FILE]
+    index = FileSystemReader(str(path)).read_metadata()
+    wanted = {INDEX_FILE, META_FILE} | {item.relative_path for item in (index.storage_data or {}).values()}
+    return sorted(name for name in wanted if not (path / name).is_file() or (path / name).stat().st_size == 0)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """Lightning's meta.pt: the checkpoint without its weights and optimizer states."""
+    return torch.load(path / META_FILE, map_location="cpu", weights_only=True)
+
+
+def read_full_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The LightningModule's whole state dict (the `model.`-prefixed weights), gathered from every rank's shard in
+    this one process: DCP reads each tensor's chunks and joins them, whatever the world size that wrote them."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    with warnings.catch_warnings():  # "torch.distributed is unavailable...": one process reading is what we want
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+        return _load_state_dict_from_keys(keys={"state_dict"}, checkpoint_id=str(path))["state_dict"]

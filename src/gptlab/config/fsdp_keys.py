@@ -1,0 +1,40 @@
+"""The keys trainer=fsdp takes (conf/trainer/fsdp.yaml), checked when the config is composed: the strategy node is a
+`_target_` call, which Hydra's schema cannot type, so its keys are listed here with their help."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+FSDP_TARGET = "gptlab.runtime.strategies.fsdp"
+FSDP_KEYS = {
+    "activation_checkpointing": "recompute each block in backward: activations O(1 block) not O(M)",
+    "reshard_after_forward": "free each block's gathered weights after forward (ZeRO-3); false keeps them (ZeRO-2)",
+    "timeout": "collective timeout (a datetime.timedelta), handed to Lightning's ModelParallelStrategy",
+    "process_group_backend": "gloo | nccl; default: nccl on CUDA, gloo on CPU",
+}
+# The keys of the FSDP1 trainer=fsdp (Lightning's FSDPStrategy) and what replaced each under FSDP2.
+FSDP1_KEYS = {
+    "sharding_strategy": "trainer.strategy.reshard_after_forward (true: FULL_SHARD, false: SHARD_GRAD_OP)",
+    "state_dict_type": "nothing: checkpoints are always sharded (a folder with one file per rank)",
+}
+
+
+def fsdp_key_problem(keys: Iterable[str]) -> Optional[str]:
+    """Why these trainer.strategy keys cannot configure trainer=fsdp (None: they can)."""
+    keys = set(keys) - {"_target_"}
+    old = sorted(keys & set(FSDP1_KEYS))
+    if old:
+        return "; ".join(f"trainer.strategy.{key} is gone (it was FSDP1's): use {FSDP1_KEYS[key]}" for key in old)
+    unknown = sorted(keys - set(FSDP_KEYS))
+    if unknown:
+        return (f"trainer.strategy.{unknown[0]} is not a key of trainer=fsdp; it takes "
+                f"{', '.join(FSDP_KEYS)}.")
+    return None
+
+
+def fsdp_strategy_keys(cfg: Any) -> Optional[str]:
+    """A config rule: trainer=fsdp's strategy node holds only keys it takes."""
+    strategy = (cfg.get("trainer") or {}).get("strategy")
+    if not hasattr(strategy, "get") or strategy.get("_target_") != FSDP_TARGET:
+        return None
+    return fsdp_key_problem(strategy.keys())

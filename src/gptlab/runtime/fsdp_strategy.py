@@ -1,0 +1,92 @@
+"""trainer=fsdp: Lightning's ModelParallelStrategy (FSDP2, `fully_shard`) with gptlab's sharding plan and checkpoints
+that are whole or absent.
+
+ModelParallelStrategy leaves the parallelism to the LightningModule's `configure_model`; GPTLitModule calls
+`parallelize` below, so the plan (runtime/fsdp2.py) lives with the strategy that asked for it. Checkpoints are
+sharded (torch.distributed.checkpoint): a folder with one `__<rank>_0.distcp` file per rank, `.metadata` and
+Lightning's `meta.pt` (loops, callbacks, hyperparameters). Lightning writes that folder in place, so a kill mid-save
+would leave a folder that looks like a checkpoint; here every rank writes into a hidden temp folder beside it which
+rank 0 renames into place once all ranks are done.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.strategies import ModelParallelStrategy
+
+from gptlab.model import GPT
+from gptlab.runtime.fsdp2 import is_sharded, shard_gpt
+
+
+def partial_name(path: Path) -> Path:
+    """Where a sharded checkpoint is written before it is whole: hidden and not `*.ckpt`, so no reader takes it."""
+    return path.with_name(f".{path.name}.partial")
+
+
+class GPTFSDPStrategy(ModelParallelStrategy):
+    """FSDP2 over all ranks (one data-parallel mesh dimension, no tensor parallelism)."""
+
+    def __init__(self, activation_checkpointing: bool = True, reshard_after_forward: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(data_parallel_size="auto", tensor_parallel_size=1, save_distributed_checkpoint=True, **kwargs)
+        self.activation_checkpointing = activation_checkpointing
+        self.reshard_after_forward = reshard_after_forward
+
+    def setup_environment(self) -> None:
+        # Lightning sets data_parallel_size="auto" to the node count (HSDP's layout); gptlab shards over every rank.
+        self._data_parallel_size = self.num_nodes * self.num_processes
+        super().setup_environment()
+
+    def parallelize(self, model: GPT, compile: bool) -> None:
+        """Shard `model` once (GPTLitModule.configure_model calls this on every fit/validate)."""
+        if is_sharded(model):
+            return
+        bf16 = getattr(self.precision_plugin, "precision", None) == "bf16-mixed"
+        shard_gpt(model, self.device_mesh["data_parallel"], compile=compile,
+                  activation_checkpointing=self.activation_checkpointing,
+                  param_dtype=torch.bfloat16 if bf16 else None, reshard_after_forward=self.reshard_after_forward)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH,
+                        storage_options: Optional[Any] = None) -> None:
+        path = Path(self.broadcast(str(filepath)))
+        partial = partial_name(path)
+        if self.global_rank == 0 and partial.exists():
+            shutil.rmtree(partial)  # a save killed before: gptlab's own temp folder
+        self.barrier("fsdp_checkpoint_clean")
+        super().save_checkpoint(checkpoint, partial, storage_options)
+        self.barrier("fsdp_checkpoint_written")
+        if self.global_rank == 0:
+            replace_folder(partial, path)
+        self.barrier("fsdp_checkpoint_renamed")
+
+
+def replace_folder(new: Path, path: Path) -> None:
+    """Put the whole folder `new` at `path`. A folder cannot be renamed over a non-empty one, so an older checkpoint
+    there is first renamed aside (a hidden, non-`*.ckpt` name) and deleted after: at every instant `path` is the old
+    whole checkpoint, absent, or the new whole one."""
+    old = path.with_name(f".{path.name}.old")
+    remove(old)  # left by a save killed between the two renames below
+    if path.exists():
+        os.replace(path, old)
+    os.replace(new, path)
+    remove(old)
+
+
+def remove(path: Path) -> None:
+    """Delete one of gptlab's own temp names (a folder or a file), if there."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def shards_weights(strategy: Any) -> bool:
+    """Whether each rank holds only a shard of every weight: a callback that reads or runs the whole model on one
+    rank (probes, samples, zero-shot) cannot run there."""
+    return isinstance(strategy, ModelParallelStrategy)
