@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,35 +100,35 @@ def test_the_parent_still_records_sigterm() -> None:
         assert FLAG.consume() == signal.SIGTERM
 
 
-def test_a_busy_pool_worker_dies_with_its_sigkilled_parent(tmp_path: Path) -> None:
-    """A SIGKILLed parent runs no cleanup; an idle worker then reads EOF from the task pipe and exits, but a busy
-    one (here: blocked inside a document for good) would run on as an orphan without PR_SET_PDEATHSIG."""
+@contextlib.contextmanager
+def blocked_pool_worker(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, int]]:
+    """(the parent, its pool worker's pid): a prepare pool whose worker is blocked inside a document for good; the
+    whole process group is SIGKILLed afterwards."""
     pid_file = tmp_path / "worker.pid"
     parent = subprocess.Popen([sys.executable, "-c", BLOCKING_WORKER, "pool", str(pid_file)], env=CHECKOUT_ENV,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert _wait_for(pid_file.exists, 120), f"the worker never started: {parent.poll()}"
-        worker = int(pid_file.read_text())
-        parent.kill()
-        parent.wait()
-        assert _wait_for(lambda: _dead(worker), 60), f"pool worker {worker} outlived its SIGKILLed parent"
+        yield parent, int(pid_file.read_text())
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(parent.pid, signal.SIGKILL)  # whatever is left of the group
+        parent.wait()
+
+
+def test_a_busy_pool_worker_dies_with_its_sigkilled_parent(tmp_path: Path) -> None:
+    """A SIGKILLed parent runs no cleanup; an idle worker then reads EOF from the task pipe and exits, but a busy
+    one (here: blocked inside a document for good) would run on as an orphan without PR_SET_PDEATHSIG."""
+    with blocked_pool_worker(tmp_path) as (parent, worker):
+        parent.kill()
+        parent.wait()
+        assert _wait_for(lambda: _dead(worker), 60), f"pool worker {worker} outlived its SIGKILLed parent"
 
 
 def test_a_pool_worker_ignores_ctrl_c(tmp_path: Path) -> None:
     """Ctrl-C signals the whole foreground group: the parent stops the pool, and workers must not each print a
     KeyboardInterrupt traceback. The kernel's mask of ignored signals says so without waiting on anything."""
-    pid_file = tmp_path / "worker.pid"
-    parent = subprocess.Popen([sys.executable, "-c", BLOCKING_WORKER, "pool", str(pid_file)], env=CHECKOUT_ENV,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        assert _wait_for(pid_file.exists, 120), f"the worker never started: {parent.poll()}"
-        worker = int(pid_file.read_text())
+    with blocked_pool_worker(tmp_path) as (_, worker):
         status = Path(f"/proc/{worker}/status").read_text().splitlines()
         ignored = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
         assert ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGTERM - 1))
-    finally:
-        os.killpg(parent.pid, signal.SIGKILL)
-        parent.wait()
