@@ -23,10 +23,22 @@ from helpers import ROOT, write_corpus  # noqa: E402
 SLOW_TEST_TIMEOUT_S = 4 * 3600  # the full drills and every README command: hours on a shared 2-core CPU
 
 
+# The files with the longest runs (multi-process DDP jobs, sweeps, drills), scheduled first: pytest-xdist hands files
+# to workers in collection order, and a long file collected last keeps one worker busy while the others idle.
+# Only the order changes; a file missing here runs in its alphabetical place.
+LONGEST_FIRST = ("test_sweeps.py", "test_preemption.py", "test_sweep_failures.py", "test_run_dir_safety.py",
+                 "test_fsdp.py", "test_resume_modes.py", "test_fault_drill.py", "test_first_view.py",
+                 "test_resume_world_size.py", "test_training.py", "test_run_dir_lock.py", "test_zeroshot.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `slow` get a hang guard of hours instead of pyproject's 900 s (unless they set their own);
-    tests marked `gpu` run where CUDA is present and are skipped, with the reason, where it is not."""
+    """The longest files first (LONGEST_FIRST); tests marked `slow` get a hang guard of hours instead of
+    pyproject's (unless they set their own); tests marked `gpu` run where CUDA is present and are skipped, with the
+    reason, where it is not."""
     import torch
+
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
     for item in items:
         if "slow" in item.keywords and item.get_closest_marker("timeout") is None:
