@@ -72,19 +72,29 @@ def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] =
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())  # on disk before the rename makes it visible
-        os.chmod(tmp, mode if mode is not None else 0o666 & ~current_umask())
-        os.replace(tmp, path)
+        _install(tmp, path, mode)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, Exception) and _disk_was_full(err, path.parent, size_hint):
-            free = shutil.disk_usage(path.parent).free
-            needed = f", about {format_size(size_hint)} needed" if size_hint else ""
-            raise DiskFullError(
-                f"disk full: could not write {path} ({format_size(free)} free{needed}); nothing was replaced, "
-                f"the previous version of the file (if any) is intact. {disk_full_advice}"
-            ) from err
+        _raise_if_disk_full(err, path, size_hint, disk_full_advice)
         raise
     fsync_dir(path.parent)
+
+
+def _install(tmp: str, path: Path, mode: Optional[int]) -> None:
+    """Give the synced temp file its permissions and rename it over `path`."""
+    os.chmod(tmp, mode if mode is not None else 0o666 & ~current_umask())
+    os.replace(tmp, path)
+
+
+def _raise_if_disk_full(err: BaseException, path: Path, size_hint: Optional[int], advice: str) -> None:
+    """A DiskFullError naming `path` and the space left, when `err` came from a full disk."""
+    if isinstance(err, Exception) and _disk_was_full(err, path.parent, size_hint):
+        free = shutil.disk_usage(path.parent).free
+        needed = f", about {format_size(size_hint)} needed" if size_hint else ""
+        raise DiskFullError(
+            f"disk full: could not write {path} ({format_size(free)} free{needed}); nothing was replaced, "
+            f"the previous version of the file (if any) is intact. {advice}"
+        ) from err
 
 
 class AtomicFile:
@@ -109,8 +119,7 @@ class AtomicFile:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        os.chmod(self.tmp, self.mode if self.mode is not None else 0o666 & ~current_umask())
-        os.replace(self.tmp, self.path)
+        _install(self.tmp, self.path, self.mode)
 
     def discard(self) -> None:
         self.file.close()
@@ -122,10 +131,7 @@ class AtomicFile:
             step()
         except BaseException as err:
             self.discard()
-            if isinstance(err, Exception) and _disk_was_full(err, self.path.parent, None):
-                raise DiskFullError(f"disk full: could not write {self.path} "
-                                    f"({format_size(shutil.disk_usage(self.path.parent).free)} free); nothing was "
-                                    "replaced. Free some space and run again.") from err
+            _raise_if_disk_full(err, self.path, None, "Free some space and run again.")
             raise
 
 
@@ -149,3 +155,23 @@ def remove_stale_temp_files(directories: Iterable[Path]) -> list[Path]:
                 p.unlink(missing_ok=True)
                 removed.append(p)
     return removed
+
+
+def replace_folder(new: Path, path: Path) -> None:
+    """Put the whole folder `new` at `path`. A folder cannot be renamed over a non-empty one, so an older checkpoint
+    there is first renamed aside (a hidden, non-`*.ckpt` name) and deleted after: at every instant `path` is the old
+    whole checkpoint, absent, or the new whole one."""
+    old = path.with_name(f".{path.name}.old")
+    remove(old)  # left by a save killed between the two renames below
+    if path.exists():
+        os.replace(path, old)
+    os.replace(new, path)
+    remove(old)
+
+
+def remove(path: Path) -> None:
+    """Delete one of gptlab's own temp names (a folder or a file), if there."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()

@@ -26,6 +26,16 @@ def tensor_bytes(obj: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
 
 
+def save_whole(obj: dict[str, Any], path: Path, disk_full_advice: str = "Free some space and run again.") -> None:
+    """torch.save `obj` straight into a temp file beside `path`, fsynced and renamed over it (gptlab.atomic)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+
+    atomic_write(path, write, size_hint=tensor_bytes(obj), disk_full_advice=disk_full_advice)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """TorchCheckpointIO whose save is gptlab.atomic's temp file + fsync + rename in the checkpoint's own dir."""
 
@@ -33,12 +43,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         path = Path(path)
-
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else "<its run dir>"
-        atomic_write(path, write, size_hint=tensor_bytes(checkpoint),
-                     disk_full_advice="The checkpoints saved before are whole: after freeing space, continue the run "
-                                      f"with resume=auto hydra.run.dir={run_dir}")
+        save_whole(checkpoint, path, disk_full_advice="The checkpoints saved before are whole: after freeing space, "
+                                                      f"continue the run with resume=auto hydra.run.dir={run_dir}")

@@ -6,10 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from gptlab.atomic import atomic_write
-from gptlab.checkpoint.atomic_io import tensor_bytes
+from gptlab.checkpoint.atomic_io import save_whole
 from gptlab.checkpoint.reader import read_checkpoint, resolve_checkpoint
 from gptlab.checkpoint.sharded import is_sharded
 from gptlab.errors import ConfigError
@@ -25,11 +22,5 @@ def to_one_file(src: Path, out: Path) -> dict[str, Any]:
     if out.is_dir():
         raise ConfigError(f"out={str(out)!r} is a directory; give the path of the file to write (e.g. model.ckpt).")
     ckpt = read_checkpoint(src, "checkpoint")
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            torch.save(ckpt, f)
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, write, size_hint=tensor_bytes(ckpt))
+    save_whole(ckpt, out)
     return ckpt

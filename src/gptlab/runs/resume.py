@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig
 
+from gptlab.atomic import remove
 from gptlab.checkpoint.reader import checkpoint_problem, checkpoints_newest_first, read_checkpoint, resolve_checkpoint
 from gptlab.checkpoint.sharded import is_sharded
 from gptlab.errors import ConfigError, invalid_choice
@@ -127,5 +127,5 @@ def start_over(cfg: DictConfig, output_dir: Path) -> list[Path]:
     old = [*checkpoints_newest_first(output_dir), *event_files(output_dir), output_dir / SUMMARY_FILE]
     removed = [path for path in old if path.is_file() or is_sharded(path)]
     for path in removed:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()  # a folder: a sharded checkpoint (trainer=fsdp)
+        remove(path)  # a folder: a sharded checkpoint (trainer=fsdp)
     return removed

@@ -11,8 +11,6 @@ rank 0 renames into place once all ranks are done.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,6 +18,7 @@ import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from gptlab.atomic import remove, replace_folder
 from gptlab.model import GPT
 from gptlab.runtime.fsdp2 import is_sharded, shard_gpt
 
@@ -56,34 +55,14 @@ class GPTFSDPStrategy(ModelParallelStrategy):
                         storage_options: Optional[Any] = None) -> None:
         path = Path(self.broadcast(str(filepath)))
         partial = partial_name(path)
-        if self.global_rank == 0 and partial.exists():
-            shutil.rmtree(partial)  # a save killed before: gptlab's own temp folder
+        if self.global_rank == 0:
+            remove(partial)  # a save killed before: gptlab's own temp folder
         self.barrier("fsdp_checkpoint_clean")
         super().save_checkpoint(checkpoint, partial, storage_options)
         self.barrier("fsdp_checkpoint_written")
         if self.global_rank == 0:
             replace_folder(partial, path)
         self.barrier("fsdp_checkpoint_renamed")
-
-
-def replace_folder(new: Path, path: Path) -> None:
-    """Put the whole folder `new` at `path`. A folder cannot be renamed over a non-empty one, so an older checkpoint
-    there is first renamed aside (a hidden, non-`*.ckpt` name) and deleted after: at every instant `path` is the old
-    whole checkpoint, absent, or the new whole one."""
-    old = path.with_name(f".{path.name}.old")
-    remove(old)  # left by a save killed between the two renames below
-    if path.exists():
-        os.replace(path, old)
-    os.replace(new, path)
-    remove(old)
-
-
-def remove(path: Path) -> None:
-    """Delete one of gptlab's own temp names (a folder or a file), if there."""
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
 
 
 def shards_weights(strategy: Any) -> bool:
