@@ -222,13 +222,17 @@ def test_runtime_flags_reach_the_model_and_module(tmp_path) -> None:
     """runtime.* is wired to the GPT and its LightningModule, and never enters the model config checkpoints keep."""
     from gptlab.apps.build import build_run
     from gptlab.runtime.early_checks import check_before_run
+    from gptlab.runtime.parallelize import parallelize
 
     cfg = compose_config([*TINY, "runtime.activation_checkpointing=true", "runtime.compile=true"], tmp_path)
     run = build_run(cfg, check_before_run(cfg), None)
     model, module = run.model, run.module
-    assert model.activation_checkpointing is True
-    assert module.forward_fn is not model.forward  # torch.compile's wrapper (compiles lazily, at the first call)
+    assert module.runtime.compile is True and module.runtime.checkpoints_blocks(sharded=False)
     assert not {"compile", "activation_checkpointing"} & set(module.hparams["model"])
+    assert not vars(model).get("activation_checkpointing")  # the model keeps no runtime flag
+    loss_fn = parallelize(model, module.runtime, torch.device("cpu"))  # what configure_model does
+    assert hasattr(loss_fn, "_torchdynamo_orig_callable")  # torch.compile's wrapper (compiles at the first call)
+    assert all("forward" in vars(block) for block in model.blocks)  # each block's forward checkpointed in place
     plain_cfg = compose_config(TINY, tmp_path / "plain")
     plain = build_run(plain_cfg, check_before_run(plain_cfg), None)
-    assert plain.model.activation_checkpointing is False and plain.module.forward_fn == plain.model.forward
+    assert plain.module.runtime.compile is False and not plain.module.runtime.checkpoints_blocks(sharded=False)

@@ -177,8 +177,7 @@ def test_resume_on_one_rank_continues(sharded: Path, tmp_path_factory: pytest.Te
 
 def test_plan_one_unit_per_block_and_bf16_gathers(tmp_path: Path) -> None:
     """shard_gpt on a 1-rank gloo group in this process: every Block and the root are FSDP units, the gathered
-    weights a block computes with are bf16 under bf16-mixed while the sharded master weights stay fp32, and
-    checkpointing is on."""
+    weights a block computes with are bf16 under bf16-mixed while the sharded master weights stay fp32."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
@@ -189,10 +188,9 @@ def test_plan_one_unit_per_block_and_bf16_gathers(tmp_path: Path) -> None:
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16))
-        shard_gpt(model, init_device_mesh("cpu", (1,)), compile=False, activation_checkpointing=True,
-                  param_dtype=torch.bfloat16, reshard_after_forward=True)
+        shard_gpt(model, init_device_mesh("cpu", (1,)), compile=False, param_dtype=torch.bfloat16,
+                  reshard_after_forward=True)
         assert isinstance(model, FSDPModule) and all(isinstance(b, FSDPModule) for b in model.blocks)
-        assert model.activation_checkpointing
         seen = []
         model.blocks[1].attn.qkv.register_forward_hook(lambda m, args, out: seen.append(m.weight.dtype))
         logits = model(torch.randint(0, 50, (2, 16)))

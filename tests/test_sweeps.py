@@ -6,6 +6,7 @@ from pathlib import Path
 
 from helpers import TINY_RUN, compose_config, run_train
 
+from gptlab.config.schemas import Runtime
 from gptlab.report.runs import write_report
 from gptlab.runs.run_dir import event_files
 
@@ -93,4 +94,5 @@ def test_fsdp_trainer_composes_into_fsdp2(tmp_path: Path) -> None:
     cfg = compose_config(["trainer=fsdp"], tmp_path)
     assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.strategy.reshard_after_forward is True
     strategy = hydra.utils.instantiate(cfg.trainer.strategy)
-    assert isinstance(strategy, ModelParallelStrategy) and strategy.activation_checkpointing
+    assert isinstance(strategy, ModelParallelStrategy)
+    assert Runtime(**cfg.runtime).checkpoints_blocks(sharded=True)  # checkpointing on under FSDP by default

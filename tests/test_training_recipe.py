@@ -14,6 +14,7 @@ from helpers import compose_tiny, load_checkpoint, train_in_process
 from gptlab.apps.build import gradient_accumulation
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss
+from gptlab.runtime.parallelize import checkpoint_blocks
 from gptlab.train.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups
 
 PEAK = 1.0
@@ -110,7 +111,7 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
     torch.manual_seed(0)
     cfg = dict(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.1)
     plain, ckpt = GPT(GPTConfig(**cfg)), GPT(GPTConfig(**cfg))
-    ckpt.activation_checkpointing = True  # runtime.activation_checkpointing=true
+    checkpoint_blocks(ckpt)  # runtime.activation_checkpointing=true
     ckpt.load_state_dict(plain.state_dict())
     x = torch.randint(0, 13, (3, 16))
     grads = []
@@ -124,10 +125,10 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
 
 
 def test_bf16_mixed_precision_trains_with_gradient_clipping(tmp_path: Path) -> None:
-    """Mixed precision with AdamW's default fused=null: the module falls back to the unfused kernel, which
-    Lightning can clip (it refuses a fused optimizer under AMP)."""
+    """Mixed precision with AdamW's default fused=null: the fused kernel, whose gradients gptlab clips itself
+    (Lightning's precision plugin refuses any fused optimizer under AMP)."""
     best = train_in_process(tmp_path, "trainer.precision=bf16-mixed", "trainer.max_steps=2",
                             "trainer.val_check_interval=2")
     assert best is not None and math.isfinite(best)
     state = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
-    assert state["optimizer_states"][0]["param_groups"][0]["fused"] is False
+    assert state["optimizer_states"][0]["param_groups"][0]["fused"] is True

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError, is_int
-from gptlab.model import GPT, GPTConfig
+from gptlab.model import GPT
 from gptlab.runs import sweep_jobs
 from gptlab.runtime.early_checks import Checked
 from gptlab.runtime.preemption import PreemptionCheckpoint
@@ -41,9 +41,9 @@ class Run:
 def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Run:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
-    runtime = Runtime(**cfg.get("runtime", {}))  # how the model runs: compile, activation checkpointing
+    runtime = Runtime(**cfg.get("runtime", {}))  # how the model runs: compile, checkpointing, attention kernel
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=checked.tokenizer)
-    model = build_model(checked.model_cfg, runtime)
+    model = GPT(checked.model_cfg)  # plain: how it runs is applied by runtime.parallelize (module.configure_model)
     module = build_module(cfg, model, checked.tokenizer, runtime)
     callbacks = build_callbacks(cfg)
     trainer = build_trainer(cfg, callbacks)
@@ -51,12 +51,6 @@ def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Ru
                                          checked.model_cfg.block_size)
     module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
     return Run(model, module, datamodule, callbacks, trainer, tokens_per_step, ckpt_path)
-
-
-def build_model(model_cfg: GPTConfig, runtime: Runtime) -> GPT:
-    model = GPT(model_cfg)
-    model.activation_checkpointing = runtime.activation_checkpointing
-    return model
 
 
 def build_module(cfg: DictConfig, model: GPT, tokenizer: Any, runtime: Runtime) -> GPTLitModule:
@@ -68,7 +62,7 @@ def build_module(cfg: DictConfig, model: GPT, tokenizer: Any, runtime: Runtime) 
         run_config=OmegaConf.to_container(cfg, resolve=True),
         nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
         token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
-        compile=runtime.compile,  # the module compiles the forward that training and validation call
+        runtime=runtime,  # handed to runtime.parallelize when Lightning configures the model
     )
 
 

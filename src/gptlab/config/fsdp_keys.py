@@ -7,15 +7,17 @@ from typing import Any, Iterable, Optional
 
 FSDP_TARGET = "gptlab.runtime.strategies.fsdp"
 FSDP_KEYS = {
-    "activation_checkpointing": "recompute each block in backward: activations O(1 block) not O(M)",
     "reshard_after_forward": "free each block's gathered weights after forward (ZeRO-3); false keeps them (ZeRO-2)",
     "timeout": "collective timeout (a datetime.timedelta), handed to Lightning's ModelParallelStrategy",
     "process_group_backend": "gloo | nccl; default: nccl on CUDA, gloo on CPU",
 }
-# The keys of the FSDP1 trainer=fsdp (Lightning's FSDPStrategy) and what replaced each under FSDP2.
+# Keys trainer=fsdp once took (FSDP1's, Lightning's FSDPStrategy, and its own checkpointing switch) and what
+# replaced each.
 FSDP1_KEYS = {
     "sharding_strategy": "trainer.strategy.reshard_after_forward (true: FULL_SHARD, false: SHARD_GRAD_OP)",
     "state_dict_type": "nothing: checkpoints are always sharded (a folder with one file per rank)",
+    "activation_checkpointing": "runtime.activation_checkpointing (one switch for every strategy; on under "
+                                "trainer=fsdp unless set false)",
 }
 
 
@@ -24,7 +26,7 @@ def fsdp_key_problem(keys: Iterable[str]) -> Optional[str]:
     keys = set(keys) - {"_target_"}
     old = sorted(keys & set(FSDP1_KEYS))
     if old:
-        return "; ".join(f"trainer.strategy.{key} is gone (it was FSDP1's): use {FSDP1_KEYS[key]}" for key in old)
+        return "; ".join(f"trainer.strategy.{key} is gone: use {FSDP1_KEYS[key]}" for key in old)
     unknown = sorted(keys - set(FSDP_KEYS))
     if unknown:
         return (f"trainer.strategy.{unknown[0]} is not a key of trainer=fsdp; it takes "

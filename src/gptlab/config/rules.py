@@ -3,7 +3,7 @@ fields are each valid can still be one that cannot run."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
@@ -21,16 +21,6 @@ def windows_fit_the_context(cfg: DictConfig) -> Optional[str]:
         return (f"data.block_size={data.block_size} is longer than model.block_size={model.block_size}, the longest "
                 "context the model has positions for; leave data.block_size out (it follows model.block_size) or "
                 f"set it to at most {model.block_size}.")
-    return None
-
-
-def one_activation_checkpointing(cfg: DictConfig) -> Optional[str]:
-    strategy: Any = (cfg.get("trainer") or {}).get("strategy")
-    runtime = cfg.get("runtime") or {}
-    if runtime.get("activation_checkpointing") and isinstance(strategy, DictConfig) \
-            and strategy.get("activation_checkpointing"):
-        return ("runtime.activation_checkpointing=true and trainer.strategy.activation_checkpointing=true would "
-                "recompute each block twice; under trainer=fsdp set only trainer.strategy.activation_checkpointing.")
     return None
 
 
@@ -55,7 +45,16 @@ def mup_trains_with_adam(cfg: DictConfig) -> Optional[str]:
     return mup_refusal(target) if isinstance(target, str) and target not in MUP_OPTIMIZERS else None
 
 
-RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing, mup_trains_with_adam,
+def fused_step_without_loss_scaling(cfg: DictConfig) -> Optional[str]:
+    optimizer, trainer = cfg.get("optimizer") or {}, cfg.get("trainer") or {}
+    if optimizer.get("fused") is True and trainer.get("precision") == "16-mixed" and trainer.get("gradient_clip_val"):
+        return ("optimizer.fused=true cannot clip gradients under trainer.precision=16-mixed: the fused step unscales "
+                "the loss-scaled gradients inside itself, after clipping would have seen them scaled. Use "
+                "trainer.precision=bf16-mixed (no loss scaling), or optimizer.fused=null.")
+    return None
+
+
+RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, fused_step_without_loss_scaling,
                           fsdp_strategy_keys)
 
 

@@ -7,7 +7,6 @@ from typing import Optional, Union
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from gptlab.errors import ConfigError
 from gptlab.model.block import Block
@@ -29,9 +28,6 @@ class GPT(nn.Module):
         if cfg.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
         self.config = cfg
-        # How it runs, not what it computes (the trainer's runtime.activation_checkpointing): recompute each block
-        # in backward instead of keeping its activations. Not in GPTConfig, so checkpoints never record it.
-        self.activation_checkpointing = False
         self.tok_emb = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # E_1
         absolute = POSITIONS[cfg.pos_emb].absolute  # E_2 (eq. 2), the fixed sinusoids, or none
         self.pos_emb = absolute(cfg.block_size, cfg.n_embd) if absolute is not None else None
@@ -75,12 +71,8 @@ class GPT(nn.Module):
         documents = Documents(doc_ids) if doc_ids is not None else None
         positions = documents.positions if documents is not None else None
         x = self.embed(idx, start_pos=caches[0].length if caches else 0, positions=positions)
-        for i, block in enumerate(self.blocks):
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                # Keep only each block's input; its activations are recomputed in backward (memory for time).
-                x = checkpoint(block, x, None, documents, use_reentrant=False)
-            else:
-                x = block(x, caches[i] if caches else None, documents)
+        for i, block in enumerate(self.blocks):  # how each block runs (checkpointed, sharded, compiled) is
+            x = block(x, caches[i] if caches else None, documents)  # applied from outside: runtime/parallelize.py
         if last_only:
             x = x[:, -1:]
         logits = self.head(self.final_norm(x))

@@ -3,9 +3,8 @@ knows nothing of how it is sharded, and the sharding knows only its block list.
 
 One FSDP unit per Block (gathered for its own forward and backward, freed after) and one root unit for the rest
 (token/position embeddings, final norm, head: they share the tied weight, so they must be one unit). Activation
-checkpointing is whole-block and is GPT's own (`GPT.activation_checkpointing`, what runtime.activation_checkpointing
-sets): the recomputed forward runs through the block's FSDP hooks again, so the block is gathered once more in
-backward, the usual FSDP + checkpointing cost.
+checkpointing (runtime/parallelize.py) wraps each block's forward before it is sharded here, so FSDP's hooks sit
+outside the recomputed code, as in torchtitan.
 """
 
 from __future__ import annotations
@@ -14,24 +13,18 @@ from typing import Optional
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from gptlab.model import GPT
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    """Whether `shard_gpt` already ran on `model` (Lightning calls configure_model again for each fit/validate)."""
-    return isinstance(model, FSDPModule)
-
-
-def shard_gpt(model: GPT, mesh: Optional[DeviceMesh], *, compile: bool, activation_checkpointing: bool,
-              param_dtype: Optional[torch.dtype], reshard_after_forward: bool) -> None:
+def shard_gpt(model: GPT, mesh: Optional[DeviceMesh], *, compile: bool, param_dtype: Optional[torch.dtype],
+              reshard_after_forward: bool) -> None:
     """Shard `model` in place over `mesh`. `param_dtype` (bf16 under trainer.precision=bf16-mixed): what the gathered
     weights and the gradients' reduce-scatter are cast to; the sharded master weights and Adam states stay fp32
     and gradients are reduced in fp32. `compile`: each block is compiled on its own (one graph, reused by every
     layer), so FSDP's hooks stay outside the compiled code."""
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    model.activation_checkpointing = model.activation_checkpointing or activation_checkpointing  # either switch
     for block in model.blocks:
         if compile:
             block.compile(dynamic=False)  # in place: the state_dict keys stay the model's (no `_orig_mod.`)

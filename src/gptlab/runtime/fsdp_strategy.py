@@ -1,12 +1,10 @@
 """trainer=fsdp: Lightning's ModelParallelStrategy (FSDP2, `fully_shard`) with gptlab's sharding plan and checkpoints
-that are whole or absent.
-
-ModelParallelStrategy leaves the parallelism to the LightningModule's `configure_model`; GPTLitModule calls
-`parallelize` below, so the plan (runtime/fsdp2.py) lives with the strategy that asked for it. Checkpoints are
-sharded (torch.distributed.checkpoint): a folder with one `__<rank>_0.distcp` file per rank, `.metadata` and
-Lightning's `meta.pt` (loops, callbacks, hyperparameters). Lightning writes that folder in place, so a kill mid-save
-would leave a folder that looks like a checkpoint; here every rank writes into a hidden temp folder beside it which
-rank 0 renames into place once all ranks are done.
+that are whole or absent. ModelParallelStrategy leaves the parallelism to the LightningModule's `configure_model`,
+which calls the one `runtime.parallelize` with this strategy's mesh and `layout` below; the sharding plan is
+runtime/fsdp2.py. Checkpoints are sharded (torch.distributed.checkpoint): a folder with one `__<rank>_0.distcp` file
+per rank, `.metadata` and Lightning's `meta.pt` (loops, callbacks, hyperparameters). Lightning writes that folder in
+place, so a kill mid-save would leave a folder that looks like a checkpoint; here every rank writes into a hidden
+temp folder beside it which rank 0 renames into place once all ranks are done.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from gptlab.atomic import remove, replace_folder
-from gptlab.model import GPT
-from gptlab.runtime.fsdp2 import is_sharded, shard_gpt
 
 
 def partial_name(path: Path) -> Path:
@@ -31,10 +27,8 @@ def partial_name(path: Path) -> Path:
 class GPTFSDPStrategy(ModelParallelStrategy):
     """FSDP2 over all ranks (one data-parallel mesh dimension, no tensor parallelism)."""
 
-    def __init__(self, activation_checkpointing: bool = True, reshard_after_forward: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(self, reshard_after_forward: bool = True, **kwargs: Any) -> None:
         super().__init__(data_parallel_size="auto", tensor_parallel_size=1, save_distributed_checkpoint=True, **kwargs)
-        self.activation_checkpointing = activation_checkpointing
         self.reshard_after_forward = reshard_after_forward
 
     def setup_environment(self) -> None:
@@ -42,14 +36,12 @@ class GPTFSDPStrategy(ModelParallelStrategy):
         self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
 
-    def parallelize(self, model: GPT, compile: bool) -> None:
-        """Shard `model` once (GPTLitModule.configure_model calls this on every fit/validate)."""
-        if is_sharded(model):
-            return
+    def layout(self) -> dict[str, Any]:
+        """What runtime.parallelize needs to shard: the mesh, the gathered weights' dtype (bf16 under bf16-mixed;
+        the shards and Adam states stay fp32) and whether blocks reshard after forward."""
         bf16 = getattr(self.precision_plugin, "precision", None) == "bf16-mixed"
-        shard_gpt(model, self.device_mesh["data_parallel"], compile=compile,
-                  activation_checkpointing=self.activation_checkpointing,
-                  param_dtype=torch.bfloat16 if bf16 else None, reshard_after_forward=self.reshard_after_forward)
+        return {"mesh": self.device_mesh["data_parallel"], "param_dtype": torch.bfloat16 if bf16 else None,
+                "reshard_after_forward": self.reshard_after_forward}
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH,
                         storage_options: Optional[Any] = None) -> None:

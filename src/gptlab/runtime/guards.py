@@ -97,7 +97,7 @@ class MemoryEstimate:
 
 
 def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
-                    activation_checkpointing: bool = False) -> MemoryEstimate:
+                    activation_checkpointing: Optional[bool] = None) -> MemoryEstimate:
     """scripts/plan.py's accounting for this run: per process, and how many processes share one memory."""
     devices = trainer_cfg.get("devices", 1)
     devices = 1 if devices == "auto" else int(devices)
@@ -106,7 +106,7 @@ def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, ac
     target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
     fsdp = "fsdp" in target
     shards = world if fsdp else 1
-    checkpointing = activation_checkpointing or bool(fsdp and strategy.get("activation_checkpointing"))
+    checkpointing = fsdp if activation_checkpointing is None else activation_checkpointing  # Runtime.checkpoints_blocks
     acts = activation_bytes(model_cfg, micro_batch)
     activations = acts["activations_checkpointed" if checkpointing else "activations"]
     if str(trainer_cfg.get("precision", "32-true")).startswith(("32", "64")):
@@ -123,7 +123,7 @@ def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, ac
 
 def check_memory(
     model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
-    activation_checkpointing: bool = False,
+    activation_checkpointing: Optional[bool] = None,
 ) -> MemoryEstimate:
     """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory."""
     accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))

@@ -9,14 +9,14 @@ from gptlab.errors import ConfigError
 from gptlab.runtime.fsdp_strategy import GPTFSDPStrategy
 
 
-def fsdp(activation_checkpointing: bool = True, reshard_after_forward: bool = True, **kwargs: Any) -> GPTFSDPStrategy:
-    """FSDP2 that shards each transformer block as one unit (parameters, gradients, optimizer state) and, when asked,
-    recomputes each block's activations in backward instead of storing them. Runs on CPU (gloo) and CUDA (NCCL)."""
+def fsdp(reshard_after_forward: bool = True, **kwargs: Any) -> GPTFSDPStrategy:
+    """FSDP2 that shards each transformer block as one unit (parameters, gradients, optimizer state); activation
+    checkpointing is runtime.activation_checkpointing (on under FSDP unless set false). Runs on CPU (gloo) and CUDA
+    (NCCL)."""
     problem = fsdp_key_problem(kwargs)  # also a config rule; here for a strategy built from Python
     if problem:
         raise ConfigError(problem)
-    return GPTFSDPStrategy(activation_checkpointing=activation_checkpointing,
-                           reshard_after_forward=reshard_after_forward, **kwargs)
+    return GPTFSDPStrategy(reshard_after_forward=reshard_after_forward, **kwargs)
 
 
 def uses_fsdp(trainer_cfg: Any) -> bool:

@@ -13,9 +13,11 @@ from torch.optim.lr_scheduler import LRScheduler
 from torchmetrics import MeanMetric, SumMetric
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
+from gptlab.config.schemas import Runtime
 from gptlab.errors import NonFiniteLossError, require_int
-from gptlab.model import GPT, next_token_loss
-from gptlab.model.loss import z_loss_term
+from gptlab.model import GPT
+from gptlab.model.loss import LossParts
+from gptlab.runtime.parallelize import LossFn, eager_loss_fn, parallelize
 from gptlab.runtime.relayout import relayout_loops
 from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.source_metrics import ValidationSums
@@ -41,18 +43,16 @@ class GPTLitModule(L.LightningModule):
         run_config: Optional[dict[str, Any]] = None,
         nonfinite_check_every: int = 10,
         token_bytes: Optional[torch.Tensor] = None,
-        compile: bool = False,
+        runtime: Optional[Runtime] = None,
     ) -> None:
         super().__init__()
         self.model = model
-        # runtime.compile: training and validation call the compiled forward; sampling (model.generate, a new
-        # length every token) calls the plain model and never compiles. dynamic=False on purpose: a run has
-        # two shapes (the micro-batch and the last partial val batch), each compiled once, and static shapes
-        # give inductor the most to fuse. A function, not an nn.Module, so the state_dict keys stay the model's.
-        self.forward_fn: Callable[..., torch.Tensor] = (
-            torch.compile(model.forward, dynamic=False) if compile else model.forward
-        )
-        self.compile = compile
+        # How the model runs (compile, checkpointing, sharding, attention kernel) is runtime.parallelize's, applied
+        # in configure_model; training and validation call the loss function it returns (the model's forward and
+        # its loss, compiled as one graph when runtime.compile). Sampling calls the plain model.
+        self.runtime = runtime or Runtime(compile=False)
+        self.loss_fn: LossFn = eager_loss_fn(model)
+        self._parallelized = False  # Lightning calls configure_model on every fit and validate
         require_int("nonfinite_check_every", nonfinite_check_every, 1, "a positive integer (steps)")
         self.nonfinite_check_every = nonfinite_check_every
         # (step, loss) of every training step since the last check_finite: the losses stay on the device until then
@@ -90,25 +90,28 @@ class GPTLitModule(L.LightningModule):
             self.per_source = torch.nn.ModuleList(ValidationSums() for _ in names)
 
     def configure_model(self) -> None:
-        """Under trainer=fsdp the strategy shards the model here (runtime/fsdp_strategy.py): per-block compile then
-        replaces the whole-model compile, whose graph would swallow FSDP's per-block gathers."""
-        parallelize = getattr(self.trainer.strategy, "parallelize", None)
-        if parallelize is not None:
-            parallelize(self.model, compile=self.compile)
-            self.forward_fn = self.model.__call__  # through FSDP's pre-forward hook (gathers the root unit); a
-            # method, not the module, so it is not registered a second time as a submodule (its state_dict keys)
+        """Lightning calls this under every strategy, before it moves or wraps the model: the one place where the
+        model is parallelized (trainer=fsdp's strategy adds its device mesh)."""
+        if self._parallelized:
+            return
+        strategy = self.trainer.strategy
+        layout = strategy.layout() if hasattr(strategy, "layout") else {}
+        self.loss_fn = parallelize(self.model, self.runtime, strategy.root_device, **layout)
+        self._parallelized = True
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
-    def _logits(self, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits, targets) of an (x, y) batch, or of (x, y, document ids) with data.document_masking."""
+    def _loss(self, batch: tuple[torch.Tensor, ...], label_smoothing: float = 0.0, z_loss: float = 0.0) -> LossParts:
+        """LossParts of an (x, y) batch, or of (x, y, document ids) with data.document_masking."""
         x, y, *documents = batch
-        return (self.forward_fn(x, doc_ids=documents[0]) if documents else self.forward_fn(x)), y
+        return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss)
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
-        logits, y = self._logits(batch)
-        loss = next_token_loss(logits, y, self.label_smoothing)
+        # The objective adds model.z_loss * log^2 Z (PaLM); train/loss stays the cross-entropy alone, comparable
+        # across runs with and without it, and train/z_loss logs the unscaled log^2 Z.
+        parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss)
+        loss = parts.ce
         self._remember_loss(loss.detach())
         if logging_step(self.trainer):
             # Only on the steps whose metrics reach the logger: a self.log costs ~0.2 ms of Lightning's Python
@@ -122,25 +125,15 @@ class GPTLitModule(L.LightningModule):
             self.log("train/lr", lr, on_step=True, on_epoch=False)
             # At the step count after this step (gptlab.train.step_axis), as Lightning will log them.
             self._step_scalars = {"steps_done": self.global_step + 1, "train/loss": loss.detach(), "train/lr": lr}
-        return self._add_z_loss(loss, logits)
+            if parts.z is not None:
+                self.log_step_scalar("train/z_loss", parts.z.detach())
+        return parts.objective
 
     def log_step_scalar(self, name: str, value: float) -> None:
         """self.log for a callback's per-step scalar on a logging step, kept with the step's own scalars so that a
         checkpoint written before Lightning logs them carries it too (see __init__)."""
         self.log(name, value, on_step=True, on_epoch=False)
         self._step_scalars[name] = value
-
-    def _add_z_loss(self, loss: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """The training objective: + model.z_loss * log^2 Z (PaLM). train/loss stays the cross-entropy alone,
-        comparable across runs with and without it; train/z_loss logs the unscaled log^2 Z."""
-        coefficient = self.model.config.z_loss
-        if not coefficient:
-            return loss
-        z = z_loss_term(logits)
-        if logging_step(self.trainer):
-            self.log("train/z_loss", z, on_step=True, on_epoch=False)
-            self._step_scalars["train/z_loss"] = z.detach()
-        return loss + coefficient * z
 
     def _remember_loss(self, loss: torch.Tensor) -> None:
         """Keeps the step's loss, on its device, for `check_finite`, which reads the kept losses every
@@ -205,10 +198,24 @@ class GPTLitModule(L.LightningModule):
         self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
         self._step_scalars["train/grad_norm"] = norm.detach()
 
+    def configure_gradient_clipping(self, optimizer: Optimizer, gradient_clip_val: Optional[float] = None,
+                                    gradient_clip_algorithm: Optional[str] = None) -> None:
+        """Norm clipping done here rather than by Lightning's precision plugin, which refuses any fused optimizer
+        under mixed precision (it cannot tell bf16, which has no loss scaling, from 16-mixed). Under bf16-mixed and
+        fp32 the gradients are the true ones, so torch's clip (foreach, one kernel per dtype and device) is exact;
+        16-mixed with a fused optimizer is refused by the config (optimizer.fused)."""
+        if not gradient_clip_val:
+            return
+        if gradient_clip_algorithm not in (None, "norm"):
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, gradient_clip_val, foreach=True)
+
     def validation_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int, dataloader_idx: int = 0) -> None:
-        logits, y = self._logits(batch)
+        y = batch[1]
         # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
-        loss = next_token_loss(logits, y)
+        loss = self._loss(batch).ce
         self.val_loss.update(loss, weight=y.numel())
         if self.token_bytes is not None:
             self.val_nats.update(loss * y.numel())
@@ -248,9 +255,9 @@ class GPTLitModule(L.LightningModule):
             raise ValueError("GPTLitModule was built without an optimizer, for evaluation only; it cannot train.")
         keywords = getattr(self.optimizer_factory, "keywords", {})
         extra = {}
-        if "fused" in keywords and keywords["fused"] is None and "mixed" in str(self.trainer.precision):
-            # Lightning refuses to clip gradients of a fused optimizer under mixed precision (the fused step
-            # unscales internally), so "fused where supported" means fp32 runs only.
+        if "fused" in keywords and keywords["fused"] is None and str(self.trainer.precision) == "16-mixed":
+            # 16-mixed scales the loss; a fused step unscales inside itself, after clipping would have run on the
+            # scaled gradients. bf16-mixed and fp32 have no scaling: fused there (configure_gradient_clipping).
             extra["fused"] = False
         groups = param_groups(self.optimizer_factory, self.model, keywords.get("weight_decay", 0.0))
         optimizer = self.optimizer_factory(groups, **extra)
