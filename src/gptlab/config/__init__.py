@@ -5,6 +5,8 @@ errors rewritten as one `gptlab: error:` line that names the key meant (`main`).
 Importing this package registers the schemas; every entry script that composes conf/ imports it first.
 """
 
+from gptlab.config import fast_path
 from gptlab.config.store import register
 
 register()
+fast_path.register()  # ${gptlab.on_cuda:...}: the GPU fast path's defaults

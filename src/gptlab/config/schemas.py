@@ -19,12 +19,24 @@ PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true",
 
 @dataclass
 class Runtime:
-    """How the model runs, not what it computes: the same weights and outputs either way."""
+    """How the model runs, not what it computes: the same weights and outputs either way. Applied to the plain
+    model in one place, gptlab.runtime.parallelize."""
 
-    compile: bool = setting(False, "torch.compile the model for training (first steps are slow while it compiles)",
-                            c.boolean)
-    activation_checkpointing: bool = setting(
-        False, "recompute each block in backward: less memory, ~1/3 more compute", c.boolean)
+    compile: bool = setting(
+        "${gptlab.on_cuda:true,false}", "torch.compile the model together with its loss (per block under "
+        "trainer=fsdp); on by default on CUDA GPUs, off on CPU (the first steps are slow while it compiles)",
+        c.boolean)
+    activation_checkpointing: Optional[bool] = setting(
+        None, "recompute each block in backward: less memory, ~1/3 more compute; null = on under trainer=fsdp, off "
+        "otherwise", c.optional(c.boolean))
+    attention_backend: str = setting(
+        "auto", "SDPA's kernel for dense causal attention on CUDA: auto = the fastest of cudnn, flash and efficient, "
+        "measured at the model's shape when training starts; or one of them, or math; no effect on CPU",
+        c.choice("auto", "cudnn", "flash", "efficient", "math"))
+
+    def checkpoints_blocks(self, sharded: bool) -> bool:
+        """activation_checkpointing with its null resolved: on under FSDP (models that need sharding need it too)."""
+        return sharded if self.activation_checkpointing is None else bool(self.activation_checkpointing)
 
 
 @dataclass
@@ -59,7 +71,7 @@ class Train:
     check_memory: bool = setting(
         True, "refuse a run whose estimated memory (weights, grads, Adam, activations) exceeds free RAM/GPU memory",
         c.boolean)
-    runtime: Runtime = setting(Runtime(), "how the model runs: compile, activation checkpointing")
+    runtime: Runtime = setting(Runtime(), "how the model runs: compile, activation checkpointing, attention kernel")
     # The groups: each node is typed by its own option's schema when its YAML is composed.
     model: Any = None
     tokenizer: Any = None
@@ -142,8 +154,9 @@ class AdamW:
                          c.number(0.0, 1.0, low_open=True))
     weight_decay: float = setting(0.1, "applied to matrices and embeddings only", c.number(0.0, 1.0))
     fused: Optional[bool] = setting(
-        None, "null = the fused kernel where the device has one (CUDA, CPU), in fp32 runs (Lightning cannot clip a "
-        "fused optimizer under mixed precision); true | false to force", c.optional(c.boolean))
+        None, "null = torch's fused kernel wherever every parameter's device has one (CUDA, CPU), except under "
+        "trainer.precision=16-mixed, whose loss scaling a fused step would hide from gradient clipping; true | "
+        "false to force", c.optional(c.boolean))
 
 
 @dataclass
@@ -231,8 +244,8 @@ class Trainer:
                            c.either(c.positive_int, c.choice("auto"),
                                     wanted="use a positive integer (devices per node) or auto"))
     num_nodes: int = setting(1, "machines; devices x num_nodes ranks in all", c.positive_int)
-    precision: str = setting("32-true", "32-true | bf16-mixed (Ampere+ GPUs) | 16-mixed (older GPUs, with loss "
-                             "scaling)", c.choice(*PRECISIONS))
+    precision: str = setting("${gptlab.cuda_precision:}", "bf16-mixed on GPUs that have bf16 (Ampere and later), "
+                             "else 32-true; or 16-mixed (older GPUs, with loss scaling)", c.choice(*PRECISIONS))
     max_steps: int = setting(240, "optimizer steps; the lr schedule ends here (nano on pydocs: ~2 min on 2 CPU "
                              "cores)", c.positive_int)
     max_epochs: int = setting(-1, "bounded by max_steps instead",

@@ -91,7 +91,8 @@ class GPTConfig:
         None, "cap the output logits at c * tanh(logits / c) (Gemma 2: 30); null = no cap"
     )
     pad_vocab_to: Optional[int] = _f(
-        None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d"
+        None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d (conf/: 64 on "
+        "CUDA GPUs)"
     )
     parametrization: str = _f(
         "standard",
