@@ -41,6 +41,9 @@ class PreemptionCheckpoint:
 class TokenThroughput:
     _target_: str = "gptlab.train.callbacks.TokenThroughput"
     window_size: int = setting(20, "batches averaged over", c.positive_int)
+    peak_flops: Optional[float] = setting(
+        None, "the device's peak FLOP/s for x_throughput/mfu; null = gptlab's dense datasheet table for the GPU "
+        "(printed when training starts)", c.optional(c.number(0.0, low_open=True)))
 
 
 @dataclass

@@ -18,11 +18,13 @@ from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
-from lightning.fabric.utilities.throughput import get_available_flops
 
+from gptlab.config.schemas import Runtime
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
 from gptlab.model.sparse_attention import attend, flex_available
 from gptlab.runtime.devices import check_device
+from gptlab.runtime.parallelize import parallelize
+from gptlab.runtime.peak_flops import device_peak
 from gptlab.runtime.planning import activation_bytes, memory_per_gpu
 from gptlab.train.optim import adamw, weight_decay_groups
 
@@ -119,7 +121,7 @@ def attention(report: Report, device: torch.device, T: int, window: int = 256, r
 def _train_step(cfg: GPTConfig, batch: int, device: torch.device, compile: bool, bf16: bool, repeats: int):
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
-    forward = torch.compile(model, dynamic=False) if compile else model
+    loss_fn = parallelize(model, Runtime(compile=compile), device)  # as a training run applies it
     optimizer = adamw(weight_decay_groups(model, 0.1), lr=1e-4, weight_decay=0.1)
     x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), device=device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -127,7 +129,7 @@ def _train_step(cfg: GPTConfig, batch: int, device: torch.device, compile: bool,
     def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = next_token_loss(forward(x), x)
+            loss = loss_fn(x, x).objective
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -150,7 +152,10 @@ def train_steps(report: Report, device: torch.device, repeats: int = 3, model: O
     cfg = GPTConfig(**values)
     name = "gpt2_small" if values == GPT2_SMALL else f"L{cfg.n_layer} E{cfg.n_embd} T{cfg.block_size}"
     tokens = batch * cfg.block_size
-    peak_flops = get_available_flops(device, torch.bfloat16) if on_gpu else None
+    peak_flops, source = device_peak(device, "bf16-mixed")
+    if on_gpu:
+        report.add("peak FLOP/s for MFU", f"{peak_flops / 1e12:,.1f} TFLOP/s" if peak_flops else "unknown", source,
+                   peak_flops is not None)
     flops = training_flops_per_token(cfg)["total"] * tokens
     modes = [False, True] if on_gpu else [False]
     if not on_gpu:

@@ -1,4 +1,5 @@
-"""Tokens seen, tokens/s and MFU, on top of Lightning Fabric's windowed `Throughput` and its GPU peak-FLOPs table.
+"""Tokens seen, tokens/s and MFU, on top of Lightning Fabric's windowed `Throughput`, against gptlab's dense peak table
+(runtime/peak_flops.py; Lightning's has no entry for the name an H200 reports, and lists sparse rates).
 
 Lightning's own ThroughputMonitor logs samples and batches under its own names and only to the logger; this
 callback logs the token-level numbers a language-model run is judged by, and shows tokens/s on the progress bar.
@@ -6,22 +7,18 @@ callback logs the token-level numbers a language-model run is judged by, and sho
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Optional
 
 import lightning as L
-import torch
-from lightning.fabric.utilities.throughput import Throughput, get_available_flops
+from lightning.fabric.utilities.throughput import Throughput
 
 from gptlab.model import training_flops_per_token
+from gptlab.runtime.peak_flops import device_peak
 from gptlab.train.module import logging_step
 
-PRECISION_DTYPES = {"bf16": torch.bfloat16, "16": torch.float16}  # by the prefix of trainer.precision
-
-
-def compute_dtype(precision: str) -> torch.dtype:
-    """The matmul dtype a Trainer precision string runs at ("bf16-mixed" -> bfloat16, "32-true" -> float32)."""
-    return PRECISION_DTYPES.get(str(precision).split("-")[0], torch.float32)
+log = logging.getLogger(__name__)
 
 
 class TokenThroughput(L.Callback):
@@ -29,8 +26,9 @@ class TokenThroughput(L.Callback):
     `x_throughput/mfu` (per device, only where the GPU's peak FLOPs is known) averaged over the last `window_size`
     batches. `x_`: after train/ and val/ in TensorBoard, which opens the first two groups (docs/run-outputs.md)."""
 
-    def __init__(self, window_size: int = 20) -> None:
+    def __init__(self, window_size: int = 20, peak_flops: Optional[float] = None) -> None:
         self.window_size = window_size
+        self.peak_flops = peak_flops  # FLOP/s per device; None = gptlab's table for the GPU (runtime/peak_flops.py)
         self._throughput: Optional[Throughput] = None
         self._flops_per_token = 0
         self._start = 0.0
@@ -38,7 +36,10 @@ class TokenThroughput(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         model = pl_module.model
-        peak = get_available_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
+        peak, source = device_peak(trainer.strategy.root_device, trainer.precision, self.peak_flops)
+        if trainer.is_global_zero and (peak or trainer.strategy.root_device.type == "cuda"):
+            log.info("MFU against %s" % (f"{peak / 1e12:,.1f} TFLOP/s per device: {source}" if peak else
+                                         f"nothing: {source}"))
         self._throughput = Throughput(available_flops=peak, world_size=trainer.world_size, window_size=self.window_size)
         self._flops_per_token = training_flops_per_token(model.config)["total"]  # 6N + attention, from the config
         self._start, self._batches = time.perf_counter(), 0
