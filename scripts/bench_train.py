@@ -16,6 +16,12 @@ Lightning's loop and gptlab's hooks, callbacks and logger add, whatever the mode
 Contenders run interleaved, repeatedly; each keeps its best (other processes only ever add time).
 Goals (issue 14): step >= 1.0x eager, >= 1.3x compiled (a GPU goal: the compile rows print the CPU bound); fit
 overhead <= 3%.
+
+    python scripts/bench_train.py --device cuda            # on one GPU, ~5 min: see gptlab.tools.benchmarks.gpu_train
+
+On a GPU (issue 30): GPT-2 small steps of gptlab vs the reference, eager and compiled, at --batches (tokens/s, MFU,
+peak memory); the Lightning fit vs a plain loop doing the same 0.5M-token steps; the run as a user types it.
+Needs the GPT-2 ranks (scripts/fetch_gpt2_ranks.py) for the fit and typed parts.
 """
 
 from __future__ import annotations
@@ -54,10 +60,43 @@ def bench_steps(shape_names: list[str], compiled: bool, steps: int, repeats: int
     return rows
 
 
+def main_gpu(args: argparse.Namespace) -> None:
+    import logging
+
+    from gptlab.tools.benchmarks.gpu_train import bench_bound, bench_fit, bench_gpu_steps, bench_typed
+
+    logging.getLogger("gptlab.runtime").addHandler(logging.StreamHandler())  # the attention kernel chosen
+    logging.getLogger("gptlab.runtime").setLevel(logging.INFO)
+    device = torch.device("cuda")
+    parts = args.parts or ["step", "compile", "bound", "fit", "typed"]
+    started = time.perf_counter()
+    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}", flush=True)
+    sections = []
+    if "step" in parts or "compile" in parts:
+        sections.append(bench_gpu_steps(device, args.batches, args.steps, args.repeats, "compile" in parts))
+        print("\n".join(sections[-1]), flush=True)
+    if "bound" in parts:
+        sections.append(bench_bound(device, max(args.batches)))
+        print("\n".join(sections[-1]), flush=True)
+    if "fit" in parts:
+        sections.append(bench_fit(CONF_DIR, device, max(args.batches), args.fit_steps, args.fit_val_every))
+        print("\n".join(sections[-1]), flush=True)
+    if "typed" in parts:
+        sections.append(bench_typed(CONF_DIR.parent, args.typed_steps))
+        print("\n".join(sections[-1]), flush=True)
+    print("\n" + "\n\n".join("\n".join(rows) for rows in sections))
+    print(f"\nbench_train took {time.perf_counter() - started:.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--parts", nargs="+", default=["step", "compile", "fit", "overhead"],
-                        choices=["step", "compile", "fit", "overhead"])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--parts", nargs="+", default=None,
+                        choices=["step", "compile", "fit", "overhead", "bound", "typed"],
+                        help="CPU: step compile fit overhead (default all); cuda: step compile bound fit typed")
+    parser.add_argument("--batches", nargs="+", type=int, default=[8, 32], help="cuda: micro-batches of the steps")
+    parser.add_argument("--fit-val-every", type=int, default=8, help="cuda fit: optimizer steps between validations")
+    parser.add_argument("--typed-steps", type=int, default=300, help="cuda: max_steps of the typed run")
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")
@@ -68,6 +107,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores). "
                         "On a machine shared with other jobs 1 thread gives steadier ratios")
     args = parser.parse_args()
+    if args.device == "cuda":
+        if args.fit_steps == 240:  # the CPU default; a GPU fit of 0.5M-token steps needs far fewer
+            args.fit_steps = 32
+        main_gpu(args)
+        return
+    args.parts = args.parts or ["step", "compile", "fit", "overhead"]
     if args.threads:
         torch.set_num_threads(args.threads)
 
