@@ -8,6 +8,7 @@ from typing import Any
 import lightning as L
 
 from gptlab.model import GPTConfig
+from gptlab.model.accounting import padding_parameters
 
 # Presets with GPT-2/3's vocabulary trained on the 257 byte ids leave ~50k embedding rows untrained.
 BYTE_TOKENIZER_HINT = "tokenizer=gpt2 (or experiment=gpt2_owt for the whole GPT-2 recipe)"
@@ -33,8 +34,10 @@ def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, 
                  trainer: L.Trainer, tokens_per_step: int, output_dir: Path) -> list[str]:
     source_name = getattr(getattr(datamodule, "source", None), "name", None) or "?"
     strategy = type(trainer.strategy).__name__.replace("Strategy", "") or "single device"
+    padding = padding_parameters(model_cfg)
+    padded = f" (+{padding:,} in padding rows, model.pad_vocab_to={model_cfg.pad_vocab_to})" if padding else ""
     return [
-        f"model    {preset_name()}: {n_params:,} parameters, {model_cfg.n_layer} layers x "
+        f"model    {preset_name()}: {n_params - padding:,} parameters{padded}, {model_cfg.n_layer} layers x "
         f"{model_cfg.n_embd} wide, context {model_cfg.block_size}",
         f"tokens   tokenizer {tokenizer.name} ({tokenizer.vocab_size:,} ids); data {source_name} "
         f"({cfg.data.get('store')} store)",

@@ -19,6 +19,7 @@ from gptlab.apps.build import Run, build_run
 from gptlab.apps.run_files import write_setup_files
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_resumable, read_checkpoint
+from gptlab.model.accounting import padding_parameters
 from gptlab.runs import sweep_failures, sweep_jobs
 from gptlab.runs.resume import finished_run, resume_checkpoint, resume_mode
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE, Progress, discard_on_early_error
@@ -127,7 +128,7 @@ def _summarise(cfg: DictConfig, output_dir: Path, run: Run, fit_seconds: float) 
         clock = next(c for c in run.callbacks if isinstance(c, TrainingClock))
         summary = {
             "name": cfg.name,
-            "parameters": run.model.num_parameters(),
+            "parameters": run.model.num_parameters() - padding_parameters(run.model.config),  # as the banner
             "best_val_loss": best,
             "final_val_loss": None if final is None else float(final),
             # val/bpb of the validation that reached best_val_loss (null if that was before this version logged it)

@@ -40,6 +40,12 @@ def count_parameters(cfg: GPTConfig) -> dict[str, int]:
     return counts
 
 
+def padding_parameters(cfg: GPTConfig) -> int:
+    """Parameters in the rows model.pad_vocab_to adds (the embedding's, and an untied head's): tensor size, not model.
+    They never enter the loss, sampling or an export, so what a run reports as its parameters leaves them out."""
+    return (cfg.padded_vocab_size - cfg.vocab_size) * cfg.n_embd * (1 if cfg.tie_weights else 2)
+
+
 def training_flops_per_token(cfg: GPTConfig) -> dict[str, int]:
     """Training FLOPs per token (forward + backward = 3x forward), the PaLM paper's appendix B estimate.
 
