@@ -96,7 +96,7 @@ def main() -> None:
                         help="CPU: step compile fit overhead (default all); cuda: step compile bound fit typed")
     parser.add_argument("--batches", nargs="+", type=int, default=[8, 32], help="cuda: micro-batches of the steps")
     parser.add_argument("--fit-val-every", type=int, default=8, help="cuda fit: optimizer steps between validations")
-    parser.add_argument("--typed-steps", type=int, default=300, help="cuda: max_steps of the typed run")
+    parser.add_argument("--typed-steps", type=int, default=200, help="cuda: max_steps of the typed run")
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")
@@ -109,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.device == "cuda":
         if args.fit_steps == 240:  # the CPU default; a GPU fit of 0.5M-token steps needs far fewer
-            args.fit_steps = 32
+            args.fit_steps = 24
         main_gpu(args)
         return
     args.parts = args.parts or ["step", "compile", "fit", "overhead"]

@@ -76,3 +76,55 @@ def test_compiled_flex_model_trains_like_eager_sdpa_without_cache_warnings() -> 
     torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-4)
     for (name, a), b in zip(flex.named_parameters(), reference.parameters()):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_attention_backend_auto_puts_the_measured_fastest_first() -> None:
+    """runtime.attention_backend=auto: each exact kernel is timed at the model's shape and the fastest leads SDPA's
+    priority; the model's outputs are the same whichever runs."""
+    from torch.nn.attention import SDPBackend
+
+    from gptlab.runtime.attention_backend import BACKENDS, choose_attention_backend, fastest_backend
+
+    device = torch.device("cuda")
+    best, times = fastest_backend(12, 1024, 64, device)
+    assert best in times and times[best] == min(times.values())
+    assert choose_attention_backend("auto", 12, 1024, 64, device) in times
+    assert SDPBackend(torch._C._get_sdp_priority_order()[0]) in BACKENDS.values()
+    model = GPT(GPTConfig(**CFG)).cuda()
+    x = torch.randint(0, 97, (4, 64), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        outputs = []
+        for name in times:
+            choose_attention_backend(name, 4, 64, 16, device)
+            outputs.append(model(x).float())
+    for out in outputs[1:]:
+        torch.testing.assert_close(out, outputs[0], atol=3e-2, rtol=3e-2)
+
+
+def test_compiled_model_and_loss_on_cuda_match_eager_and_keep_no_fp32_logits() -> None:
+    """The GPU fast path's one graph (runtime/parallelize.py): the same loss and gradients as eager, and a memory
+    peak below eager's, whose loss holds an fp32 copy of the logits."""
+    from gptlab.config.schemas import Runtime
+    from gptlab.model.loss import model_loss
+    from gptlab.runtime.parallelize import parallelize
+
+    cfg = GPTConfig(vocab_size=50257, pad_vocab_to=64, block_size=256, n_layer=2, n_head=4, n_embd=128)
+    torch.manual_seed(0)
+    eager, fast = GPT(cfg).cuda(), GPT(cfg).cuda()
+    fast.load_state_dict(eager.state_dict())
+    loss_fn = parallelize(fast, Runtime(compile=True), torch.device("cuda"))
+    x = torch.randint(0, 50257, (16, 256), device="cuda")
+    peaks = []
+    for run in (lambda: model_loss(eager, x, x).objective, lambda: loss_fn(x, x).objective):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = run()
+        loss.backward()
+        torch.cuda.synchronize()
+        peaks.append((torch.cuda.max_memory_allocated() - before, float(loss)))
+    assert abs(peaks[0][1] - peaks[1][1]) < 1e-2
+    assert peaks[1][0] < peaks[0][0]
+    for a, b in zip(eager.parameters(), fast.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=2e-2, rtol=5e-2)

@@ -196,13 +196,13 @@ def library_share(c: Contender, steps: int = 3) -> tuple[float, float, list[str]
     return library / total, total / steps / 1e3, top
 
 
-def bench_bound(device: torch.device, batch: int) -> list[str]:
+def bench_bound(device: torch.device, batch: int, who: tuple[str, ...] = ("gptlab",)) -> list[str]:
     """What no framework around the same kernels can beat: the compiled step's time in library kernels."""
     cfg = GPTConfig(**GPT2_SMALL)
     rows = [f"| compiled step, GPT-2 small B={batch} | GPU kernel time | in matmul/attention libraries | bound |",
             "|---|---|---|---|"]
     tops = []
-    for name in ("reference", "gptlab"):
+    for name in who:
         c = contender(name, cfg, batch, True, device)
         share, ms, top = library_share(c)
         tops += [f"{name}:", *top]
