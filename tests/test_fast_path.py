@@ -134,3 +134,14 @@ def test_padding_rows_are_not_reported_as_parameters() -> None:
     cfg = GPTConfig(vocab_size=50257, pad_vocab_to=64, block_size=1024, n_layer=12, n_head=12, n_embd=768)
     assert GPT(cfg).num_parameters() - padding_parameters(cfg) == 124_439_808  # GPT-2 small, as transformers counts
     assert padding_parameters(GPTConfig(**{**cfg.to_dict(), "tie_weights": False})) == 2 * 47 * 768
+
+
+def test_debug_profile_writes_a_trace_into_the_run_dir(tmp_path: Path) -> None:
+    """debug=profile: torch's profiler over a few steps after compiling, its trace in <run dir>/profile/."""
+    import hydra
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    cfg = compose_config(["debug=profile"], tmp_path)
+    profiler = hydra.utils.instantiate(cfg.trainer.profiler)
+    assert isinstance(profiler, PyTorchProfiler) and Path(profiler.dirpath) == tmp_path / "profile"
+    assert cfg.trainer.max_steps >= sum(cfg.trainer.profiler.schedule[k] for k in ("wait", "warmup", "active"))

@@ -274,6 +274,8 @@ class Trainer:
     fast_dev_run: Any = setting(
         False, "true (or N) runs N batches of train and val, no checkpoints: a smoke test",
         c.either(c.boolean, c.positive_int, wanted="use true, false or a positive number of batches"))
+    profiler: Any = setting(None, "Lightning's profiler: null = off; debug=profile sets torch's, with a trace in the "
+                            "run dir")
     enable_model_summary: bool = setting(
         False, "true prints Lightning's module table; the start banner already gives the parameters", c.boolean)
 
