@@ -70,6 +70,8 @@ def check_attention_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
     Only local and strided layers use the choice (dense layers always take the dense kernel)."""
     sparse = any(kind != "dense" and not (kind == "local" and model_cfg.attn_window >= model_cfg.block_size)
                  for kind in model_cfg.attn_pattern)
+    if model_cfg.attn_impl == "flash" and sparse:
+        _check_flash_runs_here(model_cfg, trainer_cfg)
     if model_cfg.attn_impl != "flex" or not sparse:
         return
     if model_cfg.dropout > 0:
@@ -84,6 +86,22 @@ def check_attention_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
     if not flex_available():
         raise ConfigError("model.attn_impl=flex needs torch.nn.attention.flex_attention, which this torch lacks; "
                           "use model.attn_impl=auto or chunked, or torch>=2.5.")
+
+
+def _check_flash_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
+    """model.attn_impl=flash: FlashAttention's window computes local layers on CUDA, with flash-attn installed."""
+    from gptlab.model.sparse_attention import flash_available
+
+    if "strided" in model_cfg.attn_pattern:
+        raise ConfigError("model.attn_impl=flash computes local layers only and model.attn_pattern has strided ones; "
+                          "use model.attn_impl=auto (flash for local layers where it can, chunked for strided).")
+    if resolve_accelerator(trainer_cfg.get("accelerator", "auto")) == "cpu":
+        raise ConfigError("model.attn_impl=flash needs a CUDA GPU (flash-attn has no CPU kernel) and this run trains "
+                          f"on the CPU (trainer.accelerator={trainer_cfg.get('accelerator', 'auto')}); use "
+                          "model.attn_impl=auto.")
+    if not flash_available():
+        raise ConfigError("model.attn_impl=flash needs the flash-attn package, which is not installed; "
+                          "pip install flash-attn, or use model.attn_impl=auto.")
 
 
 # Configs this process has already passed, by their text: the Hydra callback checks before the run dir exists and
