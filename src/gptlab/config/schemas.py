@@ -25,6 +25,9 @@ class Runtime:
                             c.boolean)
     activation_checkpointing: bool = setting(
         False, "recompute each block in backward: less memory, ~1/3 more compute", c.boolean)
+    float8: bool = setting(
+        False, "float8 matmuls in training (torchao; pip install torchao) for the Linear layers whose dims are "
+        "multiples of 16, the head excepted: GPUs of compute capability >= 8.9 (H100, H200) only", c.boolean)
 
 
 @dataclass
@@ -59,7 +62,7 @@ class Train:
     check_memory: bool = setting(
         True, "refuse a run whose estimated memory (weights, grads, Adam, activations) exceeds free RAM/GPU memory",
         c.boolean)
-    runtime: Runtime = setting(Runtime(), "how the model runs: compile, activation checkpointing")
+    runtime: Runtime = setting(Runtime(), "how the model runs: compile, activation checkpointing, float8")
     # The groups: each node is typed by its own option's schema when its YAML is composed.
     model: Any = None
     tokenizer: Any = None

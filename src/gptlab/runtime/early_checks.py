@@ -24,6 +24,7 @@ from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
 from gptlab.runs import sweep_jobs
 from gptlab.runs.resume import given_checkpoint, resume_mode
+from gptlab.runtime.float8 import check_float8_here
 from gptlab.runtime.guards import check_devices, check_memory, resolve_accelerator
 from gptlab.runtime.option_relevance import ignored_options
 from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_free_space, checkpoint_bytes
@@ -127,6 +128,8 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
     check_attention_runs_here(model_cfg, cfg.trainer)
+    if Runtime(**cfg.get("runtime", {})).float8:
+        check_float8_here(resolve_accelerator(cfg.trainer.get("accelerator", "auto")))
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
         check_memory(model_cfg, cfg.data.batch_size, cfg.trainer,  # before the model's tensors are allocated
                      activation_checkpointing=Runtime(**cfg.get("runtime", {})).activation_checkpointing)

@@ -3,8 +3,9 @@ and how fast one real training step runs (scripts/doctor.py prints it).
 
 On a GPU: CUDA/NCCL/bf16, flex vs chunked vs sdpa local attention (equality and fwd+bwd time), one bf16-mixed
 train step of gpt2_small eager and compiled (tokens/s, MFU against the GPU's dense bf16 peak), its memory peak
-against gptlab.runtime.planning's estimate, and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the
-parts that need a GPU are listed as skipped, with why.
+against gptlab.runtime.planning's estimate, float8 training's loss against bf16's over a few hundred steps (GPUs of
+compute capability >= 8.9 with torchao), and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the parts
+that need a GPU are listed as skipped, with why.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import torch
 import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import get_available_flops
 
+from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
 from gptlab.model.sparse_attention import attend, flex_available
 from gptlab.runtime.devices import check_device
+from gptlab.runtime.float8 import apply_float8, check_float8, torchao_available
 from gptlab.runtime.planning import activation_bytes, memory_per_gpu
 from gptlab.train.optim import adamw, weight_decay_groups
 
@@ -171,6 +174,53 @@ def train_steps(report: Report, device: torch.device, repeats: int = 3, model: O
         report.skip("memory peak vs planner", "CPU memory has no allocator peak counter")
 
 
+# float8 vs bf16: a small model whose Linear dims are all multiples of 16, on a sequence task it can learn
+# (arithmetic progressions mod the vocabulary), so the two loss curves fall and can be compared.
+FLOAT8_MODEL = dict(vocab_size=512, block_size=256, n_layer=4, n_head=4, n_embd=256, dropout=0.0)
+FLOAT8_PARITY = 0.05  # the two final losses (mean of the last 20 steps) within 5% of bf16's
+
+
+def float8_parity(report: Report, device: torch.device, steps: int = 300) -> None:
+    """Train the same model from the same init on the same batches in bf16 autocast and with runtime.float8's
+    conversion (gptlab.runtime.float8.apply_float8); the float8 run's final loss must be within FLOAT8_PARITY."""
+    check = f"float8 loss parity ({steps} steps)"
+    if device.type != "cuda":
+        report.skip(check, "no CUDA device (float8 matmuls need a GPU of compute capability >= 8.9)")
+        return
+    try:
+        check_float8(torch.cuda.get_device_capability(device), torchao_available(), torch.cuda.get_device_name(device))
+    except ConfigError as refusal:
+        report.skip(check, str(refusal))
+        return
+    cfg = GPTConfig(**FLOAT8_MODEL)
+    final, converted = {}, []
+    for mode in ("bf16", "float8"):
+        torch.manual_seed(0)
+        model = GPT(cfg).to(device)
+        if mode == "float8":
+            converted = apply_float8(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        gen = torch.Generator(device=device).manual_seed(1)
+        losses = []
+        for _ in range(steps):
+            start = torch.randint(0, cfg.vocab_size, (16, 1), device=device, generator=gen)
+            stride = torch.randint(1, 8, (16, 1), device=device, generator=gen)
+            x = (start + stride * torch.arange(cfg.block_size, device=device)) % cfg.vocab_size
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = next_token_loss(model(x), x)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        final[mode] = float(torch.stack(losses[-20:]).mean())
+        first = float(losses[0])
+    apart = abs(final["float8"] - final["bf16"]) / max(final["bf16"], 1e-6)
+    ok = math.isfinite(final["float8"]) and apart <= FLOAT8_PARITY
+    report.add(check, f"{final['float8']:.4f} vs bf16 {final['bf16']:.4f}",
+               f"{apart:.1%} apart (limit {FLOAT8_PARITY:.0%}); from {first:.2f}; {len(converted)} Linear layers in "
+               "float8, the head in bf16", ok)
+
+
 def cfg_params(cfg: GPTConfig) -> int:
     from gptlab.model import count_parameters
 
@@ -219,12 +269,14 @@ def ddp(report: Report) -> None:
                f"{digests[0] == digests[1]}", digests[0] == digests[1])
 
 
-def run(device: Optional[str] = None, attention_T: Optional[int] = None, repeats: int = 3) -> Report:
+def run(device: Optional[str] = None, attention_T: Optional[int] = None, repeats: int = 3,
+        float8_steps: int = 300) -> Report:
     report = Report()
     dev = check_device("--device", device or ("cuda" if torch.cuda.is_available() else "cpu"))
     environment(report)
     attention(report, dev, attention_T or (8192 if dev.type == "cuda" else 2048), repeats=repeats)
     train_steps(report, dev, repeats=repeats)
+    float8_parity(report, dev, float8_steps)
     if dev.type == "cuda":
         ddp(report)
     else:
