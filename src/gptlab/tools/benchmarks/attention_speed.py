@@ -148,7 +148,7 @@ def format_row(row: Row, dense: Row, dtype: torch.dtype) -> str:
             + (f"  {row.note}" if row.note else ""))
 
 
-# GPT-3 Small's shape (seed 003): 12 layers, D=768, H=12, D_K=64; the sequence is the benchmark's T.
+# GPT-3 Small's shape (docs/presets.md): 12 layers, D=768, H=12, D_K=64; the sequence is the benchmark's T.
 GPT3_SMALL = dict(vocab_size=50257, pad_vocab_to=64, n_layer=12, n_head=12, n_embd=768, dropout=0.0)
 PATTERNS = {"all dense": ["dense"], "all local": ["local"], "[dense, local]": ["dense", "local"]}
 
