@@ -76,3 +76,18 @@ def test_compiled_flex_model_trains_like_eager_sdpa_without_cache_warnings() -> 
     torch.testing.assert_close(loss, expected, atol=1e-4, rtol=1e-4)
     for (name, a), b in zip(flex.named_parameters(), reference.parameters()):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_flash_window_matches_sdpa_in_bf16() -> None:
+    """attn_impl=flash (flash-attn's window_size) against the masked reference, where flash-attn is installed."""
+    pytest.importorskip("flash_attn", reason="flash-attn is optional (pip install flash-attn)")
+    gen = torch.Generator("cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.bfloat16, generator=gen, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    results = []
+    for impl in ("sdpa", "flash"):
+        out = attend(q, k, v, "local", 128, impl)
+        results.append([out.detach().float()] + [g.float() for g in torch.autograd.grad(out, (q, k, v), grad)])
+    for a, b in zip(*results):
+        assert ((a - b).abs().max() / b.abs().max()).item() < 2e-2

@@ -357,9 +357,11 @@ def flex(
 
 @functools.cache
 def _compiled_flex() -> Callable[..., torch.Tensor]:
+    """flex_attention compiled once for eager callers; dynamic=False, so a second sequence length gets kernels of
+    its own instead of turning every later call into dynamic-shape kernels."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention)
+    return torch.compile(flex_attention, dynamic=False)
 
 
 def flex_block_mask(kind: str, T: int, window: int, device: torch.device):  # -> BlockMask

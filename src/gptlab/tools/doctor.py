@@ -23,10 +23,11 @@ from lightning.fabric.utilities.throughput import get_available_flops
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
-from gptlab.model.sparse_attention import attend, flex_available
+from gptlab.model.sparse_attention import FLASH_DTYPES, attend, flash_available, flex_available
 from gptlab.runtime.devices import check_device
 from gptlab.runtime.float8 import apply_float8, check_float8, torchao_available
 from gptlab.runtime.planning import activation_bytes, memory_per_gpu
+from gptlab.tools.benchmarks.attention_speed import timed_ms
 from gptlab.train.optim import adamw, weight_decay_groups
 
 GPT2_SMALL = dict(vocab_size=50257, pad_vocab_to=64, block_size=1024, n_layer=12, n_head=12, n_embd=768)
@@ -86,20 +87,25 @@ def environment(report: Report) -> None:
 
 
 def attention(report: Report, device: torch.device, T: int, window: int = 256, repeats: int = 3) -> None:
-    """Each kernel's outputs and q/k/v gradients against masked SDPA (the reference), and its fwd+bwd time."""
+    """Each kernel's outputs and q/k/v gradients against masked SDPA (the reference), and its fwd+bwd time: calls
+    queued back to back (attention_speed.timed_ms), so a GPU's small kernels are not timed as one launch each."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator(device=device).manual_seed(0)
     q, k, v = (torch.randn(1, 12, T, 64, device=device, dtype=dtype, generator=gen).requires_grad_() for _ in range(3))
     grad = torch.randn(1, 12, T, 64, device=device, dtype=dtype, generator=gen)
-    dense_s = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad), repeats, sync)
-    report.add(f"attention dense T={T}", f"{dense_s * 1e3:.1f} ms", "causal SDPA fwd+bwd, B=1 H=12 D_K=64")
+    dense_s = timed_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad), repeats,
+                       device, warmup=1) / 1e3
+    report.add(f"attention dense T={T}", f"{dense_s * 1e3:.2f} ms", "causal SDPA fwd+bwd, B=1 H=12 D_K=64")
     impls = ["sdpa", "chunked"] + (["flex"] if device.type == "cuda" and flex_available() else [])
     if "flex" not in impls:
         report.skip("attention flex", "FlexAttention has no CPU backward" if device.type == "cpu" else "not importable")
+    flash = device.type == "cuda" and flash_available() and dtype in FLASH_DTYPES
+    if not flash:
+        report.skip("attention flash", "flash-attn is not installed (optional: pip install flash-attn)"
+                    if device.type == "cuda" else "flash-attn is CUDA only")
     for kind in ("local", "strided"):
         outputs = {}
-        for impl in impls:
+        for impl in impls + (["flash"] if flash and kind == "local" else []):
             def run(impl: str = impl, kind: str = kind) -> torch.Tensor:
                 for t in (q, k, v):
                     t.grad = None
@@ -107,7 +113,7 @@ def attention(report: Report, device: torch.device, T: int, window: int = 256, r
                 out.backward(grad)
                 return out
 
-            seconds = _timed(run, repeats, sync)
+            seconds = timed_ms(run, repeats, device, warmup=1) / 1e3
             out = run()
             outputs[impl] = [out.detach().float()] + [t.grad.float() for t in (q, k, v)]
             ref = outputs["sdpa"]
@@ -115,7 +121,7 @@ def attention(report: Report, device: torch.device, T: int, window: int = 256, r
             diff = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
                        for a, b in zip(outputs[impl], ref))
             ok = diff <= EQUAL_RTOL[dtype]
-            report.add(f"attention {kind} {impl} T={T} w={window}", f"{seconds * 1e3:.1f} ms",
+            report.add(f"attention {kind} {impl} T={T} w={window}", f"{seconds * 1e3:.2f} ms",
                        f"{dense_s / seconds:.2f}x dense; max|diff|/max|ref| to sdpa {diff:.1e} (outputs, grads)", ok)
 
 

@@ -4,8 +4,11 @@ whole GPT-3-Small-shaped models (all dense, all local, GPT-3's [dense, local]) t
 What `scripts/bench_attention.py --device cuda` prints (issue 31: local >= 5x dense and strided >= 2x at T=8192,
 w=256; all-local >= 1.8x and [dense, local] >= 1.3x for the whole model). It imports only torch and gptlab.model,
 so it runs on a bare GPU box. Times are throughput: `repeats` fwd+bwd calls queued back to back, then one sync,
-divided by `repeats` (best of three such rounds), after warm-up calls that compile. Each kernel's outputs and q/k/v
-gradients are compared with the masked-SDPA reference in the same dtype (max |diff| / max |ref| over the four).
+divided by `repeats` (best of three such rounds), after warm-up calls that compile. On CUDA the eager kernels are
+also timed by the profiler's sum of GPU kernel time ("GPU-busy"): at B=1 a local kernel's GPU work is a fraction of
+a millisecond, and an eager call's CPU side (dispatch, launches, flex's guards) can take longer than that.
+Each kernel's outputs and q/k/v gradients are compared with the masked-SDPA reference in the same dtype
+(max |diff| / max |ref| over the four).
 The FLOPs bound is dense causal pairs / the kernel's pairs (`pattern_pairs`): the speedup if every kernel ran at
 the same FLOP rate. A model's bound adds the matmuls every variant shares (6 x matmul parameters per token).
 """
@@ -42,6 +45,7 @@ class Row:
     name: str
     kind: str
     ms: Optional[float] = None  # None: skipped (see note)
+    gpu_ms: Optional[float] = None  # kernel time alone (the profiler's sum over the GPU's kernels), eager
     compiled_ms: Optional[float] = None
     diff: Optional[float] = None
     note: str = ""
@@ -67,6 +71,28 @@ def timed_ms(step: Callable[[], object], repeats: int, device: torch.device, war
         _sync(device)
         best = min(best, (time.perf_counter() - start) / repeats)
     return best * 1e3
+
+
+def gpu_busy_ms(step: Callable[[], object], repeats: int, device: torch.device) -> Optional[float]:
+    """ms of GPU kernels per call (CUDA only): the kernels' own time, without the CPU's launch and dispatch time
+    that an eager call of a small kernel adds (and that a compiled model mostly hides). None where unavailable."""
+    if device.type != "cuda":
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:  # a profiler that fails costs this column only
+        step()
+        _sync(device)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(repeats):
+                step()
+            _sync(device)
+        # The kernels' own rows (device type CUDA), as the profiler's table sums its "Self CUDA" column.
+        total_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
+    except Exception:  # noqa: BLE001
+        return None
+    return total_us / 1e3 / repeats if total_us else None
 
 
 def kernels(shape: Shape, device: torch.device) -> list[tuple[str, str, Optional[Kernel], str]]:
@@ -119,6 +145,7 @@ def kernel_rows(shape: Shape, device: torch.device, repeats: int, compile: bool,
                                for a, b in zip(got, references[kind]))
                 del got
                 row.ms = timed_ms(lambda fn=fn: _fwd_bwd(fn, q, k, v, grad), repeats, device)
+                row.gpu_ms = gpu_busy_ms(lambda fn=fn: _fwd_bwd(fn, q, k, v, grad), repeats, device)
                 if compile and not name.startswith("flex"):  # flex is always compiled
                     compiled = torch.compile(fn, dynamic=False)
                     row.compiled_ms = timed_ms(lambda c=compiled: _fwd_bwd(c, q, k, v, grad), repeats, device)
@@ -129,8 +156,8 @@ def kernel_rows(shape: Shape, device: torch.device, repeats: int, compile: bool,
     return rows
 
 
-KERNEL_HEADER = (f"{'kernel':<28} {'eager ms':>9} {'vs dense':>9} {'compiled ms':>12} {'vs dense':>9} "
-                 f"{'FLOPs bound':>11} {'|diff|/|ref|':>12}")
+KERNEL_HEADER = (f"{'kernel':<28} {'eager ms':>9} {'vs dense':>9} {'GPU-busy ms':>12} {'vs dense':>9} "
+                 f"{'compiled ms':>12} {'vs dense':>9} {'FLOPs bound':>11} {'|diff|/|ref|':>12}")
 
 
 def format_row(row: Row, dense: Row, dtype: torch.dtype) -> str:
@@ -141,9 +168,12 @@ def format_row(row: Row, dense: Row, dtype: torch.dtype) -> str:
     def ratio(a: Optional[float], b: Optional[float]) -> str:
         return f"{a / b:.2f}x" if a and b else "-"
 
-    compiled = f"{row.compiled_ms:.3f}" if row.compiled_ms else "-"
+    def ms(value: Optional[float]) -> str:
+        return f"{value:.3f}" if value else "-"
+
     equal = "" if row.diff is not None and row.diff <= EQUAL_RTOL[dtype] else "  NOT EQUAL"
-    return (f"{row.name:<28} {row.ms:>9.3f} {ratio(dense.ms, row.ms):>9} {compiled:>12} "
+    return (f"{row.name:<28} {row.ms:>9.3f} {ratio(dense.ms, row.ms):>9} {ms(row.gpu_ms):>12} "
+            f"{ratio(dense.gpu_ms, row.gpu_ms):>9} {ms(row.compiled_ms):>12} "
             f"{ratio(dense.compiled_ms, row.compiled_ms):>9} {row.bound:>10.2f}x {row.diff:>12.1e}{equal}"
             + (f"  {row.note}" if row.note else ""))
 
