@@ -19,7 +19,8 @@ def test_every_kernel_row_is_exact_and_carries_its_flops_bound() -> None:
     shape = Shape(T=64, window=16, B=1, H=2, D=8, dtype=torch.float32)
     rows = {row.name: row for row in kernel_rows(shape, torch.device("cpu"), repeats=1, compile=False)}
     measured = [row for row in rows.values() if row.ms is not None]
-    assert {"dense SDPA causal", "chunked local c=8 (default)", "chunked local c=16", "chunked strided"} <= {
+    assert {"dense SDPA causal", "chunked local c=8 (CPU default)", "chunked local c=16", "chunked local pairs",
+            "chunked strided"} <= {
         row.name for row in measured}
     assert all(row.diff is not None and row.diff < 1e-5 and not row.note for row in measured), measured
     assert rows["flex local"].ms is None and "no CPU backward" in rows["flex local"].note
@@ -34,8 +35,8 @@ def test_the_script_prints_kernel_and_model_rows(tmp_path: Path) -> None:
                           text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    for label in ("dense SDPA causal", "chunked local c=8 (default)", "chunked strided", "all dense", "all local",
-                  "[dense, local]"):
+    for label in ("dense SDPA causal", "chunked local c=8 (CPU default)", "chunked local pairs", "chunked strided",
+                  "all dense", "all local", "[dense, local]"):
         line = next(line for line in lines if line.startswith(label))
         assert "FAILED" not in line and "NOT EQUAL" not in line, line
     assert "FAILED" not in proc.stdout and "Traceback" not in proc.stderr

@@ -255,3 +255,29 @@ def test_compiled_kernels_read_their_masks_instead_of_rebuilding_them() -> None:
     got = outputs_and_grads(q, k, v, fn)
     for r, g in zip(ref, got):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}H{}T{}dk{}dv{}w{}".format(*s))
+def test_local_block_pairs_equal_sdpa_reference(shape: tuple[int, ...]) -> None:
+    """The CUDA form of chunked local (blocks of w against [previous block, own block], one shared mask), run here
+    on CPU: the band's outputs and gradients, with T not a multiple of w, w = 1 and w >= T among the shapes."""
+    from gptlab.model.sparse_attention import local_block_pairs
+
+    B, H, T, dk, dv, w = shape
+    q, k, v = qkv(B, H, T, dk, dv)
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=w, impl="sdpa"))
+    got = outputs_and_grads(q, k, v, lambda *t: local_block_pairs(*t, window=w, scale=None, dropout_p=0.0))
+    for name, r, g in zip(("out", "dq", "dk", "dv"), ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_local_block_pairs_with_alibi_bias_and_scale() -> None:
+    from gptlab.model.alibi import ALiBi
+    from gptlab.model.sparse_attention import local_block_pairs
+
+    q, k, v = qkv(2, 4, 45, 8, 8)
+    bias = ALiBi(4)
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=8, impl="sdpa", scale=0.5, bias=bias))
+    got = outputs_and_grads(q, k, v, lambda *t: local_block_pairs(*t, window=8, scale=0.5, dropout_p=0.0, bias=bias))
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)

@@ -220,7 +220,10 @@ def chunked_local(
     index_select per tensor (a view where it can be). Keys before position 0 are clamped to 0 and masked; a
     last, partial query block is padded and its padded queries are cut off, so they pass no gradient back.
     A score bias is added to the band mask: inside a block, i - j is the same for every block.
+    On CUDA (query_block unset) the blocks are `local_block_pairs`' instead.
     """
+    if q.device.type == "cuda" and query_block is None:
+        return local_block_pairs(q, k, v, window, scale, dropout_p, bias)
     B, H, T, _ = q.shape
     w = min(window, T)  # a band wider than the sequence is plain causal attention
     c = query_block or max(1, w // QUERY_BLOCK_DIVISOR)
@@ -239,6 +242,56 @@ def chunked_local(
         mask = mask + bias.band(c, w, q.device, q.dtype)
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     return out.transpose(1, 2).reshape(B, n * c, H, -1)[:, :T].transpose(1, 2)  # (B, H, T, D_V)
+
+
+def local_block_pairs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float], dropout_p: float,
+    bias: Optional[ScoreBias] = None,
+) -> torch.Tensor:
+    """Local attention with queries in blocks of w, each against [previous block, own block]: the form whose mask
+    is one small (w, 2w) tensor shared by every block and head (query r sees previous-block key s > r and own-block
+    key s <= r), so SDPA's fused GPU kernels read it without a per-block mask in memory. The first block has no
+    previous one: it is plain causal attention, which takes SDPA's flash kernel. 2x the band's scores, where
+    chunked_local's w/2 blocks compute 1.5x with a per-block mask; `scripts/bench_attention.py --device cuda`
+    times both. Padding at the end is only ever a future key, hidden by the mask, and its queries are cut off.
+    """
+    B, H, T, _ = q.shape
+    w = min(window, T)
+    n = -(-T // w)
+    pad = n * w - T
+    qt, kt, vt = (F.pad(t.transpose(1, 2), (0, 0, 0, 0, 0, pad)) for t in (q, k, v))  # (B, n w, H, D)
+    mask = _shape_cached(("pairs", w, window, q.device, q.dtype), lambda: _pair_mask(w, window, q.device, q.dtype))
+    if bias is not None:
+        mask = mask + bias.band(w, w, q.device, q.dtype)  # (1, H, w, 2w): i - j = w + r - s in every block
+
+    def heads_first(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2)
+
+    first = F.scaled_dot_product_attention(
+        heads_first(qt[:, :w]), heads_first(kt[:, :w]), heads_first(vt[:, :w]), scale=scale, dropout_p=dropout_p,
+        is_causal=bias is None, attn_mask=None if bias is None else mask[..., w:])  # (B, H, w, D_V)
+    if n == 1:
+        return first[:, :, :T]
+
+    def pairs(t: torch.Tensor) -> torch.Tensor:  # (B, n w, H, D) -> (B (n-1), H, 2w, D): blocks b-1 and b
+        blocks = t.unfold(1, 2 * w, w)  # (B, n-1, H, D, 2w), a view
+        return blocks.permute(0, 1, 2, 4, 3).reshape(B * (n - 1), H, 2 * w, t.shape[-1])
+
+    rest = F.scaled_dot_product_attention(
+        qt[:, w:].reshape(B * (n - 1), w, H, -1).transpose(1, 2), pairs(kt), pairs(vt), attn_mask=mask, scale=scale,
+        dropout_p=dropout_p)  # (B (n-1), H, w, D_V)
+    rest = rest.unflatten(0, (B, n - 1)).permute(0, 2, 1, 3, 4).reshape(B, H, (n - 1) * w, -1)
+    return torch.cat([first, rest], dim=2)[:, :, :T]
+
+
+def _pair_mask(w: int, window: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, w, 2w) additive mask of local_block_pairs: query r of a block against keys s of the previous block
+    (s < w, distance w + r - s) and of its own (s >= w, distance r - (s - w)); 0 where 0 <= distance < window."""
+    r = torch.arange(w, device=device)[:, None]
+    s = torch.arange(2 * w, device=device)[None, :]
+    distance = w + r - s
+    allowed = (distance >= 0) & (distance < window)
+    return torch.zeros(w, 2 * w, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))[None, None]
 
 
 # Query block c = w / this in chunked_local. Measured at T=8192, w=256, H=12, D_K=64, fp32 fwd+bwd on 2 cores

@@ -23,7 +23,14 @@ import torch
 import torch.nn.functional as F
 
 from gptlab.model import GPT, GPTConfig
-from gptlab.model.sparse_attention import attend, chunked_local, flash_available, flex_available, pattern_pairs
+from gptlab.model.sparse_attention import (
+    attend,
+    chunked_local,
+    flash_available,
+    flex_available,
+    local_block_pairs,
+    pattern_pairs,
+)
 
 Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # max |diff| / max |reference| that counts as equal, by dtype (bf16 rounds at ~4e-3 of each value)
@@ -107,9 +114,12 @@ def kernels(shape: Shape, device: torch.device) -> list[tuple[str, str, Optional
         else:
             why = "FlexAttention has no CPU backward" if device.type == "cpu" else "FlexAttention not importable"
             rows.append((f"flex {kind}", kind, None, why))
+    cuda = device.type == "cuda"
     for c in (w // 2, w):  # query blocks of w/2 (1.5x the band's scores, more key copies) or w (2x, fewer)
-        name = f"chunked local c={c}" + (" (default)" if c == max(1, w // 2) else "")
+        name = f"chunked local c={c}" + (" (CPU default)" if c == max(1, w // 2) and not cuda else "")
         rows.append((name, "local", lambda q, k, v, c=c: chunked_local(q, k, v, w, None, 0.0, query_block=c), ""))
+    rows.append(("chunked local pairs" + (" (CUDA default)" if cuda else ""), "local",
+                 lambda q, k, v: local_block_pairs(q, k, v, w, None, 0.0), ""))
     rows.append(("chunked strided", "strided", lambda q, k, v: attend(q, k, v, "strided", w, "chunked"), ""))
     if device.type == "cuda" and flash_available() and shape.dtype in (torch.bfloat16, torch.float16):
         rows.append(("flash-attn window", "local", lambda q, k, v: attend(q, k, v, "local", w, "flash"), ""))
