@@ -72,7 +72,7 @@ def test_apply_float8_swaps_the_intended_layers_with_torchao() -> None:
     from torchao.float8.float8_linear import Float8Linear
 
     model = GPT(GPTConfig(**MODEL, d_ff=200))  # the MLP's 200-wide layers cannot take float8 matmuls
-    linears = _linear_names(model)
+    linears, keys = _linear_names(model), set(model.state_dict())
     names = apply_float8(model)
     float8 = {name for name, m in model.named_modules() if isinstance(m, Float8Linear)}
     assert float8 == set(names) and float8
@@ -80,4 +80,7 @@ def test_apply_float8_swaps_the_intended_layers_with_torchao() -> None:
     assert "head" not in float8 and isinstance(model.head, nn.Linear)
     assert model.head.weight is model.tok_emb.weight  # the tied head is untouched
     assert _linear_names(model) == linears  # Float8Linear subclasses nn.Linear: nothing else changed
+    assert set(model.state_dict()) == keys  # checkpoints load either way
+    assert all(getattr(model.get_submodule(f"blocks.{i}.attn.out"), "is_residual_projection", False)
+               for i in range(MODEL["n_layer"]))  # the init's mark survives the swap
     assert all(m.weight.dtype == torch.float32 for m in model.modules() if isinstance(m, nn.Linear))

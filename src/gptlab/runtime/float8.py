@@ -57,7 +57,13 @@ def apply_float8(model: nn.Module) -> list[str]:
     from torchao.float8 import convert_to_float8_training
 
     names = [name for name, module in model.named_modules() if converts(module, name)]
+    # Marks the model's init reads (parametrization.py), kept for a reset_parameters after the swap (meta-device
+    # init under FSDP): torchao's Float8Linear is a new module that carries only the weights.
+    marks = {name: vars(module)["is_residual_projection"] for name, module in model.named_modules()
+             if name in names and "is_residual_projection" in vars(module)}
     convert_to_float8_training(model, module_filter_fn=converts)
+    for name, mark in marks.items():
+        model.get_submodule(name).is_residual_projection = mark
     return names
 
 

@@ -84,6 +84,8 @@ def environment(report: Report) -> None:
     else:
         report.skip("bf16", "no CUDA device (bf16-mixed training is a GPU feature)")
     report.add("FlexAttention", "importable" if flex_available() else "missing", "model.attn_impl=flex")
+    report.add("flash-attn", "installed" if flash_available() else "not installed",
+               "optional (pip install flash-attn, CUDA): model.attn_impl=flash, auto's first choice for local layers")
 
 
 def attention(report: Report, device: torch.device, T: int, window: int = 256, repeats: int = 3) -> None:
