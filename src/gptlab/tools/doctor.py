@@ -185,23 +185,15 @@ def train_steps(report: Report, device: torch.device, repeats: int = 3, model: O
 # float8 vs bf16: a small model whose Linear dims are all multiples of 16, on a sequence task it can learn
 # (arithmetic progressions mod the vocabulary), so the two loss curves fall and can be compared.
 FLOAT8_MODEL = dict(vocab_size=512, block_size=256, n_layer=4, n_head=4, n_embd=256, dropout=0.0)
-FLOAT8_PARITY = 0.05  # the two final losses (mean of the last 20 steps) within 5% of bf16's
+# The final losses (means of the last 20 steps) may differ by this share of the first step's loss: a scale that
+# does not shrink as the task is learned (the finals approach 0, where a relative difference means nothing).
+FLOAT8_PARITY = 0.02
 
 
-def float8_parity(report: Report, device: torch.device, steps: int = 300) -> None:
-    """Train the same model from the same init on the same batches in bf16 autocast and with runtime.float8's
-    conversion (gptlab.runtime.float8.apply_float8); the float8 run's final loss must be within FLOAT8_PARITY."""
-    check = f"float8 loss parity ({steps} steps)"
-    if device.type != "cuda":
-        report.skip(check, "no CUDA device (float8 matmuls need a GPU of compute capability >= 8.9)")
-        return
-    try:
-        check_float8(torch.cuda.get_device_capability(device), torchao_available(), torch.cuda.get_device_name(device))
-    except ConfigError as refusal:
-        report.skip(check, str(refusal))
-        return
-    cfg = GPTConfig(**FLOAT8_MODEL)
-    final, converted = {}, []
+def float8_loss_curves(cfg: GPTConfig, device: torch.device, steps: int, batch: int = 16):
+    """Per-step losses of the same model, init and batches in bf16 autocast (CUDA) and after apply_float8, and the
+    names of the layers float8 took."""
+    curves, converted = {}, []
     for mode in ("bf16", "float8"):
         torch.manual_seed(0)
         model = GPT(cfg).to(device)
@@ -211,22 +203,38 @@ def float8_parity(report: Report, device: torch.device, steps: int = 300) -> Non
         gen = torch.Generator(device=device).manual_seed(1)
         losses = []
         for _ in range(steps):
-            start = torch.randint(0, cfg.vocab_size, (16, 1), device=device, generator=gen)
-            stride = torch.randint(1, 8, (16, 1), device=device, generator=gen)
+            start = torch.randint(0, cfg.vocab_size, (batch, 1), device=device, generator=gen)
+            stride = torch.randint(1, 8, (batch, 1), device=device, generator=gen)
             x = (start + stride * torch.arange(cfg.block_size, device=device)) % cfg.vocab_size
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 loss = next_token_loss(model(x), x)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.detach())
-        final[mode] = float(torch.stack(losses[-20:]).mean())
-        first = float(losses[0])
-    apart = abs(final["float8"] - final["bf16"]) / max(final["bf16"], 1e-6)
-    ok = math.isfinite(final["float8"]) and apart <= FLOAT8_PARITY
-    report.add(check, f"{final['float8']:.4f} vs bf16 {final['bf16']:.4f}",
-               f"{apart:.1%} apart (limit {FLOAT8_PARITY:.0%}); from {first:.2f}; {len(converted)} Linear layers in "
-               "float8, the head in bf16", ok)
+        curves[mode] = [float(v) for v in torch.stack(losses).cpu()]
+    return curves["bf16"], curves["float8"], converted
+
+
+def float8_parity(report: Report, device: torch.device, steps: int = 300) -> None:
+    """Train the same model from the same init on the same batches in bf16 autocast and with runtime.float8's
+    conversion (gptlab.runtime.float8.apply_float8): the final losses must agree within FLOAT8_PARITY."""
+    check = f"float8 loss parity ({steps} steps)"
+    if device.type != "cuda":
+        report.skip(check, "no CUDA device (float8 matmuls need a GPU of compute capability >= 8.9)")
+        return
+    try:
+        check_float8(torch.cuda.get_device_capability(device), torchao_available(), torch.cuda.get_device_name(device))
+    except ConfigError as refusal:
+        report.skip(check, str(refusal))
+        return
+    bf16, float8, converted = float8_loss_curves(GPTConfig(**FLOAT8_MODEL), device, steps)
+    final_bf16, final_float8 = (sum(c[-20:]) / len(c[-20:]) for c in (bf16, float8))
+    apart = abs(final_float8 - final_bf16) / bf16[0]
+    ok = math.isfinite(final_float8) and apart <= FLOAT8_PARITY
+    report.add(check, f"{final_float8:.4f} vs bf16 {final_bf16:.4f}",
+               f"apart by {apart:.2%} of the first loss {bf16[0]:.2f} (limit {FLOAT8_PARITY:.0%}); "
+               f"{len(converted)} Linear layers in float8, the head in bf16", ok)
 
 
 def cfg_params(cfg: GPTConfig) -> int:
