@@ -423,6 +423,8 @@ def flex_block_mask(kind: str, T: int, window: int, device: torch.device):  # ->
     Blocks are flex's default 128 x 128: for w=256 each query block meets one full key block and two partial ones
     (384 keys computed for 256 wanted), where 64-wide blocks would waste less but run the kernel on smaller tiles."""
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # "cuda" means the current GPU, as tensors' devices name it
+        device = torch.device("cuda", torch.cuda.current_device())
     return _shape_cached(("flex", kind, T, window, device.type, device.index),
                          lambda: _build_block_mask(kind, T, window, device))
 

@@ -28,6 +28,7 @@ from gptlab.model.sparse_attention import (
     chunked_local,
     flash_available,
     flex_available,
+    flex_block_mask,
     local_block_pairs,
     pattern_pairs,
 )
@@ -230,6 +231,9 @@ def _step_ms(cfg: GPTConfig, batch: int, device: torch.device, repeats: int, com
     torch.manual_seed(0)
     model = GPT(cfg).to(device)
     if compile:
+        if device.type == "cuda" and flex_available():  # built before tracing, the graphs read it: no recompile
+            for kind in set(cfg.attn_pattern) - {"dense"}:
+                flex_block_mask(kind, cfg.block_size, cfg.attn_window, device)
         for block in model.blocks:
             block.compile(dynamic=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
