@@ -167,14 +167,14 @@ def kernel_rows(shape: Shape, device: torch.device, repeats: int, compile: bool,
     return rows
 
 
-KERNEL_HEADER = (f"{'kernel':<28} {'eager ms':>9} {'vs dense':>9} {'GPU-busy ms':>12} {'vs dense':>9} "
+KERNEL_HEADER = (f"{'kernel':<32} {'eager ms':>9} {'vs dense':>9} {'GPU-busy ms':>12} {'vs dense':>9} "
                  f"{'compiled ms':>12} {'vs dense':>9} {'FLOPs bound':>11} {'|diff|/|ref|':>12}")
 
 
 def format_row(row: Row, dense: Row, dtype: torch.dtype) -> str:
     """One line of the kernel table; ratios are dense's time over the row's, each in its own mode."""
     if row.ms is None:
-        return f"{row.name:<28} skipped: {row.note}"
+        return f"{row.name:<32} skipped: {row.note}"
 
     def ratio(a: Optional[float], b: Optional[float]) -> str:
         return f"{a / b:.2f}x" if a and b else "-"
@@ -183,7 +183,7 @@ def format_row(row: Row, dense: Row, dtype: torch.dtype) -> str:
         return f"{value:.3f}" if value else "-"
 
     equal = "" if row.diff is not None and row.diff <= EQUAL_RTOL[dtype] else "  NOT EQUAL"
-    return (f"{row.name:<28} {row.ms:>9.3f} {ratio(dense.ms, row.ms):>9} {ms(row.gpu_ms):>12} "
+    return (f"{row.name:<32} {row.ms:>9.3f} {ratio(dense.ms, row.ms):>9} {ms(row.gpu_ms):>12} "
             f"{ratio(dense.gpu_ms, row.gpu_ms):>9} {ms(row.compiled_ms):>12} "
             f"{ratio(dense.compiled_ms, row.compiled_ms):>9} {row.bound:>10.2f}x {row.diff:>12.1e}{equal}"
             + (f"  {row.note}" if row.note else ""))
