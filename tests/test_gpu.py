@@ -128,3 +128,18 @@ def test_compiled_model_and_loss_on_cuda_match_eager_and_keep_no_fp32_logits() -
     assert peaks[1][0] < peaks[0][0]
     for a, b in zip(eager.parameters(), fast.parameters()):
         torch.testing.assert_close(b.grad, a.grad, atol=2e-2, rtol=5e-2)
+
+
+def test_flash_window_matches_sdpa_in_bf16() -> None:
+    """attn_impl=flash (flash-attn's window_size) against the masked reference, where flash-attn is installed."""
+    pytest.importorskip("flash_attn", reason="flash-attn is optional (pip install flash-attn)")
+    gen = torch.Generator("cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.bfloat16, generator=gen, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    results = []
+    for impl in ("sdpa", "flash"):
+        out = attend(q, k, v, "local", 128, impl)
+        results.append([out.detach().float()] + [g.float() for g in torch.autograd.grad(out, (q, k, v), grad)])
+    for a, b in zip(*results):
+        assert ((a - b).abs().max() / b.abs().max()).item() < 2e-2

@@ -114,6 +114,9 @@ def test_an_early_failure_leaves_the_users_dirs_as_they_were(tmp_path: Path, kin
 # Refusals that depend only on the config and the machine: each before the run-dir line, the progress bar or any file.
 REFUSALS = {
     "flex_on_cpu": (["model.attn_pattern=[local]", "model.attn_window=8", "model.attn_impl=flex"], "model.attn_impl"),
+    "flash_on_cpu": (["model.attn_pattern=[local]", "model.attn_window=8", "model.attn_impl=flash"],
+                     "model.attn_impl=flash needs a CUDA GPU"),
+    "float8_on_cpu": (["runtime.float8=true"], "runtime.float8=true needs a CUDA GPU"),
     "devices": (["trainer.devices=64"], "trainer.devices=64"),
     "memory": (["data.batch_size=100000000"], "free RAM"),
     "resume_value": (["resume=always"], "resume="),

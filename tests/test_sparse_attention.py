@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from gptlab.errors import ConfigError
-from gptlab.model.sparse_attention import attend, chunked_local, pattern_mask, resolve_impl
+from gptlab.model.sparse_attention import attend, chunked_local, pattern_mask, pattern_pairs, resolve_impl
 
 # (B, H, T, D_K, D_V, w): T not a multiple of w, w = 1, w >= T, D_K != D_V, several batch/head shapes.
 SHAPES = [
@@ -143,5 +143,141 @@ def test_chunked_local_is_exact_for_any_query_block(T: int, w: int, c: int) -> N
     q, k, v = qkv(2, 3, T, 8, 6)
     ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=w, impl="sdpa"))
     got = outputs_and_grads(q, k, v, lambda *t: chunked_local(*t, window=w, scale=None, dropout_p=0.0, query_block=c))
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+def _fake_flash_attn(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1)):
+    """flash_attn.flash_attn_func as flash-attn documents it, on (B, T, H, D): query i sees keys
+    i - window_size[0] .. i + window_size[1] (-1: unbounded), and none after i when causal."""
+    T = q.shape[1]
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    left, right = window_size
+    allowed = torch.ones(T, T, dtype=torch.bool)
+    if causal:
+        allowed &= j <= i
+    if left >= 0:
+        allowed &= j >= i - left
+    if right >= 0:
+        allowed &= j <= i + right
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         attn_mask=allowed, scale=softmax_scale)
+    return out.transpose(1, 2)
+
+
+@pytest.fixture
+def fake_flash(monkeypatch):
+    import sys
+    import types
+
+    from gptlab.model import sparse_attention
+
+    monkeypatch.setitem(sys.modules, "flash_attn", types.SimpleNamespace(flash_attn_func=_fake_flash_attn))
+    sparse_attention.flash_available.cache_clear()
+    yield
+    sparse_attention.flash_available.cache_clear()
+
+
+@pytest.mark.parametrize("T,w", [(64, 16), (45, 8), (33, 1), (50, 49)])
+def test_flash_window_equals_sdpa_reference(fake_flash, T: int, w: int) -> None:
+    """attn_impl=flash hands flash-attn the band as window_size=(w - 1, 0), in its (B, T, H, D) layout."""
+    q, k, v = qkv(2, 3, T, 8, 8)
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=w, impl="sdpa"))
+    got = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=w, impl="flash"))
+    for name, r, g in zip(("out", "dq", "dk", "dv"), ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_auto_prefers_flash_window_on_gpu_where_installed(fake_flash) -> None:
+    cuda = torch.device("cuda")
+    assert resolve_impl("auto", "local", 8192, 256, cuda, torch.bfloat16) == "flash"
+    assert resolve_impl("auto", "local", 8192, 256, cuda, torch.float32) == "flex"  # flash-attn has no fp32
+    assert resolve_impl("auto", "strided", 8192, 256, cuda, torch.bfloat16) == "chunked"
+    assert resolve_impl("auto", "local", 8192, 256, torch.device("cpu"), torch.bfloat16) == "chunked"
+
+
+def test_flash_refuses_what_it_cannot_compute(fake_flash) -> None:
+    q, k, v = qkv(1, 2, 40, 8, 8)
+    with pytest.raises(ConfigError, match="model.attn_impl=flash computes local layers only"):
+        attend(q, k, v, "strided", 8, "flash")
+    q, k, v = qkv(1, 2, 40, 8, 4)
+    with pytest.raises(ConfigError, match="model.attn_impl=flash cannot compute attention with D_K != D_V"):
+        attend(q, k, v, "local", 8, "flash")
+
+
+def test_flash_without_the_package_says_how_to_get_it(monkeypatch) -> None:
+    import sys
+
+    from gptlab.model import sparse_attention
+
+    monkeypatch.setitem(sys.modules, "flash_attn", None)  # import flash_attn raises ImportError
+    sparse_attention.flash_available.cache_clear()
+    try:
+        q, k, v = qkv(1, 2, 40, 8, 8)
+        with pytest.raises(ConfigError, match="pip install flash-attn"):
+            attend(q, k, v, "local", 8, "flash")
+        assert resolve_impl("auto", "local", 8192, 256, torch.device("cuda"), torch.bfloat16) == "flex"
+    finally:
+        sparse_attention.flash_available.cache_clear()
+
+
+@pytest.mark.parametrize("kind", ["dense", "local", "strided"])
+@pytest.mark.parametrize("T,w", [(1, 4), (7, 3), (64, 16), (100, 7), (20, 20), (20, 30)])
+def test_pattern_pairs_counts_the_mask(kind: str, T: int, w: int) -> None:
+    """The FLOPs bound the benchmark prints (dense pairs / the kind's pairs) counts exactly the allowed pairs."""
+    assert pattern_pairs(kind, T, w) == int(pattern_mask(kind, T, w).sum())
+
+
+def test_compiled_kernels_read_their_masks_instead_of_rebuilding_them() -> None:
+    """Under torch.compile (runtime.compile) a training call stores the chunked kernel's band mask once; the
+    graphs after it read the stored mask, where a functools cache was traced through and rebuilt it every call."""
+    import torch._dynamo
+
+    from gptlab.model import sparse_attention
+
+    graphs = []
+
+    def record(gm, example_inputs):  # a dynamo backend that keeps each graph and runs it as traced
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    sparse_attention._SHAPE_CACHE.clear()
+    fn = torch.compile(lambda q, k, v: attend(q, k, v, "local", 6, "chunked"), backend=record, fullgraph=True)
+    q, k, v = qkv(1, 2, 29, 8, 8)
+    for _ in range(3):
+        fn(q, k, v).sum().backward()
+    torch._dynamo.reset()
+    ops = [str(node.target) for node in graphs[-1].graph.nodes]
+    assert not [op for op in ops if "masked_fill" in op or "arange" in op], ops
+    assert len(graphs) == 2  # the first call builds and stores the mask; one recompile reads it
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=6, impl="sdpa"))
+    got = outputs_and_grads(q, k, v, fn)
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}H{}T{}dk{}dv{}w{}".format(*s))
+def test_local_block_pairs_equal_sdpa_reference(shape: tuple[int, ...]) -> None:
+    """The CUDA form of chunked local (blocks of w against [previous block, own block], one shared mask), run here
+    on CPU: the band's outputs and gradients, with T not a multiple of w, w = 1 and w >= T among the shapes."""
+    from gptlab.model.sparse_attention import local_block_pairs
+
+    B, H, T, dk, dv, w = shape
+    q, k, v = qkv(B, H, T, dk, dv)
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=w, impl="sdpa"))
+    got = outputs_and_grads(q, k, v, lambda *t: local_block_pairs(*t, window=w, scale=None, dropout_p=0.0))
+    for name, r, g in zip(("out", "dq", "dk", "dv"), ref, got):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_local_block_pairs_with_alibi_bias_and_scale() -> None:
+    from gptlab.model.alibi import ALiBi
+    from gptlab.model.sparse_attention import local_block_pairs
+
+    q, k, v = qkv(2, 4, 45, 8, 8)
+    bias = ALiBi(4)
+    ref = outputs_and_grads(q, k, v, lambda *t: attend(*t, kind="local", window=8, impl="sdpa", scale=0.5, bias=bias))
+    got = outputs_and_grads(q, k, v, lambda *t: local_block_pairs(*t, window=8, scale=0.5, dropout_p=0.0, bias=bias))
     for r, g in zip(ref, got):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)

@@ -33,6 +33,9 @@ class Runtime:
         "auto", "SDPA's kernel for dense causal attention on CUDA: auto = the fastest of cudnn, flash and efficient, "
         "measured at the model's shape when training starts; or one of them, or math; no effect on CPU",
         c.choice("auto", "cudnn", "flash", "efficient", "math"))
+    float8: bool = setting(
+        False, "float8 matmuls in training (torchao; pip install torchao) for the Linear layers whose dims are "
+        "multiples of 16, the head excepted: GPUs of compute capability >= 8.9 (H100, H200) only", c.boolean)
 
     def checkpoints_blocks(self, sharded: bool) -> bool:
         """activation_checkpointing with its null resolved: on under FSDP (models that need sharding need it too)."""
@@ -71,7 +74,7 @@ class Train:
     check_memory: bool = setting(
         True, "refuse a run whose estimated memory (weights, grads, Adam, activations) exceeds free RAM/GPU memory",
         c.boolean)
-    runtime: Runtime = setting(Runtime(), "how the model runs: compile, activation checkpointing, attention kernel")
+    runtime: Runtime = setting(Runtime(), "how the model runs: compile, checkpointing, attention kernel, float8")
     # The groups: each node is typed by its own option's schema when its YAML is composed.
     model: Any = None
     tokenizer: Any = None

@@ -34,6 +34,13 @@ def _slopes(n_head: int, device: torch.device, dtype: torch.dtype) -> torch.Tens
     return torch.tensor(alibi_slopes(n_head), device=device, dtype=dtype)
 
 
+def _score_mod(slopes: torch.Tensor) -> Callable[..., Any]:
+    def score_mod(score, b, h, i, j):  # type: ignore[no-untyped-def]
+        return score - slopes[h] * (i - j)
+
+    return score_mod
+
+
 def alibi_bias(n_head: int, q_pos: torch.Tensor, k_pos: torch.Tensor, allowed: torch.Tensor,
                dtype: torch.dtype) -> torch.Tensor:
     """(H, Tq, Tk) additive mask: -m_h (i - j) where allowed, -inf elsewhere."""
@@ -73,6 +80,7 @@ class ALiBi:
 
     def __init__(self, n_head: int) -> None:
         self.n_head = n_head
+        self._score_mods: dict[torch.device, Callable[..., Any]] = {}  # one per device, made once: see score_mod
 
     def pairs(self, q_pos: torch.Tensor, k_pos: torch.Tensor, allowed: torch.Tensor,
               dtype: torch.dtype) -> torch.Tensor:
@@ -88,9 +96,11 @@ class ALiBi:
         return _strided_bias(n_rows, window, self.n_head, device, dtype)
 
     def score_mod(self, device: torch.device) -> Callable[..., Any]:
-        slopes = _slopes(self.n_head, device, torch.float32)
-
-        def score_mod(score, b, h, i, j):  # type: ignore[no-untyped-def]
-            return score - slopes[h] * (i - j)
-
-        return score_mod
+        """FlexAttention's score_mod, made once per device: compiled flex sees the same function every call
+        instead of a new closure (and new slopes) per forward."""
+        if torch.compiler.is_compiling():  # a traced graph holds its slopes itself
+            return _score_mod(_slopes(self.n_head, device, torch.float32))
+        if device not in self._score_mods:
+            with torch.inference_mode(False):  # a score_mod first made in validation also serves training
+                self._score_mods[device] = _score_mod(_slopes(self.n_head, device, torch.float32))
+        return self._score_mods[device]

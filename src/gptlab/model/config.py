@@ -22,7 +22,7 @@ from gptlab.model.sparse_attention import ATTENTION_KINDS
 
 # Each choice-valued field is a key of the table that builds it (docs/architecture.md, "Components are found by
 # name"); attn_impl names a kernel of sparse_attention.attend, the one attention dispatcher.
-ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex")
+ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex", "flash")
 
 
 # Fields GPTConfig had until runtime choices moved to the trainer's side (the run config's `runtime` node).
@@ -75,7 +75,8 @@ class GPTConfig:
         ["dense"], "kinds cycled over layers: dense | local | strided, e.g. [dense, local] as GPT-3"
     )
     attn_window: int = _f(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0")
-    attn_impl: str = _f("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex (GPU)")
+    attn_impl: str = _f("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex (GPU) | "
+                        "flash (flash-attn's window, local layers, CUDA bf16/fp16)")
     attn_scale: Optional[float] = _f(
         None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0; mup: the base width's, / r"
     )

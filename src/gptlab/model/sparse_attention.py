@@ -9,7 +9,8 @@ A layer's kind says which keys j a query i may see (always j <= i; w = model.att
 Kernels (model.attn_impl): `sdpa` computes all T x T scores with an explicit mask (the reference; O(T^2));
 `chunked` computes only the blocks the pattern touches with plain SDPA calls (O(T*w) for local, O(T^2/w) for
 strided; forward and backward on any device); `flex` is FlexAttention with a block mask, compiled (GPUs;
-on CPU it has no backward). `auto` picks per call, see `resolve_impl`. `attend` is the one dispatcher: a
+on CPU it has no backward); `flash` is FlashAttention's own sliding window (the optional flash-attn package, CUDA,
+bf16/fp16, local layers). `auto` picks per call, see `resolve_impl`. `attend` is the one dispatcher: a
 position scheme that biases the scores (ALiBi) passes a `ScoreBias`, which each kernel adds in its own layout.
 With document masking (model/documents.py) `attend` also ANDs the pattern with "same document": on GPUs through
 FlexAttention with a per-batch block mask, elsewhere through SDPA with the explicit (B, 1, T, T) mask (exact on
@@ -64,22 +65,27 @@ def allowed_pairs(kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, window: i
     return ATTENTION_KINDS[kind].sees(q_pos[:, None], k_pos[None, :], window)
 
 
-def resolve_impl(impl: str, kind: str, T: int, window: int, device: torch.device) -> str:
+def resolve_impl(impl: str, kind: str, T: int, window: int, device: torch.device,
+                 dtype: torch.dtype = torch.float32) -> str:
     """The kernel that computes this call: `impl` itself unless it is `auto`.
 
     auto: dense layers, and local layers whose band covers the whole sequence (w >= T, so local == dense),
     use SDPA's causal kernel ("dense"). On CPU, local layers use `chunked` once T >= 3w and the masked `sdpa`
     below that; strided layers always use `chunked`. FlexAttention is never auto-picked on CPU, with or
     without gradients: it has no backward there, and its forward compiles for 10-20 s per new shape, which
-    sampling (a new T every step) would pay again and again. On GPUs `flex` is picked for local layers unless
-    there is attention dropout (FlexAttention has none; `attend` then uses `chunked`); strided layers keep
-    `chunked`, which the doctor measured faster there (H100, T=8192, w=256: 0.9 ms vs flex's 1.6 ms fwd+bwd:
-    a strided band of T/w keys per query fills few of flex's 128 x 128 blocks).
+    sampling (a new T every step) would pay again and again. On GPUs, local layers take FlashAttention's own
+    window (`flash`) where flash-attn is installed and the inputs are bf16/fp16 (its kernel skips every pair
+    outside the band, tile by tile), else `flex` (unless there is attention dropout: FlexAttention has none;
+    `attend` then uses `chunked`). Strided layers keep `chunked`, which the doctor measured faster there (H100,
+    T=8192, w=256: 0.9 ms vs flex's 1.6 ms fwd+bwd: a strided band of T/w keys per query touches every one of
+    flex's 128 x 128 blocks below the diagonal, where chunked's residue classes are small dense problems).
     """
     if kind == "dense" or (kind == "local" and window >= T):
         return "dense"
     if impl != "auto":
         return impl
+    if device.type == "cuda" and kind == "local" and dtype in FLASH_DTYPES and flash_available():
+        return "flash"
     if device.type == "cuda" and kind == "local" and flex_available():
         return "flex"
     if kind == "local" and T < LOCAL_CPU_MIN_WINDOWS * window:
@@ -107,7 +113,10 @@ def attend(
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if documents is not None:
         return _attend_documents(q, k, v, kind, window, impl, scale, dropout_p, bias, documents, needs_grad)
-    chosen = _usable_kernel(resolve_impl(impl, kind, T, window, q.device), impl, dropout_p, needs_grad, q.device)
+    chosen = resolve_impl(impl, kind, T, window, q.device, q.dtype)
+    if chosen == "flash" and (bias is not None or q.shape[-1] != v.shape[-1]):
+        chosen = _flash_refused(impl, "ALiBi's bias" if bias is not None else "D_K != D_V")
+    chosen = _usable_kernel(chosen, impl, dropout_p, needs_grad, q.device)
     if chosen == "dense" and bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, dropout_p=dropout_p)
     if chosen in ("dense", "sdpa"):
@@ -116,7 +125,16 @@ def attend(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     if chosen == "chunked":
         return ATTENTION_KINDS[kind].chunked(q, k, v, window, scale, dropout_p, bias=bias)
+    if chosen == "flash":
+        return flash_window(q, k, v, kind, window, scale, dropout_p)
     return flex(q, k, v, kind, window, scale, bias)
+
+
+def _flash_refused(impl: str, what: str) -> str:
+    """`auto` takes flex where flash cannot compute the call; an explicit attn_impl=flash is refused."""
+    if impl == "auto":
+        return "flex" if flex_available() else "chunked"
+    raise ConfigError(f"model.attn_impl=flash cannot compute attention with {what}; use model.attn_impl=auto or flex.")
 
 
 def _attend_documents(
@@ -202,7 +220,10 @@ def chunked_local(
     index_select per tensor (a view where it can be). Keys before position 0 are clamped to 0 and masked; a
     last, partial query block is padded and its padded queries are cut off, so they pass no gradient back.
     A score bias is added to the band mask: inside a block, i - j is the same for every block.
+    On CUDA (query_block unset) the blocks are `local_block_pairs`' instead.
     """
+    if q.device.type == "cuda" and query_block is None:
+        return local_block_pairs(q, k, v, window, scale, dropout_p, bias)
     B, H, T, _ = q.shape
     w = min(window, T)  # a band wider than the sequence is plain causal attention
     c = query_block or max(1, w // QUERY_BLOCK_DIVISOR)
@@ -212,14 +233,65 @@ def chunked_local(
     if n * c > T:
         qt = F.pad(qt, (0, 0, 0, 0, 0, n * c - T))
     qb = qt.reshape(B * n, c, H, -1).transpose(1, 2)  # (B n, H, c, D_K)
-    index = _key_index(n, c, w, T, q.device)
+    index = _shape_cached(("keys", n, c, w, T, q.device), lambda: _key_index(n, c, w, T, q.device))
     kb = k.transpose(1, 2).index_select(1, index).view(B * n, w + c, H, -1).transpose(1, 2)  # (B n, H, w+c, D_K)
     vb = v.transpose(1, 2).index_select(1, index).view(B * n, w + c, H, -1).transpose(1, 2)
-    mask = _band_mask(B, n, c, w, window, q.device, q.dtype)
+    mask = _shape_cached(("band", B, n, c, w, window, q.device, q.dtype),
+                         lambda: _band_mask(B, n, c, w, window, q.device, q.dtype))
     if bias is not None:
         mask = mask + bias.band(c, w, q.device, q.dtype)
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     return out.transpose(1, 2).reshape(B, n * c, H, -1)[:, :T].transpose(1, 2)  # (B, H, T, D_V)
+
+
+def local_block_pairs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float], dropout_p: float,
+    bias: Optional[ScoreBias] = None,
+) -> torch.Tensor:
+    """Local attention with queries in blocks of w, each against [previous block, own block]: the form whose mask
+    is one small (w, 2w) tensor shared by every block and head (query r sees previous-block key s > r and own-block
+    key s <= r), so SDPA's fused GPU kernels read it without a per-block mask in memory. The first block has no
+    previous one: it is plain causal attention, which takes SDPA's flash kernel. 2x the band's scores, where
+    chunked_local's w/2 blocks compute 1.5x with a per-block mask; `scripts/bench_attention.py --device cuda`
+    times both. Padding at the end is only ever a future key, hidden by the mask, and its queries are cut off.
+    """
+    B, H, T, _ = q.shape
+    w = min(window, T)
+    n = -(-T // w)
+    pad = n * w - T
+    qt, kt, vt = (F.pad(t.transpose(1, 2), (0, 0, 0, 0, 0, pad)) for t in (q, k, v))  # (B, n w, H, D)
+    mask = _shape_cached(("pairs", w, window, q.device, q.dtype), lambda: _pair_mask(w, window, q.device, q.dtype))
+    if bias is not None:
+        mask = mask + bias.band(w, w, q.device, q.dtype)  # (1, H, w, 2w): i - j = w + r - s in every block
+
+    def heads_first(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2)
+
+    first = F.scaled_dot_product_attention(
+        heads_first(qt[:, :w]), heads_first(kt[:, :w]), heads_first(vt[:, :w]), scale=scale, dropout_p=dropout_p,
+        is_causal=bias is None, attn_mask=None if bias is None else mask[..., w:])  # (B, H, w, D_V)
+    if n == 1:
+        return first[:, :, :T]
+
+    def pairs(t: torch.Tensor) -> torch.Tensor:  # (B, n w, H, D) -> (B (n-1), H, 2w, D): blocks b-1 and b
+        blocks = t.unfold(1, 2 * w, w)  # (B, n-1, H, D, 2w), a view
+        return blocks.permute(0, 1, 2, 4, 3).reshape(B * (n - 1), H, 2 * w, t.shape[-1])
+
+    rest = F.scaled_dot_product_attention(
+        qt[:, w:].reshape(B * (n - 1), w, H, -1).transpose(1, 2), pairs(kt), pairs(vt), attn_mask=mask, scale=scale,
+        dropout_p=dropout_p)  # (B (n-1), H, w, D_V)
+    rest = rest.unflatten(0, (B, n - 1)).permute(0, 2, 1, 3, 4).reshape(B, H, (n - 1) * w, -1)
+    return torch.cat([first, rest], dim=2)[:, :, :T]
+
+
+def _pair_mask(w: int, window: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, w, 2w) additive mask of local_block_pairs: query r of a block against keys s of the previous block
+    (s < w, distance w + r - s) and of its own (s >= w, distance r - (s - w)); 0 where 0 <= distance < window."""
+    r = torch.arange(w, device=device)[:, None]
+    s = torch.arange(2 * w, device=device)[None, :]
+    distance = w + r - s
+    allowed = (distance >= 0) & (distance < window)
+    return torch.zeros(w, 2 * w, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))[None, None]
 
 
 # Query block c = w / this in chunked_local. Measured at T=8192, w=256, H=12, D_K=64, fp32 fwd+bwd on 2 cores
@@ -235,23 +307,49 @@ def _key_index(n: int, c: int, w: int, T: int, device: torch.device) -> torch.Te
     return (block * c - w + offset).clamp(0, T - 1).flatten()
 
 
-@functools.lru_cache(maxsize=16)
+# Masks built once per shape, shared by every layer and call: a plain dict, not functools caches, because dynamo
+# (runtime.compile) reads a dict (the cached tensors become inputs of the graph, no recompile when they change)
+# but traces through a functools cache's wrapped function, which would rebuild the mask inside every forward.
+# A key missing when a compiled graph is traced is built in that graph once and stored; the next call recompiles
+# once and reads it from here. At most _SHAPE_CACHE_SIZE entries (a new sequence length adds one per kind).
+_SHAPE_CACHE: dict[tuple[Any, ...], Any] = {}
+_SHAPE_CACHE_SIZE = 64
+
+
+def _shape_cached(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    value = _SHAPE_CACHE.get(key)
+    if value is not None:
+        return value
+    if torch.compiler.is_compiling():
+        # Dynamo cannot ask whether inference mode is on (Lightning validates under it), and a graph traced there
+        # makes inference tensors, which a later training step cannot save for backward. So a graph without
+        # gradients builds the mask in itself, unstored, and a training graph stores the one it builds.
+        if not torch.is_grad_enabled():
+            return build()
+        value = build()
+    else:
+        with torch.inference_mode(False):
+            value = build()
+    if len(_SHAPE_CACHE) >= _SHAPE_CACHE_SIZE:
+        _SHAPE_CACHE.pop(next(iter(_SHAPE_CACHE)))
+    _SHAPE_CACHE[key] = value
+    return value
+
+
 def _band_mask(
     B: int, n: int, c: int, w: int, window: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
     """(B n, 1, c, w + c) additive mask: 0 where i - window < j <= i and j >= 0, -inf elsewhere.
 
-    Cached, and made additive here, because SDPA would otherwise convert a boolean mask on every call (in
-    forward and again in backward). Built outside inference mode, so a mask first made during validation
-    can be saved for backward by a later training step.
+    Cached (`_shape_cached`), and made additive here, because SDPA would otherwise convert a boolean mask on every
+    call (in forward and again in backward).
     """
-    with torch.inference_mode(False):
-        start = torch.arange(n, device=device)[:, None, None] * c  # first query of each block
-        i = start + torch.arange(c, device=device)[None, :, None]  # (n, c, 1) query positions
-        j = start - w + torch.arange(w + c, device=device)[None, None, :]  # (n, 1, w + c) key positions
-        allowed = (j <= i) & (i - j < window) & (j >= 0)
-        mask = torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))
-        return mask.unsqueeze(1).repeat(B, 1, 1, 1)
+    start = torch.arange(n, device=device)[:, None, None] * c  # first query of each block
+    i = start + torch.arange(c, device=device)[None, :, None]  # (n, c, 1) query positions
+    j = start - w + torch.arange(w + c, device=device)[None, None, :]  # (n, 1, w + c) key positions
+    allowed = (j <= i) & (i - j < window) & (j >= 0)
+    mask = torch.zeros(allowed.shape, device=device, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+    return mask.unsqueeze(1).repeat(B, 1, 1, 1)
 
 
 def chunked_strided(
@@ -297,32 +395,41 @@ def flex(
     """FlexAttention: the same pattern as a mask_mod; compiled, it skips the blocks the mask empties.
     `block_mask` replaces the kind's cached one (document masking builds one per batch).
 
-    Inside a model that torch.compile traces (runtime.compile=true) the caches below are bypassed: dynamo does not
-    honour functools caches (it warns and traces the wrapped function), and the outer compile already fuses
-    flex_attention and builds the block mask into the graph."""
+    The block mask is built once per (kind, T, w, device) and kept in `_SHAPE_CACHE` (`flex_block_mask`), eager or
+    compiled; flex_attention itself is compiled once (`_compiled_flex`) for eager callers. Inside a model that
+    torch.compile traces (runtime.compile=true) the outer compile fuses flex_attention itself."""
     score_mod = None if bias is None else bias.score_mod(q.device)
+    if block_mask is None:
+        block_mask = flex_block_mask(kind, q.shape[-2], window, q.device)
     if torch.compiler.is_compiling():
         from torch.nn.attention.flex_attention import flex_attention
 
-        if block_mask is None:
-            block_mask = _block_mask.__wrapped__(kind, q.shape[-2], window, str(q.device))
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    if block_mask is None:
-        block_mask = _block_mask(kind, q.shape[-2], window, str(q.device))
     return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
 @functools.cache
 def _compiled_flex() -> Callable[..., torch.Tensor]:
+    """flex_attention compiled once for eager callers; dynamic=False, so a second sequence length gets kernels of
+    its own instead of turning every later call into dynamic-shape kernels."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention)
+    return torch.compile(flex_attention, dynamic=False)
 
 
-@functools.lru_cache(maxsize=64)
-def _block_mask(kind: str, T: int, window: int, device: str):  # -> BlockMask
-    """Built once per (kind, T, w, device): creating a block mask evaluates mask_mod over all T x T pairs.
-    Built outside inference mode, so a mask first made during validation can serve a training step."""
+def flex_block_mask(kind: str, T: int, window: int, device: torch.device):  # -> BlockMask
+    """The kind's block mask for T x T, built once per (kind, T, w, device): building it evaluates mask_mod over
+    all T x T pairs. Its mask_mod is made once with the mask, so a compiled graph sees the same function each call.
+    Blocks are flex's default 128 x 128: for w=256 each query block meets one full key block and two partial ones
+    (384 keys computed for 256 wanted), where 64-wide blocks would waste less but run the kernel on smaller tiles."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # "cuda" means the current GPU, as tensors' devices name it
+        device = torch.device("cuda", torch.cuda.current_device())
+    return _shape_cached(("flex", kind, T, window, device.type, device.index),
+                         lambda: _build_block_mask(kind, T, window, device))
+
+
+def _build_block_mask(kind: str, T: int, window: int, device: torch.device):  # -> BlockMask
     from torch.nn.attention.flex_attention import create_block_mask
 
     sees = ATTENTION_KINDS[kind].sees
@@ -330,8 +437,51 @@ def _block_mask(kind: str, T: int, window: int, device: str):  # -> BlockMask
     def mask_mod(b, h, i, j):  # type: ignore[no-untyped-def]
         return sees(i, j, window)
 
-    with torch.inference_mode(False):
-        return create_block_mask(mask_mod, None, None, T, T, device=device)
+    return create_block_mask(mask_mod, None, None, T, T, device=device)
+
+
+# FlashAttention (the flash-attn package) computes these dtypes only.
+FLASH_DTYPES = (torch.bfloat16, torch.float16)
+
+
+@functools.cache
+def flash_available() -> bool:
+    """flash-attn is an optional package (CUDA only); gptlab never depends on it."""
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def flash_window(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str, window: int, scale: Optional[float],
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """FlashAttention's sliding window: window_size=(w - 1, 0) lets query i see keys i - w + 1 .. i, the local
+    band, and its kernel skips the tiles outside it. flash-attn takes (B, T, H, D), the layout the fused qkv
+    projection made, so the transposes here are views."""
+    if kind != "local":
+        raise ConfigError(f"model.attn_impl=flash computes local layers only, not {kind}; use model.attn_impl=auto.")
+    if not flash_available():
+        raise ConfigError("model.attn_impl=flash needs the flash-attn package (pip install flash-attn, CUDA only); "
+                          "use model.attn_impl=auto.")
+    from flash_attn import flash_attn_func
+
+    out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p,
+                          softmax_scale=scale, causal=True, window_size=(window - 1, 0))
+    return out.transpose(1, 2)
+
+
+def pattern_pairs(kind: str, T: int, window: int) -> int:
+    """How many (query, key) pairs the kind lets attend over a sequence of T: its share of the score and
+    value FLOPs. pattern_pairs("dense", ...) / pattern_pairs(kind, ...) is the FLOPs bound of a kind's speedup."""
+    if kind == "dense" or (kind == "local" and window >= T):
+        return T * (T + 1) // 2
+    if kind == "local":
+        return window * (window + 1) // 2 + (T - window) * window
+    full, rest = divmod(T, window)  # strided: query i sees i // w + 1 keys
+    return T + window * full * (full - 1) // 2 + rest * full
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
 from gptlab.runs import sweep_jobs
 from gptlab.runs.resume import given_checkpoint, resume_mode
+from gptlab.runtime.float8 import check_float8_here
 from gptlab.runtime.guards import check_devices, check_memory, resolve_accelerator
 from gptlab.runtime.option_relevance import ignored_options
 from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_free_space, checkpoint_bytes
@@ -70,6 +71,8 @@ def check_attention_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
     Only local and strided layers use the choice (dense layers always take the dense kernel)."""
     sparse = any(kind != "dense" and not (kind == "local" and model_cfg.attn_window >= model_cfg.block_size)
                  for kind in model_cfg.attn_pattern)
+    if model_cfg.attn_impl == "flash" and sparse:
+        _check_flash_runs_here(model_cfg, trainer_cfg)
     if model_cfg.attn_impl != "flex" or not sparse:
         return
     if model_cfg.dropout > 0:
@@ -84,6 +87,22 @@ def check_attention_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
     if not flex_available():
         raise ConfigError("model.attn_impl=flex needs torch.nn.attention.flex_attention, which this torch lacks; "
                           "use model.attn_impl=auto or chunked, or torch>=2.5.")
+
+
+def _check_flash_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
+    """model.attn_impl=flash: FlashAttention's window computes local layers on CUDA, with flash-attn installed."""
+    from gptlab.model.sparse_attention import flash_available
+
+    if "strided" in model_cfg.attn_pattern:
+        raise ConfigError("model.attn_impl=flash computes local layers only and model.attn_pattern has strided ones; "
+                          "use model.attn_impl=auto (flash for local layers where it can, chunked for strided).")
+    if resolve_accelerator(trainer_cfg.get("accelerator", "auto")) == "cpu":
+        raise ConfigError("model.attn_impl=flash needs a CUDA GPU (flash-attn has no CPU kernel) and this run trains "
+                          f"on the CPU (trainer.accelerator={trainer_cfg.get('accelerator', 'auto')}); use "
+                          "model.attn_impl=auto.")
+    if not flash_available():
+        raise ConfigError("model.attn_impl=flash needs the flash-attn package, which is not installed; "
+                          "pip install flash-attn, or use model.attn_impl=auto.")
 
 
 # Configs this process has already passed, by their text: the Hydra callback checks before the run dir exists and
@@ -109,6 +128,8 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
     check_attention_runs_here(model_cfg, cfg.trainer)
+    if Runtime(**cfg.get("runtime", {})).float8:
+        check_float8_here(resolve_accelerator(cfg.trainer.get("accelerator", "auto")))
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
         check_memory(model_cfg, cfg.data.batch_size, cfg.trainer,  # before the model's tensors are allocated
                      activation_checkpointing=Runtime(**cfg.get("runtime", {})).activation_checkpointing)

@@ -1,5 +1,6 @@
-"""How the model runs, decided in one place (torchtitan's `parallelize`): activation checkpointing, FSDP sharding,
-torch.compile and the attention kernel are applied here to the plain GPT, from outside, under every strategy.
+"""How the model runs, decided in one place (torchtitan's `parallelize`): float8 matmuls, activation checkpointing,
+FSDP sharding, torch.compile and the attention kernel are applied here to the plain GPT, from outside, under every
+strategy.
 
 The model keeps no runtime flag and the LightningModule decides none of it: it calls `parallelize` once and then
 calls the function it returns, `loss_fn(idx, targets, doc_ids, label_smoothing, z_loss) -> LossParts`. What that
@@ -10,7 +11,8 @@ function is:
   - FSDP (a device mesh given): each block compiled on its own (FSDP's per-block gathers stay outside the compiled
     code) and the loss compiled on its own, so there too the fp32 logits never exist;
   - compile off: the same functions, eager.
-Order (torchtitan's): checkpointing wraps each block, FSDP shards the checkpointed blocks, compile comes last.
+Order (torchtitan's): float8 swaps the Linear layers, checkpointing wraps each block, FSDP shards the checkpointed
+blocks, compile comes last.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gptlab.config.schemas import Runtime
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts, loss_parts, model_loss
 from gptlab.runtime.attention_backend import choose_attention_backend
+from gptlab.runtime.float8 import apply_float8
 from gptlab.runtime.fsdp2 import shard_gpt
 
 LossFn = Callable[..., LossParts]  # (idx, targets, doc_ids=None, label_smoothing=0.0, z_loss=0.0) -> LossParts
@@ -51,6 +54,8 @@ def parallelize(model: GPT, runtime: Runtime, device: torch.device, *, mesh: Opt
     training and validation call."""
     cfg = model.config
     choose_attention_backend(runtime.attention_backend, cfg.n_head, cfg.block_size, cfg.head_dim, device)
+    if runtime.float8:  # refused before the run where the GPU or torchao lacks it (early_checks)
+        apply_float8(model)
     if runtime.checkpoints_blocks(sharded=mesh is not None):
         checkpoint_blocks(model)
     if mesh is not None:

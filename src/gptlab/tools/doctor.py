@@ -3,8 +3,9 @@ and how fast one real training step runs (scripts/doctor.py prints it).
 
 On a GPU: CUDA/NCCL/bf16, flex vs chunked vs sdpa local attention (equality and fwd+bwd time), one bf16-mixed
 train step of gpt2_small eager and compiled (tokens/s, MFU against the GPU's dense bf16 peak), its memory peak
-against gptlab.runtime.planning's estimate, and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the
-parts that need a GPU are listed as skipped, with why.
+against gptlab.runtime.planning's estimate, float8 training's loss against bf16's over a few hundred steps (GPUs of
+compute capability >= 8.9 with torchao), and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the parts
+that need a GPU are listed as skipped, with why.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ import torch
 import torch.nn.functional as F
 
 from gptlab.config.schemas import Runtime
+from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
-from gptlab.model.sparse_attention import attend, flex_available
+from gptlab.model.sparse_attention import FLASH_DTYPES, attend, flash_available, flex_available
 from gptlab.runtime.devices import check_device
+from gptlab.runtime.float8 import apply_float8, check_float8, torchao_available
 from gptlab.runtime.parallelize import parallelize
 from gptlab.runtime.peak_flops import device_peak
 from gptlab.runtime.planning import activation_bytes, memory_per_gpu
+from gptlab.tools.benchmarks.attention_speed import timed_ms
 from gptlab.train.optim import adamw, weight_decay_groups
 
 GPT2_SMALL = dict(vocab_size=50257, pad_vocab_to=64, block_size=1024, n_layer=12, n_head=12, n_embd=768)
@@ -82,23 +86,30 @@ def environment(report: Report) -> None:
     else:
         report.skip("bf16", "no CUDA device (bf16-mixed training is a GPU feature)")
     report.add("FlexAttention", "importable" if flex_available() else "missing", "model.attn_impl=flex")
+    report.add("flash-attn", "installed" if flash_available() else "not installed",
+               "optional (pip install flash-attn, CUDA): model.attn_impl=flash, auto's first choice for local layers")
 
 
 def attention(report: Report, device: torch.device, T: int, window: int = 256, repeats: int = 3) -> None:
-    """Each kernel's outputs and q/k/v gradients against masked SDPA (the reference), and its fwd+bwd time."""
+    """Each kernel's outputs and q/k/v gradients against masked SDPA (the reference), and its fwd+bwd time: calls
+    queued back to back (attention_speed.timed_ms), so a GPU's small kernels are not timed as one launch each."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator(device=device).manual_seed(0)
     q, k, v = (torch.randn(1, 12, T, 64, device=device, dtype=dtype, generator=gen).requires_grad_() for _ in range(3))
     grad = torch.randn(1, 12, T, 64, device=device, dtype=dtype, generator=gen)
-    dense_s = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad), repeats, sync)
-    report.add(f"attention dense T={T}", f"{dense_s * 1e3:.1f} ms", "causal SDPA fwd+bwd, B=1 H=12 D_K=64")
+    dense_s = timed_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad), repeats,
+                       device, warmup=1) / 1e3
+    report.add(f"attention dense T={T}", f"{dense_s * 1e3:.2f} ms", "causal SDPA fwd+bwd, B=1 H=12 D_K=64")
     impls = ["sdpa", "chunked"] + (["flex"] if device.type == "cuda" and flex_available() else [])
     if "flex" not in impls:
         report.skip("attention flex", "FlexAttention has no CPU backward" if device.type == "cpu" else "not importable")
+    flash = device.type == "cuda" and flash_available() and dtype in FLASH_DTYPES
+    if not flash:
+        report.skip("attention flash", "flash-attn is not installed (optional: pip install flash-attn)"
+                    if device.type == "cuda" else "flash-attn is CUDA only")
     for kind in ("local", "strided"):
         outputs = {}
-        for impl in impls:
+        for impl in impls + (["flash"] if flash and kind == "local" else []):
             def run(impl: str = impl, kind: str = kind) -> torch.Tensor:
                 for t in (q, k, v):
                     t.grad = None
@@ -106,7 +117,7 @@ def attention(report: Report, device: torch.device, T: int, window: int = 256, r
                 out.backward(grad)
                 return out
 
-            seconds = _timed(run, repeats, sync)
+            seconds = timed_ms(run, repeats, device, warmup=1) / 1e3
             out = run()
             outputs[impl] = [out.detach().float()] + [t.grad.float() for t in (q, k, v)]
             ref = outputs["sdpa"]
@@ -114,7 +125,7 @@ def attention(report: Report, device: torch.device, T: int, window: int = 256, r
             diff = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
                        for a, b in zip(outputs[impl], ref))
             ok = diff <= EQUAL_RTOL[dtype]
-            report.add(f"attention {kind} {impl} T={T} w={window}", f"{seconds * 1e3:.1f} ms",
+            report.add(f"attention {kind} {impl} T={T} w={window}", f"{seconds * 1e3:.2f} ms",
                        f"{dense_s / seconds:.2f}x dense; max|diff|/max|ref| to sdpa {diff:.1e} (outputs, grads)", ok)
 
 
@@ -176,6 +187,61 @@ def train_steps(report: Report, device: torch.device, repeats: int = 3, model: O
         report.skip("memory peak vs planner", "CPU memory has no allocator peak counter")
 
 
+# float8 vs bf16: a small model whose Linear dims are all multiples of 16, on a sequence task it can learn
+# (arithmetic progressions mod the vocabulary), so the two loss curves fall and can be compared.
+FLOAT8_MODEL = dict(vocab_size=512, block_size=256, n_layer=4, n_head=4, n_embd=256, dropout=0.0)
+# The final losses (means of the last 20 steps) may differ by this share of the first step's loss: a scale that
+# does not shrink as the task is learned (the finals approach 0, where a relative difference means nothing).
+FLOAT8_PARITY = 0.02
+
+
+def float8_loss_curves(cfg: GPTConfig, device: torch.device, steps: int, batch: int = 16):
+    """Per-step losses of the same model, init and batches in bf16 autocast (CUDA) and after apply_float8, and the
+    names of the layers float8 took."""
+    curves, converted = {}, []
+    for mode in ("bf16", "float8"):
+        torch.manual_seed(0)
+        model = GPT(cfg).to(device)
+        if mode == "float8":
+            converted = apply_float8(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        gen = torch.Generator(device=device).manual_seed(1)
+        losses = []
+        for _ in range(steps):
+            start = torch.randint(0, cfg.vocab_size, (batch, 1), device=device, generator=gen)
+            stride = torch.randint(1, 8, (batch, 1), device=device, generator=gen)
+            x = (start + stride * torch.arange(cfg.block_size, device=device)) % cfg.vocab_size
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                loss = next_token_loss(model(x), x)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        curves[mode] = [float(v) for v in torch.stack(losses).cpu()]
+    return curves["bf16"], curves["float8"], converted
+
+
+def float8_parity(report: Report, device: torch.device, steps: int = 300) -> None:
+    """Train the same model from the same init on the same batches in bf16 autocast and with runtime.float8's
+    conversion (gptlab.runtime.float8.apply_float8): the final losses must agree within FLOAT8_PARITY."""
+    check = f"float8 loss parity ({steps} steps)"
+    if device.type != "cuda":
+        report.skip(check, "no CUDA device (float8 matmuls need a GPU of compute capability >= 8.9)")
+        return
+    try:
+        check_float8(torch.cuda.get_device_capability(device), torchao_available(), torch.cuda.get_device_name(device))
+    except ConfigError as refusal:
+        report.skip(check, str(refusal))
+        return
+    bf16, float8, converted = float8_loss_curves(GPTConfig(**FLOAT8_MODEL), device, steps)
+    final_bf16, final_float8 = (sum(c[-20:]) / len(c[-20:]) for c in (bf16, float8))
+    apart = abs(final_float8 - final_bf16) / bf16[0]
+    ok = math.isfinite(final_float8) and apart <= FLOAT8_PARITY
+    report.add(check, f"{final_float8:.4f} vs bf16 {final_bf16:.4f}",
+               f"apart by {apart:.2%} of the first loss {bf16[0]:.2f} (limit {FLOAT8_PARITY:.0%}); "
+               f"{len(converted)} Linear layers in float8, the head in bf16", ok)
+
+
 def cfg_params(cfg: GPTConfig) -> int:
     from gptlab.model import count_parameters
 
@@ -224,12 +290,14 @@ def ddp(report: Report) -> None:
                f"{digests[0] == digests[1]}", digests[0] == digests[1])
 
 
-def run(device: Optional[str] = None, attention_T: Optional[int] = None, repeats: int = 3) -> Report:
+def run(device: Optional[str] = None, attention_T: Optional[int] = None, repeats: int = 3,
+        float8_steps: int = 300) -> Report:
     report = Report()
     dev = check_device("--device", device or ("cuda" if torch.cuda.is_available() else "cpu"))
     environment(report)
     attention(report, dev, attention_T or (8192 if dev.type == "cuda" else 2048), repeats=repeats)
     train_steps(report, dev, repeats=repeats)
+    float8_parity(report, dev, float8_steps)
     if dev.type == "cuda":
         ddp(report)
     else:
