@@ -64,8 +64,8 @@ def check_devices(trainer_cfg: Any) -> None:
                 f"trainer.devices={devices} asks for {devices} GPUs but this machine has none "
                 f"(torch.cuda.device_count() = 0, trainer.accelerator={accelerator}). For a CPU test of the same "
                 "code path type `trainer=ddp trainer.accelerator=cpu trainer.devices=2`; for the real run use a "
-                f"machine with {devices} GPUs (`python scripts/plan.py tokens=<count>` with this run's model=, trainer= and "
-                "data.batch_size= shows the memory each GPU needs)."
+                f"machine with {devices} GPUs (`python scripts/plan.py tokens=<count>` with this run's model=, "
+                "trainer= and data.batch_size= shows the memory each GPU needs)."
             )
         raise ConfigError(
             f"trainer.devices={devices} asks for {devices} GPUs but this machine has {found} "
