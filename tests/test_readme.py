@@ -260,6 +260,19 @@ def test_every_readme_command_is_classified_and_its_config_valid(monkeypatch) ->
     assert checked >= 15
 
 
+def test_the_sample_commands_prompt_reaches_the_model_with_its_spaces() -> None:
+    """The shell's quoting, then Hydra's (which trims an unquoted value): `prompt="The "` gave the model "The"."""
+    from gptlab.eval.sampling import read_prompt
+
+    samples = [cmd for cmd in parse_readme() if cmd.text.startswith("python src/sample.py") and "prompt=" in cmd.text]
+    assert samples
+    for cmd in samples:
+        args = shlex.split(cmd.shell("/tmp/readme-run", "/tmp/readme-out"))[2:]  # as bash hands them over
+        written = re.search(r"""prompt='"(.*?)"'""", cmd.text)
+        assert written is not None, f"{cmd.source} line {cmd.line}: quote the prompt twice, prompt='\"...\"'"
+        assert read_prompt(compose_config(args, config_name="sample")) == written.group(1), cmd.text
+
+
 def fresh_checkout(tmp: Path, gpt2_ranks: Path) -> Path:
     """The tracked files of this checkout, as a new clone would have them, plus the files the README's commands
     read: GPT-2's ranks where fetch_gpt2_ranks.py would have put them, my/*.jsonl and prompt.txt."""
