@@ -147,3 +147,9 @@ def test_the_refusal_names_hydra_run_dir_only_where_the_user_gave_it(tmp_path: P
     assert said[False].startswith(f"the run dir {tmp_path} already holds a run") and "leave" not in said[False]
     assert said[True].startswith(f"hydra.run.dir='{tmp_path}' already holds a run")
     assert "leave hydra.run.dir out" in said[True]
+
+
+def test_a_finished_run_leaves_no_lock_file(finished: Path) -> None:
+    """The lock is the run's while it runs; the file goes with it (a killed run's stays, unlocked: run_dir_lock)."""
+    assert not (finished / LOCK_FILE).exists()
+    assert (finished / "run_summary.json").is_file()
