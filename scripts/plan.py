@@ -1,7 +1,8 @@
 """Plan a training run: parameters, FLOPs, memory per GPU under DDP and FSDP (the bytes train's memory check
 counts, at the run's data.batch_size and precision), and days on A100/H100/H200.
 
-    python scripts/plan.py model=gpt3_175b trainer=fsdp trainer.devices=8 trainer.num_nodes=128 data.batch_size=1 tokens=300e9
+    python scripts/plan.py model=gpt3_175b trainer=fsdp trainer.devices=8 trainer.num_nodes=128 \
+        data.batch_size=1 tokens=300e9
 """
 
 import math
