@@ -18,12 +18,12 @@ from pathlib import Path
 from gptlab.errors import ConfigError
 from gptlab.report.runs import BANDS, X_AXES
 from gptlab.report.sweep import write_sweep_report
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.cli import ArgumentParser, user_errors_exit
 
 
 @user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path, help="a multirun dir, e.g. outputs/multiruns/ablate_norm/<date>/<time>")
     parser.add_argument("--baseline", help="the variant compared against, k=v[,k2=v2] (default: the first variant)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")

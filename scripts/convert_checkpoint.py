@@ -6,16 +6,15 @@ eval.py, sample.py and scripts/export_hf.py also read the folder directly; the f
 so continue training from the folder (on any number of ranks), not from the file.
 """
 
-import argparse
 from pathlib import Path
 
 from gptlab.checkpoint.convert import to_one_file
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.cli import ArgumentParser, user_errors_exit
 
 
 @user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path, help="a sharded checkpoint folder, or a run dir (its newest)")
     parser.add_argument("out", type=Path, help="the one-file checkpoint to write")
     args = parser.parse_args()

@@ -8,17 +8,16 @@ Exits 1 when a check fails (kernels that disagree, a non-finite loss), 0 otherwi
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.cli import ArgumentParser, user_errors_exit
 from gptlab.tools.doctor import run
 
 
 @user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default=None, help="cuda | cpu; default: cuda when available")
     parser.add_argument("--attention-T", type=int, default=None, help="sequence length of the attention checks")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (best is kept)")

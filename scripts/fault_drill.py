@@ -1,4 +1,4 @@
-"""Kill a training run N times at random moments (a share of them while a checkpoint is being written), resume it
+"""Kill a training run N times at random steps (a share of them while a checkpoint is being written), resume it
 each time with resume=auto, and compare train/loss at every step with a run that was never interrupted.
 
     python scripts/fault_drill.py                      # 20 kills, seed 0 (~5 min on a 2-core CPU)

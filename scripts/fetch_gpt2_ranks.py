@@ -3,17 +3,16 @@
 Usage: python scripts/fetch_gpt2_ranks.py [--cache-dir DIR]   (default data/cache/tiktoken)
 """
 
-import argparse
 from pathlib import Path
 
 from gptlab.config.checks import writable_dir
 from gptlab.data.ranks import DEFAULT_CACHE, fetch_gpt2_ranks
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.runtime.cli import ArgumentParser, user_errors_exit
 
 
 @user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where gpt2.tiktoken is written")
     cache_dir = parser.parse_args().cache_dir
     writable_dir("--cache-dir", str(cache_dir))  # a file in the way is one message, not a FileExistsError

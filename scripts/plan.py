@@ -1,6 +1,8 @@
-"""Plan a training run: parameters, FLOPs, memory per GPU under DDP and FSDP, and days on A100/H100/H200.
+"""Plan a training run: parameters, FLOPs, memory per GPU under DDP and FSDP (the bytes train's memory check
+counts, at the run's data.batch_size and precision), and days on A100/H100/H200.
 
-    python scripts/plan.py model=gpt3_175b trainer.devices=8 trainer.num_nodes=128 +tokens=300e9
+    python scripts/plan.py model=gpt3_175b trainer=fsdp trainer.devices=8 trainer.num_nodes=128 \
+        data.batch_size=1 tokens=300e9
 """
 
 import math
@@ -14,18 +16,18 @@ from gptlab.config.entry import main as gptlab_main
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.planning import format_plan, make_plan
+from gptlab.runtime.planning import format_plan, is_fsdp, make_plan
 
 
 def parse_tokens(value: object) -> float:
-    """+tokens as a number: Hydra hands `300e9` over as a string (YAML reads it so)."""
+    """tokens as a number: Hydra hands `300e9` over as a string (YAML reads it so)."""
     try:
         tokens = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         tokens = math.nan
     if not (math.isfinite(tokens) and tokens > 0):
-        raise ConfigError(f"tokens={value!r} is missing or not a positive number; pass the training tokens, "
-                          "e.g. +tokens=300e9.")
+        said = " is not set" if value is None else f"={value!r} is not a positive number"
+        raise ConfigError(f"tokens{said}; pass the tokens the run trains on, e.g. tokens=300e9.")
     return tokens
 
 
@@ -34,14 +36,18 @@ def parse_tokens(value: object) -> float:
 def main(cfg: DictConfig) -> None:
     tokens = parse_tokens(cfg.get("tokens"))
     for field, value in (("trainer.devices", cfg.trainer.devices), ("trainer.num_nodes", cfg.trainer.num_nodes),
-                         ("micro_batch", cfg.micro_batch)):
+                         ("data.batch_size", cfg.data.batch_size)):
         positive_int(field, value)
     number(0.0, 1.0, low_open=True)("mfu", cfg.mfu)
     vocab = hydra.utils.instantiate(cfg.tokenizer).vocab_size
     model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(cfg.model, resolve=True), vocab)
     gpus = int(cfg.trainer.devices) * int(cfg.trainer.num_nodes)
-    plan = make_plan(model_cfg, tokens, gpus, micro_batch=cfg.micro_batch, mfu=cfg.mfu)
-    print(format_plan(plan, HydraConfig.get().runtime.choices.model, cfg.mfu, cfg.micro_batch))
+    trainer = {key: cfg.trainer.get(key) for key in ("devices", "num_nodes", "precision")}  # what memory depends on
+    strategy = cfg.trainer.get("strategy")
+    trainer["strategy"] = OmegaConf.to_container(strategy) if isinstance(strategy, DictConfig) else strategy
+    plan = make_plan(model_cfg, tokens, gpus, micro_batch=cfg.data.batch_size, mfu=cfg.mfu, trainer_cfg=trainer)
+    label = "FSDP" if is_fsdp(trainer["strategy"]) else "DDP"
+    print(format_plan(plan, HydraConfig.get().runtime.choices.model, cfg.mfu, label))
 
 
 if __name__ == "__main__":

@@ -50,3 +50,31 @@ def test_docs_cover_formulas_presets_and_layout() -> None:
     layout = (DOCS / "layout.md").read_text(encoding="utf-8")
     for item in ("config_resolved.yaml", "run_summary.json", "manifest.json", "data/cache/tiktoken"):
         assert item in layout
+
+
+def test_pyprojects_comments_name_what_exists() -> None:
+    """A dependency's comment names the gptlab code that needs it: each such name (`gptlab.x.y`, or a class's
+    method `GPT.name`) must exist (pyproject named GPT.from_pretrained, which never did)."""
+    import importlib
+
+    import gptlab.model
+
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    problems = []
+    for dotted in re.findall(r"\bgptlab(?:\.\w+)+", text):
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable module, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for name in parts[cut:]:
+                obj = getattr(obj, name, None)
+            break
+        if obj is None:
+            problems.append(dotted)
+    for cls, method in re.findall(r"\b([A-Z]\w*)\.(\w+)\b", text):
+        owner = getattr(gptlab.model, cls, None)
+        if owner is not None and not hasattr(owner, method):
+            problems.append(f"{cls}.{method}")
+    assert not problems, f"pyproject.toml names what does not exist: {problems}"

@@ -71,8 +71,8 @@ PROBES = [
      ["task_data.lambada", "row 1"]),
     ("export-out-file", "scripts/export_hf.py", ["ckpt_path={ckpt}", "out={f}/binary.txt"],
      ["out=", "not a directory"]),
-    ("plan-tokens", "scripts/plan.py", ["+tokens=lots"], ["tokens='lots'"]),
-    ("plan-devices", "scripts/plan.py", ["+tokens=1e9", "trainer.devices=0"], ["trainer.devices=0"]),
+    ("plan-tokens", "scripts/plan.py", ["tokens=lots"], ["tokens='lots'"]),
+    ("plan-devices", "scripts/plan.py", ["tokens=1e9", "trainer.devices=0"], ["trainer.devices=0"]),
     ("prepare-cache_dir-file", "scripts/prepare_data.py", ["data.cache_dir={f}/binary.txt"],
      ["data.cache_dir=", "not a directory"]),
     ("report-summary-truncated", "scripts/ablation_report.py", ["{root}/sweep_summary"],
@@ -168,3 +168,35 @@ def test_lm_eval_adapter_runs_on_the_device_the_machine_has(probe_dir: Path, mon
     assert seen[0][-2:] == ["--device", have] and seen[1].count("--device=cpu") == 1 and "--device" not in seen[1]
     lm = lm_eval_adapter.GptlabLM(ckpt_path=str(probe_dir / "run" / "checkpoints" / "last.ckpt"))
     assert lm.device.type == have and next(lm.model.parameters()).device.type == have
+
+
+# A required argument left out, or one no entry point takes, for every entry point: (id, script, arguments, words
+# the one error line must hold). Each runs in an empty dir, which must stay empty.
+MISSING_PROBES = [
+    ("train", "src/train.py", ["model.norm=sideways"], ["model.norm"]),
+    ("eval", "src/eval.py", [], ["ckpt_path", "ckpt_path=<value>"]),
+    ("eval-no-such-ckpt", "src/eval.py", ["ckpt_path=nosuch.ckpt"], ["ckpt_path='nosuch.ckpt'"]),  # no evals/ dir left
+    ("sample", "src/sample.py", [], ["ckpt_path"]),
+    ("export_hf", "scripts/export_hf.py", [], ["ckpt_path", "out=<value>"]),
+    ("plan", "scripts/plan.py", [], ["tokens"]),
+    ("prepare_data", "scripts/prepare_data.py", ["tokenizer=nosuch"], ["tokenizer=nosuch"]),
+    ("ablation_report", "scripts/ablation_report.py", [], ["sweep_dir", "--help"]),
+    ("convert_checkpoint", "scripts/convert_checkpoint.py", [], ["checkpoint, out", "--help"]),
+    ("fetch_gpt2_ranks", "scripts/fetch_gpt2_ranks.py", ["--cache_dir", "x"], ["--cache_dir", "--help"]),
+    ("doctor", "scripts/doctor.py", ["--devices", "cpu"], ["--devices", "--help"]),
+    ("fault_drill", "scripts/fault_drill.py", ["--kills", "many"], ["--kills", "'many'", "--help"]),
+    ("preemption_drill", "scripts/preemption_drill.py", ["--repeats"], ["--repeats", "--help"]),
+]
+
+
+@pytest.mark.parametrize("script,args,named", [pytest.param(*p[1:], id=p[0]) for p in MISSING_PROBES])
+def test_a_missing_or_unknown_argument_is_one_message_exit_2_and_writes_nothing(
+        tmp_path: Path, script: str, args: list[str], named: list[str]) -> None:
+    proc = run_script(script, args, cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in output, output[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("gptlab: error: ")]
+    assert len(errors) == 1 and not proc.stderr.startswith("usage:"), proc.stderr[-3000:]
+    for word in named:
+        assert word in errors[0], errors[0]
+    assert list(tmp_path.iterdir()) == [], "written: " + ", ".join(str(p) for p in tmp_path.rglob("*"))

@@ -58,14 +58,33 @@ def test_memory_estimate_is_the_planners_accounting() -> None:
 
 def test_memory_guard_refuses_with_numbers_and_knobs(monkeypatch) -> None:
     cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
-    two_cpu_ranks = trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=8")
+    two_cpu_ranks = trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2")
     with pytest.raises(ConfigError) as err:
         check_memory(cfg, 32, two_cpu_ranks, free=24 * GB)
     message = str(err.value)
     est = estimate_memory(cfg, 32, two_cpu_ranks, "cpu")
-    assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "8 process(es)" in message
-    for knob in ("data.batch_size=16", "runtime.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
+    assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "2 process(es)" in message
+    for knob in ("data.batch_size=", "runtime.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
         assert knob in message
+
+
+def test_the_suggested_batch_size_fits_by_the_same_estimate() -> None:
+    """The refusal used to halve the micro-batch per try (32 -> 16 -> 8 while about 7 fits): its data.batch_size
+    is now the largest that passes this very check, and none is offered where not even 1 fits."""
+    import re
+
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+    two_cpu_ranks = trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2")
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, 32, two_cpu_ranks, free=24 * GB)
+    suggested = int(re.search(r"data\.batch_size=(\d+)", str(err.value)).group(1))
+    assert 1 <= suggested < 16
+    check_memory(cfg, suggested, two_cpu_ranks, free=24 * GB)  # passes
+    with pytest.raises(ConfigError):
+        check_memory(cfg, suggested + 1, two_cpu_ranks, free=24 * GB)  # the largest that does
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, 32, two_cpu_ranks, free=4 * GB)  # weights and Adam alone do not fit
+    assert "data.batch_size=" not in str(err.value) and "trainer=fsdp" in str(err.value)
 
 
 def test_memory_guard_lets_a_fitting_run_through() -> None:

@@ -255,3 +255,10 @@ def test_a_source_that_runs_out_starts_a_new_pass_and_says_so(tmp_path: Path, co
     assert passes[0] == (f"data: source 'digits' has read all {n} of its windows 1 time(s); pass 2 reads them in a "
                          "new order (data.sampling=epoch).")
     assert len(passes) == len(digits) // n
+
+
+def test_the_banner_names_a_mixtures_sources() -> None:
+    """The run's first lines said `data ?` for a mixture (the banner reads its source's name)."""
+    mixture = Mixture({"docs": {"source": BuiltinSource("pydocs"), "weight": 3},
+                       "stdlib": {"source": BuiltinSource("python_stdlib"), "weight": 1}})
+    assert mixture.name == "mixture of docs (75%), stdlib (25%)"

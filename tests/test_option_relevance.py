@@ -70,7 +70,15 @@ def test_in_a_sweep_job_an_ignored_option_is_a_warning(monkeypatch) -> None:
 
 
 def test_a_warmup_longer_than_the_run_is_a_warning() -> None:
-    warnings = check_config(compose_config([*TINY, "scheduler.warmup_steps=100", "trainer.max_steps=3"], "/tmp/unused"))
+    warnings = check_config(compose_config([*TINY, "scheduler.warmup_steps=100", "trainer.max_steps=30"],
+                                           "/tmp/unused"))
     assert warnings == ["scheduler.warmup_steps=100 never ends (the lr never reaches its peak, optimizer.lr): it "
-                        "matters only when scheduler.warmup_steps < trainer.max_steps; here trainer.max_steps=3."]
+                        "matters only when scheduler.warmup_steps < trainer.max_steps (a run of more than 5 steps); "
+                        "here trainer.max_steps=30."]
     assert check_config(compose_config([*TINY, "scheduler.warmup_steps=2", "trainer.max_steps=3"], "/tmp/unused")) == []
+
+
+@pytest.mark.parametrize("max_steps", [2, 4])
+def test_a_smoke_run_is_not_warned_about_its_warmup(max_steps: int) -> None:
+    """The docs' 2- and 4-step commands keep the preset's warmup (20 steps): not a mistake worth a warning."""
+    assert check_config(compose_config(["trainer.max_steps=" + str(max_steps)], "/tmp/unused")) == []

@@ -10,7 +10,8 @@ after it in the same file, up to the next such comment. `<run dir>` is replaced 
 the reason; the 8-GPU commands run in their dry form on a machine with fewer GPUs (they must exit 2 naming
 trainer.devices). Nothing is skipped silently: a command that matches no rule runs.
 
-The fast tests classify every command and check the config of every `src/train.py` command in-process; the
+The fast tests classify every command and check the config of every `src/train.py` command in-process, and run
+README.md's own commands (less its sweeps) one after another in one checkout, as a new user types them; the
 slow one (`pytest -m slow tests/test_readme.py`) runs them all in a fresh copy of the repository: README.md
 first, then the pages in the site's nav order (a command whose shell line was already run is run once).
 """
@@ -259,6 +260,19 @@ def test_every_readme_command_is_classified_and_its_config_valid(monkeypatch) ->
     assert checked >= 15
 
 
+def test_the_sample_commands_prompt_reaches_the_model_with_its_spaces() -> None:
+    """The shell's quoting, then Hydra's (which trims an unquoted value): `prompt="The "` gave the model "The"."""
+    from gptlab.eval.sampling import read_prompt
+
+    samples = [cmd for cmd in parse_readme() if cmd.text.startswith("python src/sample.py") and "prompt=" in cmd.text]
+    assert samples
+    for cmd in samples:
+        args = shlex.split(cmd.shell("/tmp/readme-run", "/tmp/readme-out"))[2:]  # as bash hands them over
+        written = re.search(r"""prompt='"(.*?)"'""", cmd.text)
+        assert written is not None, f"{cmd.source} line {cmd.line}: quote the prompt twice, prompt='\"...\"'"
+        assert read_prompt(compose_config(args, config_name="sample")) == written.group(1), cmd.text
+
+
 def fresh_checkout(tmp: Path, gpt2_ranks: Path) -> Path:
     """The tracked files of this checkout, as a new clone would have them, plus the files the README's commands
     read: GPT-2's ranks where fetch_gpt2_ranks.py would have put them, my/*.jsonl and prompt.txt."""
@@ -287,16 +301,14 @@ def newest_run(repo: Path) -> str | None:
     return str(max(runs, key=lambda p: p.stat().st_mtime_ns)) if runs else None
 
 
-@pytest.mark.slow
-def test_every_readme_command_runs(tmp_path, gpt2_ranks, monkeypatch) -> None:
-    repo = fresh_checkout(tmp_path, gpt2_ranks)
-    monkeypatch.chdir(repo)  # placeholders such as <date>/<time> are looked up relative to the launch dir
+def run_in_order(commands: list[Command], repo: Path, out_dir: str) -> list[str]:
+    """Run `commands` one after another in the one checkout `repo` (the launch dir), as a user types them; each
+    sees what the ones before it left. Returns a failure text per command that did not do what its page says."""
     env = {**CHECKOUT_ENV, "PYTHONPATH": str(repo / "src")}
-    out_dir = str(tmp_path / "hf")
     failures: list[str] = []
     already_run: dict[str, str] = {}  # a shell line run before (the README repeats some pages' commands)
     plain_run: str | None = None  # <run dir>: the dir of the plain `python src/train.py` run
-    for cmd in parse_readme():
+    for cmd in commands:
         where = f"{cmd.source} line {cmd.line}"
         if cmd.not_runnable:
             print(f"not run  {where}: {cmd.text[:70]}: {cmd.not_runnable}", flush=True)
@@ -316,7 +328,7 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks, monkeypatch) -> None:
                                       env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
             except subprocess.TimeoutExpired:
                 print(f"TIMEOUT  {where}: {cmd.text[:70]}", flush=True)
-                failures.append(f"{where}: {cmd.text}\ntook over 900 s")
+                failures.append(f"{where}: {cmd.text}\ntook over {HANG_GUARD_S} s")
                 continue
         output = proc.stdout + proc.stderr
         if cmd.text == "python src/train.py" and plain_run is None:
@@ -334,4 +346,31 @@ def test_every_readme_command_runs(tmp_path, gpt2_ranks, monkeypatch) -> None:
         print(f"{'ok' if ok else 'FAILED':<8} {where}: {cmd.text[:70]} (exit {proc.returncode})", flush=True)
         if not ok:
             failures.append(f"{where}: {cmd.text}\nexit {proc.returncode}\n{output[-3000:]}")
+    return failures
+
+
+def readme_in_order() -> list[Command]:
+    """README.md's own commands in its order, less its sweeps and the report that reads one (the slow test below
+    runs those, in the same order): what a new user types first, at the cost of a few short runs."""
+    commands = parse_markdown(README.read_text(encoding="utf-8")).commands
+    return [cmd for cmd in commands if " -m " not in cmd.text and "outputs/multiruns/" not in cmd.text]
+
+
+def test_readme_commands_run_in_the_readme_order(tmp_path, gpt2_ranks, monkeypatch) -> None:
+    """One checkout for all of them: fast_dev_run after a training run must run (and write nothing), eval and
+    sample read the run's checkpoint, and resume=auto continues that run in its dir."""
+    commands = readme_in_order()
+    texts = [cmd.text for cmd in commands]
+    assert texts.index("python src/train.py") < texts.index("python src/train.py debug=fast_dev_run")
+    repo = fresh_checkout(tmp_path, gpt2_ranks)
+    monkeypatch.chdir(repo)
+    failures = run_in_order(commands, repo, str(tmp_path / "hf"))
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.slow
+def test_every_readme_command_runs(tmp_path, gpt2_ranks, monkeypatch) -> None:
+    repo = fresh_checkout(tmp_path, gpt2_ranks)
+    monkeypatch.chdir(repo)  # placeholders such as <date>/<time> are looked up relative to the launch dir
+    failures = run_in_order(parse_readme(), repo, str(tmp_path / "hf"))
     assert not failures, "\n\n".join(failures)

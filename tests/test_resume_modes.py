@@ -99,3 +99,57 @@ def test_resume_restart_starts_over_and_says_what_it_deleted(unreadable: Path) -
     assert "run_summary.json" in said[0] and "events.out.tfevents" in said[0], said
     assert load_checkpoint(unreadable / "checkpoints" / "last.ckpt")["global_step"] == 3
     assert len(event_files(unreadable)) == 1  # only the new run's
+
+
+@pytest.mark.parametrize("resume", [None, "auto", "restart"])
+def test_fast_dev_run_takes_nothing_from_the_launch_dirs_runs(tmp_path: Path, resume) -> None:
+    """debug=fast_dev_run's run dir is the launch dir, where earlier runs' checkpoints lie under outputs/ (the
+    README's order: `python src/train.py`, then `debug=fast_dev_run`): never refused for them, never resumed from
+    them, and resume=restart deletes none of them."""
+    from helpers import compose_config
+
+    from gptlab.runs.resume import resume_checkpoint
+
+    earlier = tmp_path / "outputs" / "runs" / "train" / "d" / "t" / "checkpoints" / "last.ckpt"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"an earlier run's checkpoint")
+    cfg = compose_config(["debug=fast_dev_run", f"resume={'null' if resume is None else resume}"], tmp_path)
+    assert resume_checkpoint(cfg, tmp_path) is None
+    assert earlier.read_bytes() == b"an earlier run's checkpoint"
+
+
+def test_the_refusal_names_hydra_run_dir_only_where_the_user_gave_it(tmp_path: Path) -> None:
+    """A run dir Hydra named itself (hydra=slurm's job id, a default dir) is "the run dir"; its way out is another
+    hydra.run.dir, not leaving out one the user never set."""
+    from helpers import CONF_DIR
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from gptlab.errors import ConfigError
+    from gptlab.runs.resume import resume_checkpoint
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    said = {}
+    for given in ([], [f"hydra.run.dir={tmp_path}"]):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=given, return_hydra_config=True)
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().set_config(cfg)
+        try:
+            with pytest.raises(ConfigError) as err:
+                resume_checkpoint(cfg, tmp_path)
+        finally:
+            HydraConfig.instance().cfg = None
+        said[bool(given)] = str(err.value)
+    assert said[False].startswith(f"the run dir {tmp_path} already holds a run") and "leave" not in said[False]
+    assert said[True].startswith(f"hydra.run.dir='{tmp_path}' already holds a run")
+    assert "leave hydra.run.dir out" in said[True]
+
+
+def test_a_finished_run_leaves_no_lock_file(finished: Path) -> None:
+    """The lock is the run's while it runs; the file goes with it (a killed run's stays, unlocked: run_dir_lock)."""
+    assert not (finished / LOCK_FILE).exists()
+    assert (finished / "run_summary.json").is_file()

@@ -28,6 +28,7 @@ def record(run: Path) -> str:
 def on_two_ranks(run: Path, *overrides: str) -> None:
     proc = run_tiny(run, *RUN, *DDP, record(run), *overrides, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (run / "two_ranks_console.txt").write_text(proc.stdout + proc.stderr)  # what the user saw
 
 
 def on_one_rank(run: Path, *overrides: str) -> None:
@@ -97,3 +98,11 @@ def test_one_rank_continues_on_two(one_then_two: Path, reference: Path) -> None:
     check_continues(one_then_two, reference)
     assert load_checkpoint(one_then_two / "checkpoints" / "last.ckpt")["GPTDataModule"]["layout"] == {
         "world_size": 2, "batch_size": 2, "accumulate": 1}
+
+
+def test_two_ranks_print_each_line_once(two_then_one: Path) -> None:
+    """Under 2-rank DDP, "Best val/loss" and third-party deprecation warnings used to print once per rank."""
+    console = (two_then_one / "two_ranks_console.txt").read_text()
+    assert console.count("Best val/loss") == 1, console[-3000:]
+    deprecations = [line for line in console.splitlines() if "deprecat" in line.lower()]
+    assert len(deprecations) == len(set(deprecations)), deprecations

@@ -108,3 +108,14 @@ def test_val_bpb_counts_the_bytes_of_the_evaluated_targets(run_dir: Path) -> Non
     assert summary["best_val_bpb"] == pytest.approx(logged["val/bpb"][best_step], rel=1e-6)
     assert summary["final_val_bpb"] == pytest.approx(logged["val/bpb"][10], rel=1e-6)
     assert logged["val_best/bpb"][10] == pytest.approx(summary["best_val_bpb"], rel=1e-6)
+
+
+def test_the_last_step_is_logged_whatever_log_every_n_steps(tmp_path) -> None:
+    """A 3-step run under the default log_every_n_steps=10 logged no train/ or x_throughput/ scalar at all."""
+    from helpers import TINY_RUN, scalars, train_in_process
+
+    train_in_process(tmp_path / "run", *TINY_RUN, "trainer.max_steps=3", "trainer.limit_val_batches=2",
+                     "trainer.log_every_n_steps=10", "callbacks.text_samples.max_new_tokens=4")
+    logged = scalars(tmp_path / "run")
+    for tag in ("train/loss", "train/lr", "x_throughput/tokens_seen"):
+        assert tag in logged and max(logged[tag]) == 3, (tag, sorted(logged))

@@ -141,7 +141,7 @@ def _summarise(cfg: DictConfig, output_dir: Path, run: Run, fit_seconds: float) 
             "tokens_per_sec": clock.tokens_per_sec(trainer.global_step, run.tokens_per_step),  # see TrainingClock
         }
         atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
-    if best is not None and not trainer.fast_dev_run:
+    if best is not None and not trainer.fast_dev_run and trainer.is_global_zero:  # one line for all ranks
         log.info("Best val/loss %.4f; run dir %s", best, output_dir)
     return best
 

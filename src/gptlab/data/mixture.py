@@ -64,6 +64,12 @@ class Mixture:
                     "tokenizer or set tokenizer= to match it."
                 )
 
+    @property
+    def name(self) -> str:
+        """What the run's banner says it trains on: each source with its share of the training windows."""
+        total = sum(self.weights.values())
+        return "mixture of " + ", ".join(f"{name} ({weight / total:.0%})" for name, weight in self.weights.items())
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "mixture", "sources": {name: {"weight": self.weights[name], "source": s.describe()}
                                                for name, s in self.sources.items()}}

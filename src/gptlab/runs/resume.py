@@ -61,6 +61,15 @@ def given_checkpoint(cfg: DictConfig) -> Optional[str]:
     return str(path)
 
 
+def run_dir_given() -> bool:
+    """Whether the user set hydra.run.dir (on the command line), so a message may name it as theirs."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return True  # no Hydra launch (a test, the compose API): the caller gave the dir
+    return any(o.split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in HydraConfig.get().overrides.hydra)
+
+
 def resume_checkpoint(cfg: DictConfig, output_dir: Path, warn: bool = True) -> Optional[str]:
     """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir that loads (None: start
     fresh). Raises ConfigError for the runs it refuses (see the module docstring). `warn`: name each newer
@@ -68,14 +77,22 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path, warn: bool = True) -> O
     resume, given = resume_mode(cfg), given_checkpoint(cfg)
     if given is not None:
         return given
+    if cfg.trainer.get("fast_dev_run"):  # its run dir is the launch dir (conf/debug/fast_dev_run.yaml): no run there
+        if resume is not None:
+            log.info("resume=%s: debug=fast_dev_run writes no run to continue or restart; one batch from step 0",
+                     resume)
+        return None
     found = checkpoints_newest_first(output_dir) if output_dir.is_dir() else []
     if resume == "restart" or not found:
         return None
     if resume is None:
+        given_dir = run_dir_given()
+        where = f"hydra.run.dir={str(output_dir)!r}" if given_dir else f"the run dir {output_dir}"
+        new_dir = "leave hydra.run.dir out" if given_dir else "give another hydra.run.dir"
         raise ConfigError(
-            f"hydra.run.dir={str(output_dir)!r} already holds a run ({len(found)} checkpoint(s), newest {found[0]}); "
+            f"{where} already holds a run ({len(found)} checkpoint(s), newest {found[0]}); "
             "continue it with resume=auto, start over in it with resume=restart (deletes its checkpoints, summary "
-            "and TensorBoard events), or leave hydra.run.dir out for a new run dir."
+            f"and TensorBoard events), or {new_dir} for a new run dir."
         )
     problems = []
     for path in found:

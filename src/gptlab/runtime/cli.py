@@ -3,12 +3,13 @@ traceback."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar
 
 from gptlab.errors import NonFiniteLossError, PreemptedError, find_config_error
 
@@ -33,6 +34,15 @@ def resume_command(err: PreemptedError) -> str:
     dropped = ("hydra.run.dir=", "resume=", "ckpt_path=", "-m", "--multirun")
     kept = [a for a in sys.argv[1:] if not a.startswith(dropped)]
     return shlex.join(["python", sys.argv[0], *kept, "resume=auto", f"hydra.run.dir={run_dir}"])
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose refusals are gptlab's one line (`gptlab: error: ...`, exit 2) with the way to the
+    script's options, instead of argparse's usage block and `<prog>: error:` line."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"gptlab: error: {message}; see `python {sys.argv[0]} --help`.", file=sys.stderr)
+        sys.exit(2)
 
 
 def user_errors_exit(fn: F) -> F:

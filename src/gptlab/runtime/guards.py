@@ -9,21 +9,21 @@ module-level functions so tests can replace them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.model.accounting import count_parameters
-from gptlab.runtime.planning import activation_bytes
+from gptlab.runtime.planning import (  # noqa: F401  (the estimate lives with the planner: one accounting for both)
+    PROCESS_OVERHEAD_BYTES,
+    STATE_BYTES_PER_PARAM,
+    MemoryEstimate,
+    estimate_memory,
+    fitting_micro_batch,
+)
 
 GB = 1e9
-PROCESS_OVERHEAD_BYTES = 0.6 * GB  # the Python + torch + Lightning runtime of one process, measured ~0.5-0.6 GB
-# fp32 weights, fp32 grads and Adam's two fp32 moments: 16 bytes a parameter, also under mixed precision
-# (Lightning keeps fp32 master weights and autocasts the matmuls).
-STATE_BYTES_PER_PARAM = 16
 
 
 def gpu_count() -> int:
@@ -64,7 +64,8 @@ def check_devices(trainer_cfg: Any) -> None:
                 f"trainer.devices={devices} asks for {devices} GPUs but this machine has none "
                 f"(torch.cuda.device_count() = 0, trainer.accelerator={accelerator}). For a CPU test of the same "
                 "code path type `trainer=ddp trainer.accelerator=cpu trainer.devices=2`; for the real run use a "
-                f"machine with {devices} GPUs (`python scripts/plan.py` shows what fits)."
+                f"machine with {devices} GPUs (`python scripts/plan.py tokens=<count>` with this run's model=, "
+                "trainer= and data.batch_size= shows the memory each GPU needs)."
             )
         raise ConfigError(
             f"trainer.devices={devices} asks for {devices} GPUs but this machine has {found} "
@@ -79,48 +80,6 @@ def check_devices(trainer_cfg: Any) -> None:
         )
 
 
-@dataclass
-class MemoryEstimate:
-    parameters: int
-    states: float  # weights, gradients and optimizer states held by one process
-    activations: float  # kept for backward, for one micro-batch
-    processes: int  # processes sharing the memory compared against (CPU: all ranks of the node; GPU: 1)
-    sharded_over: int
-
-    @property
-    def per_process(self) -> float:
-        return self.states + self.activations + PROCESS_OVERHEAD_BYTES
-
-    @property
-    def total(self) -> float:
-        return self.per_process * self.processes
-
-
-def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
-                    activation_checkpointing: Optional[bool] = None) -> MemoryEstimate:
-    """scripts/plan.py's accounting for this run: per process, and how many processes share one memory."""
-    devices = trainer_cfg.get("devices", 1)
-    devices = 1 if devices == "auto" else int(devices)
-    world = devices * int(trainer_cfg.get("num_nodes", 1))
-    strategy = trainer_cfg.get("strategy")
-    target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
-    fsdp = "fsdp" in target
-    shards = world if fsdp else 1
-    checkpointing = fsdp if activation_checkpointing is None else activation_checkpointing  # Runtime.checkpoints_blocks
-    acts = activation_bytes(model_cfg, micro_batch)
-    activations = acts["activations_checkpointed" if checkpointing else "activations"]
-    if str(trainer_cfg.get("precision", "32-true")).startswith(("32", "64")):
-        activations *= 2  # the planner counts bf16 activations; fp32 runs keep 4 bytes each
-    n_params = count_parameters(model_cfg)["total"]
-    return MemoryEstimate(
-        parameters=n_params,
-        states=STATE_BYTES_PER_PARAM * n_params / shards,
-        activations=activations,
-        processes=devices if accelerator == "cpu" else 1,
-        sharded_over=shards,
-    )
-
-
 def check_memory(
     model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
     activation_checkpointing: Optional[bool] = None,
@@ -131,7 +90,9 @@ def check_memory(
     free = free_bytes(accelerator) if free is None else free
     if est.total > free:
         where = "free RAM" if accelerator == "cpu" else "free memory on GPU 0"
-        knobs = [f"data.batch_size={max(1, micro_batch // 2)} (micro-batch; global_batch_tokens keeps the step)"]
+        fits = fitting_micro_batch(model_cfg, micro_batch, trainer_cfg, accelerator, activation_checkpointing, free)
+        knobs = [] if fits is None else \
+            [f"data.batch_size={fits} (micro-batch; global_batch_tokens keeps the step)"]
         if not activation_checkpointing:
             knobs.append("runtime.activation_checkpointing=true")
         if est.sharded_over == 1:

@@ -14,7 +14,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from gptlab.errors import ConfigError
 
@@ -82,7 +82,39 @@ class CheckOutputDir(Callback):
             sys.exit(2)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from gptlab.runs.run_dir import note_origin, owns_run_dir
+
         self._check("hydra.run.dir", config.hydra.run.dir)
+        if owns_run_dir():  # what the dir was, so a refusal after Hydra made it removes what Hydra made
+            note_origin(Path(config.hydra.run.dir))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check("hydra.sweep.dir", config.hydra.sweep.dir)
+
+
+def missing_values(config: DictConfig) -> list[str]:
+    """The task's `???` keys that the command line left unset (Hydra would raise MissingMandatoryValue on first
+    read, after it has made the run dir). Read unresolved: interpolations of keys set later (eval's model.*) wait."""
+    def walk(node: Any, prefix: str) -> list[str]:
+        if isinstance(node, dict):
+            return [k for key, value in node.items() for k in walk(value, f"{prefix}{key}.")]
+        if isinstance(node, list):
+            return [k for i, value in enumerate(node) for k in walk(value, f"{prefix}{i}.")]
+        return [prefix[:-1]] if node == "???" else []
+
+    task = OmegaConf.to_container(config, resolve=False)
+    return sorted(walk({k: v for k, v in task.items() if k != "hydra"}, ""))
+
+
+class CheckMissingValues(Callback):
+    """A required argument not given: one line naming it and exit 2, before Hydra creates or writes anything."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        missing = missing_values(config)
+        if missing:
+            script = Path(sys.argv[0]).as_posix()
+            given = " ".join(f"{key}=<value>" for key in missing)
+            verb = "is" if len(missing) == 1 else "are"
+            print(f"gptlab: error: {', '.join(missing)} {verb} not set; pass {given} (python {script} {given}; "
+                  f"what each takes: conf/{config.hydra.job.config_name}.yaml).", file=sys.stderr)
+            sys.exit(2)

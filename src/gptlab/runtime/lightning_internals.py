@@ -30,6 +30,8 @@ PRIVATE = (
             "DDP jobs; gptlab.signals and callbacks/preemption.py replace it"),
     Private("torch.utils.tensorboard.writer:SummaryWriter._get_file_writer",
             "gptlab/train/callbacks/hparams.py", "writes hparams summaries as TensorBoardLogger.log_hyperparams does"),
+    Private("trainer:fit_loop._should_accumulate",
+            "gptlab/train/callbacks/final_validation.py", "whether this micro-batch completes an optimizer step"),
     Private("trainer:fit_loop.epoch_loop.total_batch_idx",
             "gptlab/train/callbacks/throughput.py", "micro-batches trained, restored from a checkpoint on resume"),
     Private("trainer:fit_loop.epoch_loop.batch_progress.current.processed",

@@ -43,9 +43,14 @@ def _momentum(get: Get) -> bool:
     return (get("optimizer.momentum") or 0) > 0
 
 
+SMOKE_RUN_STEPS = 5  # a run this short checks that things run (the docs' 2- and 4-step commands): its lr is no point
+
+
 def _warmup_ends(get: Get) -> bool:
+    """Also true of a smoke run: warning that its warmup never ends would only be noise on every short command."""
     max_steps = get("trainer.max_steps")
-    return max_steps is None or max_steps < 0 or get("scheduler.warmup_steps") < max_steps
+    return max_steps is None or max_steps < 0 or max_steps <= SMOKE_RUN_STEPS \
+        or get("scheduler.warmup_steps") < max_steps
 
 
 RULES: tuple[OnlyWhen, ...] = (
@@ -70,7 +75,8 @@ RULES: tuple[OnlyWhen, ...] = (
              lambda g: g("data.sampling") == "random" and g("data.store") != "streaming",
              ("data.sampling", "data.store")),
     OnlyWhen("optimizer.nesterov", "optimizer.momentum > 0", _momentum, ("optimizer.momentum",)),
-    OnlyWhen("scheduler.warmup_steps", "scheduler.warmup_steps < trainer.max_steps", _warmup_ends,
+    OnlyWhen("scheduler.warmup_steps", f"scheduler.warmup_steps < trainer.max_steps (a run of more than "
+             f"{SMOKE_RUN_STEPS} steps)", _warmup_ends,
              ("trainer.max_steps",), warn=True, effect="never ends (the lr never reaches its peak, optimizer.lr)"),
 )
 

@@ -1,7 +1,9 @@
-"""Compute and memory plan for a training run, from the model's own parameter and FLOPs count.
+"""Compute and memory plan for a training run, from the model's own parameter and FLOPs count; the memory estimate
+here is the one train's memory check compares with the machine (gptlab.runtime.guards), so the planner and the
+check give the same bytes for the same config.
 
-Memory follows the usual mixed-precision accounting (ZeRO, Rajbhandari et al. 2020): 2 bytes of bf16
-weights + 2 of bf16 gradients + 12 of fp32 master weights and Adam's two moments = 16 bytes per parameter.
+Memory follows the usual mixed-precision accounting (ZeRO, Rajbhandari et al. 2020): 16 bytes per parameter of
+weights, gradients and Adam's two moments (Lightning keeps fp32 master weights under bf16 autocast).
 DDP replicates all of it on every GPU; FSDP (ZeRO-3) divides it by the number of GPUs. Activations follow
 Korthikanti et al. 2022 ("Reducing Activation Recomputation"), generalised to D_K, D_V and d_ff that are not
 tied to D, with fused attention (SDPA/flash) so no T x T score matrix is stored.
@@ -10,17 +12,21 @@ tied to D, with fused attention (SDPA/flash) so no T x T score matrix is stored.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Optional
 
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
+from gptlab.runtime.peak_flops import lookup
 
-# Dense bf16 peak of the SXM parts (vendor datasheets) and their memory; MFU is quoted against these.
-GPUS = {
-    "A100": {"peak_flops": 312e12, "memory_bytes": 80e9},
-    "H100": {"peak_flops": 989e12, "memory_bytes": 80e9},
-    "H200": {"peak_flops": 989e12, "memory_bytes": 141e9},
-}
-BYTES_PER_PARAM = {"weights": 2, "gradients": 2, "optimizer": 12}  # bf16, bf16, fp32 master + m + v
+# The GPUs a plan is priced on: dense bf16 peak and memory from the one peak table MFU uses (runtime/peak_flops.py).
+GPUS = {kind: {"peak_flops": lookup(f"NVIDIA {kind}").bf16, "memory_bytes": lookup(f"NVIDIA {kind}").memory_bytes}
+        for kind in ("A100", "H100", "H200")}
+BYTES_PER_PARAM = {"weights": 2, "gradients": 2, "optimizer": 12}  # bf16, bf16, fp32 master + m + v (doctor's split)
+GB = 1e9
+PROCESS_OVERHEAD_BYTES = 0.6 * GB  # the Python + torch + Lightning runtime of one process, measured ~0.5-0.6 GB
+# fp32 weights, fp32 grads and Adam's two fp32 moments: 16 bytes a parameter, also under mixed precision
+# (Lightning keeps fp32 master weights and autocasts the matmuls).
+STATE_BYTES_PER_PARAM = 16
 
 
 @dataclass
@@ -31,7 +37,8 @@ class Plan:
     total_flops: float
     gpus: int
     block_size: int
-    ddp: dict[str, float]  # bytes per GPU by part
+    micro_batch: int
+    ddp: dict[str, float]  # bytes per GPU by part (estimate_memory's), at the run's micro-batch and precision
     fsdp: dict[str, float]
     days: dict[str, float]  # by GPU kind, at the given MFU
 
@@ -59,11 +66,80 @@ def memory_per_gpu(n_params: int, shards: int, activations: dict[str, float]) ->
     return states
 
 
-def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mfu: float = 0.4) -> Plan:
+@dataclass
+class MemoryEstimate:
+    parameters: int
+    states: float  # weights, gradients and optimizer states held by one process
+    activations: float  # kept for backward, for one micro-batch
+    processes: int  # processes sharing the memory compared against (CPU: all ranks of the node; GPU: 1)
+    sharded_over: int
+
+    @property
+    def per_process(self) -> float:
+        return self.states + self.activations + PROCESS_OVERHEAD_BYTES
+
+    @property
+    def total(self) -> float:
+        return self.per_process * self.processes
+
+
+def is_fsdp(strategy: Any) -> bool:
+    """Whether a trainer's `strategy` (a name or a `_target_` node) shards weights, grads and Adam states."""
+    target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
+    return "fsdp" in target.lower()
+
+
+def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
+                    activation_checkpointing: Optional[bool] = None) -> MemoryEstimate:
+    """The memory of this run: per process, and how many processes share one memory (train's check, the planner)."""
+    devices = trainer_cfg.get("devices", 1)
+    devices = 1 if devices == "auto" else int(devices)
+    world = devices * int(trainer_cfg.get("num_nodes", 1))
+    strategy = trainer_cfg.get("strategy")
+    fsdp = is_fsdp(strategy)
+    shards = world if fsdp else 1
+    checkpointing = fsdp if activation_checkpointing is None else activation_checkpointing  # Runtime.checkpoints_blocks
+    acts = activation_bytes(model_cfg, micro_batch)
+    activations = acts["activations_checkpointed" if checkpointing else "activations"]
+    if str(trainer_cfg.get("precision", "32-true")).startswith(("32", "64")):
+        activations *= 2  # the planner counts bf16 activations; fp32 runs keep 4 bytes each
+    n_params = count_parameters(model_cfg)["total"]
+    return MemoryEstimate(
+        parameters=n_params,
+        states=STATE_BYTES_PER_PARAM * n_params / shards,
+        activations=activations,
+        processes=devices if accelerator == "cpu" else 1,
+        sharded_over=shards,
+    )
+
+
+def fitting_micro_batch(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
+                        activation_checkpointing: Optional[bool], free: float) -> Optional[int]:
+    """The largest micro-batch below `micro_batch` whose estimate fits in `free` bytes (None: not even 1), so a
+    refusal's suggested data.batch_size is one that passes the same check."""
+    for size in range(micro_batch - 1, 0, -1):
+        if estimate_memory(model_cfg, size, trainer_cfg, accelerator, activation_checkpointing).total <= free:
+            return size
+    return None
+
+
+def _per_gpu(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any) -> dict[str, float]:
+    """estimate_memory's bytes on one GPU, without and with activation checkpointing."""
+    plain = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu", activation_checkpointing=False)
+    checkpointed = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu", activation_checkpointing=True)
+    return {"states": plain.states, "activations": plain.activations,
+            "activations_checkpointed": checkpointed.activations, "runtime": PROCESS_OVERHEAD_BYTES,
+            "total": plain.per_process, "total_checkpointed": checkpointed.per_process}
+
+
+def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mfu: float = 0.4,
+              trainer_cfg: Optional[dict[str, Any]] = None) -> Plan:
+    """`trainer_cfg`: the run's trainer (devices, nodes, precision, strategy; default bf16 DDP on `gpus` GPUs); the
+    plan gives its memory under its own strategy and under the other one (DDP or FSDP over all its GPUs)."""
     n_params = count_parameters(cfg)["total"]
     flops_per_token = training_flops_per_token(cfg)["total"]
     total = flops_per_token * tokens
-    activations = activation_bytes(cfg, micro_batch)
+    trainer = dict(trainer_cfg or {"devices": gpus, "num_nodes": 1, "precision": "bf16-mixed"})
     return Plan(
         parameters=n_params,
         flops_per_token=flops_per_token,
@@ -71,30 +147,41 @@ def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mf
         total_flops=total,
         gpus=gpus,
         block_size=cfg.block_size,
-        ddp=memory_per_gpu(n_params, 1, activations),
-        fsdp=memory_per_gpu(n_params, gpus, activations),
+        micro_batch=micro_batch,
+        ddp=_per_gpu(cfg, micro_batch, trainer if not is_fsdp(trainer.get("strategy")) else
+                     {**trainer, "strategy": "ddp"}),
+        fsdp=_per_gpu(cfg, micro_batch, trainer if is_fsdp(trainer.get("strategy")) else
+                      {**trainer, "strategy": {"_target_": "fsdp"}}),
         days={kind: total / (gpus * spec["peak_flops"] * mfu) / 86400 for kind, spec in GPUS.items()},
     )
+
+
+def duration(days: float) -> str:
+    """Days, or hours or minutes when it is under a day ("0.0 days" said nothing)."""
+    if days >= 1:
+        return f"{days:,.1f} days"
+    return f"{days * 24:.1f} hours" if days * 24 >= 1 else f"{max(days * 1440, 0.1):.1f} minutes"
 
 
 def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:,.1f} GB"
 
 
-def format_plan(plan: Plan, name: str, mfu: float, micro_batch: int) -> str:
+def format_plan(plan: Plan, name: str, mfu: float, strategy: str) -> str:
+    """`strategy`: "DDP" or "FSDP", the run's own (its column is marked)."""
+    own = {label: " (this run)" if label == strategy else "" for label in ("DDP", "FSDP")}
     lines = [
         f"{name}: {plan.parameters:,} parameters",
         f"training FLOPs per token: {plan.flops_per_token:,} (6N = {6 * plan.parameters:,} + attention)",
         f"tokens: {plan.tokens:,.0f}   total training FLOPs: {plan.total_flops:.3e}   "
         f"(6ND alone: {6 * plan.parameters * plan.tokens:.3e})",
         "",
-        f"memory per GPU (bf16 mixed precision + Adam; activations of {micro_batch} sequence(s) of "
-        f"{plan.block_size} tokens):",
-        f"{'':<28}{'DDP':>14}{f'FSDP / {plan.gpus}':>14}",
+        f"memory per GPU (train's memory check; Adam; activations of micro-batch data.batch_size={plan.micro_batch} "
+        f"x {plan.block_size} tokens):",
+        f"{'':<28}{'DDP' + own['DDP']:>18}{f'FSDP / {plan.gpus}' + own['FSDP']:>22}",
     ]
-    for part in ("weights", "gradients", "optimizer", "activations", "activations_checkpointed", "total",
-                 "total_checkpointed"):
-        lines.append(f"{part:<28}{_gb(plan.ddp[part]):>14}{_gb(plan.fsdp[part]):>14}")
+    for part in ("states", "activations", "activations_checkpointed", "runtime", "total", "total_checkpointed"):
+        lines.append(f"{part:<28}{_gb(plan.ddp[part]):>18}{_gb(plan.fsdp[part]):>22}")
     lines.append("")
     for kind, spec in GPUS.items():
         verdicts = []
@@ -104,6 +191,6 @@ def format_plan(plan: Plan, name: str, mfu: float, micro_batch: int) -> str:
             verdicts.append(f"{label} {fits} ({need / 1e9:,.1f} GB)")
         lines.append(
             f"{kind} ({spec['memory_bytes'] / 1e9:.0f} GB, {spec['peak_flops'] / 1e12:.0f} TFLOP/s bf16): "
-            f"{plan.days[kind]:,.1f} days on {plan.gpus} GPUs at {mfu:.0%} MFU; {'; '.join(verdicts)}"
+            f"{duration(plan.days[kind])} on {plan.gpus} GPU(s) at {mfu:.0%} MFU; {'; '.join(verdicts)}"
         )
     return "\n".join(lines)

@@ -6,7 +6,8 @@ limit_val_batches=1.0 means all batches, the device availability lines (the star
 run), "Seed set to" (the seed is in config_resolved.yaml), "`Trainer.fit` stopped: `max_steps=N` reached" (the
 planned end; the progress bar and the closing line show it; other stop reasons are still printed), and the
 DataLoader worker-count advice (data.num_workers is a documented choice: the memory and prepared stores slice
-tensors in the training process).
+tensors in the training process). The same torch deprecation of the all_gather Lightning's `sync_dist` calls is
+dropped too, and a rank > 0 prints no deprecation warning at all: rank 0 prints each once for the job.
 """
 
 from __future__ import annotations
@@ -40,3 +41,8 @@ def install() -> None:
             logger.addFilter(DropKnownNoise())
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
     warnings.filterwarnings("ignore", message=r"The '(train|val)_dataloader' does not have many workers")
+    warnings.filterwarnings("ignore", message=r"torch\.distributed\.nn\.functional\.all_gather is deprecated")
+    from gptlab.runs.run_dir import owns_run_dir
+
+    if not owns_run_dir():  # a DDP rank > 0: rank 0 says it once
+        warnings.filterwarnings("ignore", message=r"(?s).*deprecat", category=Warning)

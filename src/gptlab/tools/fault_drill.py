@@ -5,14 +5,15 @@ left anywhere, and train/loss at every step bit-identical to a run that was neve
 A share of the kills is aimed at checkpoint writes: the run is told (a drill-only callback, `HoldCheckpointWrite`)
 to hold its k-th checkpoint write open, its temp file beside `last.ckpt` already created, and the drill sends
 SIGKILL then. Holding the write, rather than polling for its temp file, makes the aim exact on a loaded machine,
-where a poller sleeps through a write of a few milliseconds. The children's $TMPDIR is put on another
+where a poller sleeps through a write of a few milliseconds. The other kills are aimed by events too, never by the
+clock: each at a step drawn at random (`HoldAfterStep` holds the run once that step is done), so the drill kills
+at the same steps and passes alike on an idle and on a loaded machine. The children's $TMPDIR is put on another
 filesystem than the run dir (a tmpfs mounted for the drill as root, else /dev/shm, else `tmpdir=`), the layout of
 a cluster node where a rename between the two would be a copy.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -29,7 +30,7 @@ import lightning as L
 from lightning.pytorch import Callback
 
 from gptlab.checkpoint.reader import newest_loadable_checkpoint, read_checkpoint
-from gptlab.runs.run_dir import SUMMARY_FILE, event_files, steps_done_offset
+from gptlab.runs.run_dir import event_files, steps_done_offset
 
 REPO = Path(__file__).resolve().parents[3]
 HOLD_SECONDS = 600.0
@@ -41,11 +42,6 @@ RUN_OVERRIDES = [
     "data.batch_size=8", "trainer.accelerator=cpu", "trainer.log_every_n_steps=1", "trainer.limit_val_batches=2",
     "trainer.enable_model_summary=false", "callbacks.progress_bar=null", "callbacks.text_samples.max_new_tokens=16",
 ]
-
-
-def event_names(events: Path) -> set[str]:
-    """The event files under a run's tensorboard/ (one subdir deep since runs are named there)."""
-    return {str(p.relative_to(events)) for p in events.rglob("events.out.tfevents.*")}
 
 
 @dataclass
@@ -168,6 +164,7 @@ class Drill:
         self.env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": os.pathsep.join(
             filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
         self.attempt = 0
+        self.checkpoint_every = checkpoint_every
 
     def start(self, run_dir: Path, *extra: str) -> subprocess.Popen:
         self.attempt += 1
@@ -178,14 +175,12 @@ class Drill:
     def log_of(self, attempt: int) -> str:
         return (self.root / f"attempt{attempt:03d}.log").read_text(errors="replace")
 
-    def reference(self) -> tuple[dict[int, float], float]:
-        """The uninterrupted run's loss per step, and the seconds it trained: its fit time, not its process's
-        lifetime, whose exit (seconds on a slow machine) would put random kills after the last step."""
+    def reference(self) -> dict[int, float]:
+        """The uninterrupted run's loss per step."""
         proc = self.start(self.root / "reference")
         if proc.wait() != 0:
             raise RuntimeError(f"the uninterrupted reference run failed:\n{self.log_of(self.attempt)[-3000:]}")
-        losses = {step: values[-1] for step, values in step_losses(self.root / "reference").items()}
-        return losses, json.loads((self.root / "reference" / SUMMARY_FILE).read_text())["fit_seconds"]
+        return {step: values[-1] for step, values in step_losses(self.root / "reference").items()}
 
     def held_write(self, write: int) -> tuple[Path, list[str]]:
         """The marker file the run creates once it holds its `write`-th checkpoint write open, and the overrides
@@ -194,6 +189,20 @@ class Drill:
         node = "+callbacks.drill_hold"
         return marker, [f"{node}._target_={__name__}.HoldCheckpointWrite", f"{node}.marker={marker}",
                         f"{node}.write={write}"]
+
+    def held_step(self, step: int) -> tuple[Path, list[str]]:
+        """The marker file the run creates once optimizer step `step` is done (and it holds there), and the
+        overrides that add the holding callback."""
+        marker = self.root / f"holding{self.attempt + 1:03d}"
+        node = "+callbacks.drill_hold"
+        return marker, [f"{node}._target_={__name__}.HoldAfterStep", f"{node}.marker={marker}", f"{node}.step={step}"]
+
+    def kill_step(self, resumed_from: int, kills_left: int) -> Optional[int]:
+        """A random step to kill the next attempt at, after the one it resumes from; None: no step is left before
+        the end. Drawn from an even share of the steps left, so every kill lands before the run ends."""
+        span = max(1, (self.steps - 1 - resumed_from) // kills_left)
+        step = resumed_from + self.rng.randint(1, span)
+        return step if step < self.steps else None
 
     def kill_during_a_checkpoint_write(self, proc: subprocess.Popen, marker: Path, checkpoints: Path) -> bool:
         """SIGKILL once the run holds a checkpoint write open; checks that the write is under way (a temp file
@@ -210,29 +219,32 @@ class Drill:
             raise RuntimeError(f"attempt {self.attempt} held a checkpoint write but no temp file of it was found")
         return True
 
-    def kill_at_random(self, proc: subprocess.Popen, events: Path, before: set[str], mean_seconds: float) -> bool:
-        """SIGKILL at a random moment once this attempt has begun training (its event file exists)."""
-        while proc.poll() is None and not (event_names(events) - before):
+    @staticmethod
+    def kill_when(proc: subprocess.Popen, marker: Path) -> bool:
+        """SIGKILL once the run holds at its aimed step (it made `marker`); False if it ended first (a failure)."""
+        while proc.poll() is None and not marker.exists():
             time.sleep(0.01)
-        deadline = time.monotonic() + self.rng.uniform(0.2, 1.8) * mean_seconds
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            return True
-        return False
+        if proc.poll() is not None:
+            return False
+        proc.send_signal(signal.SIGKILL)
+        return True
 
     def run(self, kills: int, aimed_share: float) -> DrillResult:
         result = DrillResult(self.steps)
-        reference, train_seconds = self.reference()
+        reference = self.reference()
         run_dir = self.root / "run"
-        checkpoints, events = run_dir / "checkpoints", run_dir / "tensorboard"
+        checkpoints = run_dir / "checkpoints"
         tmp_before = {str(p) for p in all_files(self.tmpdir)}
         for i in range(kills + 1):
-            last_kill = i == kills
-            before = event_names(events)
-            aimed = not last_kill and self.rng.random() < aimed_share
-            marker, hold = self.held_write(self.rng.randint(2, 3)) if aimed else (None, [])
+            newest = newest_loadable_checkpoint(run_dir) if run_dir.is_dir() else None
+            resumed_from = int(read_checkpoint(newest, mmap=True)["global_step"]) if newest else 0
+            step = None if i == kills else self.kill_step(resumed_from, kills - i)
+            last_kill = step is None
+            # A write to aim at: the attempt has its 2nd or 3rd checkpoint write ahead of it.
+            aimed = not last_kill and self.rng.random() < aimed_share \
+                and self.steps - resumed_from > 4 * self.checkpoint_every
+            marker, hold = self.held_write(self.rng.randint(2, 3)) if aimed else \
+                self.held_step(step) if not last_kill else (None, [])
             proc = self.start(run_dir, "resume=auto", *hold)
             if last_kill:
                 proc.wait()
@@ -240,7 +252,7 @@ class Drill:
             elif aimed:
                 killed = self.kill_during_a_checkpoint_write(proc, marker, checkpoints)
             else:
-                killed = self.kill_at_random(proc, events, before, train_seconds / (kills + 1))
+                killed = self.kill_when(proc, marker)
             proc.wait()
             text = self.log_of(self.attempt)
             if i > 0:
@@ -252,7 +264,11 @@ class Drill:
             if not killed:
                 if proc.returncode != 0:
                     result.failures.append(f"attempt {self.attempt} exited {proc.returncode}: {text[-500:]}")
-                if not last_kill:  # the run finished before this kill's moment came: the drill ends early
+                if not last_kill:  # the run ended before its aimed event (see its log): the drill ends early
+                    result.failures.append(f"attempt {self.attempt} ended before its aimed kill (see {self.root}/"
+                                           f"attempt{self.attempt:03d}.log)")
+                    break
+                if i < kills:  # no step was left for the kills still to come
                     break
                 continue
             result.kills += 1
@@ -287,6 +303,20 @@ class _HeldOpen:
         raise RuntimeError(f"the fault drill did not kill this run within {HOLD_SECONDS} s of {self.marker}")
 
 
+class HoldAfterStep(Callback):
+    """Drill-only (added with +callbacks.drill_hold): once optimizer step `step` is done, creates `marker` and holds
+    the run there, so the drill's SIGKILL lands after that step whatever the machine's load."""
+
+    def __init__(self, marker: str, step: int) -> None:
+        self.marker, self.step = marker, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            Path(self.marker).touch()
+            time.sleep(HOLD_SECONDS)  # the drill's SIGKILL comes first (see _HeldOpen)
+            raise RuntimeError(f"the fault drill did not kill this run within {HOLD_SECONDS} s of {self.marker}")
+
+
 class HoldCheckpointWrite(Callback):
     """Drill-only (added with +callbacks.drill_hold): holds the run's `write`-th checkpoint write open (see
     _HeldOpen) and creates `marker`, so the drill kills it mid-write whatever the machine's load."""
@@ -307,6 +337,7 @@ def run_drill(kills: int = 20, seed: int = 0, steps: Optional[int] = None, check
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="fault-drill-", dir=workdir))
     steps = steps or max(40, 6 * checkpoint_every * (kills + 1))
+    result = None
     try:
         with SeparateTmpdir(root, tmpdir) as children_tmp:
             run_fs, tmp_fs = filesystem_of(root), filesystem_of(children_tmp)
@@ -317,6 +348,6 @@ def run_drill(kills: int = 20, seed: int = 0, steps: Optional[int] = None, check
                              + ("; the SAME filesystem: pass tmpdir=<dir on another one>" if same else
                                 ", another filesystem"))
     finally:
-        if not keep:
+        if not keep and result is not None and result.passed:  # a failed drill keeps the logs its message names
             shutil.rmtree(root, ignore_errors=True)
     return result, time.perf_counter() - started

@@ -39,6 +39,7 @@ RECORD = "drill_signal.json"  # what SignalAt sent, when, at which step: in the 
 CHECKPOINT_EVERY = 4
 VAL_EVERY = 6
 ANYTIME_WINDOW = 15.0  # seconds after launch an "anytime" signal is sent within
+HANG_GUARD_SECONDS = 1500.0  # a job still running this long after launch is hung (never a speed limit)
 MAX_STEPS = 200  # far more than any aimed step: a job that ignored its signal would run on, and be seen doing so
 RUN = [*RUN_OVERRIDES, "trainer=ddp", "trainer.devices=2", f"trainer.max_steps={MAX_STEPS}",
        f"trainer.val_check_interval={VAL_EVERY}", "trainer.limit_val_batches=4",
@@ -200,7 +201,9 @@ class PreemptionDrill:
         started, ranks, sent_at = time.time(), {proc.pid}, None
         # Launch and imports take ~5-10 s here, training 200 steps ~20 s more: the window covers both.
         fire_at = started + self.rng.uniform(0.0, ANYTIME_WINDOW) if case.moment == "anytime" else None
-        hard_stop = started + 240.0  # launch, training up to the aimed step, and then the deadline
+        # A hang guard, not a limit: launch and training up to the aimed step take what the machine's load makes
+        # them (minutes at load 8 on 2 cores); the property measured is the deadline from the signal, below.
+        hard_stop = started + HANG_GUARD_SECONDS
         while proc.poll() is None:
             pids = rank_pids(proc.pid)
             ranks.update(pids.values())
@@ -226,7 +229,7 @@ class PreemptionDrill:
 
     def _check(self, out: Outcome, text: str, run_dir: Path, ranks: set[int], log_path: Path) -> None:
         case, problems = out.case, out.problems
-        deadline = time.time() + 10
+        deadline = time.time() + 120  # a hang guard: the job has ended, its ranks exit as the machine lets them
         while any(_alive(pid) for pid in ranks) and time.time() < deadline:
             time.sleep(0.1)
         survivors = [pid for pid in ranks if _alive(pid)]

@@ -3,7 +3,9 @@
 Lightning validates only every `val_check_interval` steps, so a 30-step run with an interval of 80 (or a sweep
 job stopped early) ends without any val/loss: no best checkpoint, an empty ablation table. Asking the loop to
 stop at max_steps makes Lightning run its validation right after that step (the path early stopping takes),
-so checkpoints, the best score and the summary all see it.
+so checkpoints, the best score and the summary all see it. The stop is asked for as the batch that completes the
+last step begins, so that step is also a logging step (Lightning logs a step's scalars when the loop is to stop,
+whatever trainer.log_every_n_steps is): a run's last train/ and x_ scalars are always in its events.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ import lightning as L
 
 
 class FinalValidation(L.Callback):
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        last = 0 < trainer.max_steps <= trainer.global_step + 1 and not trainer.fit_loop._should_accumulate()
+        if last and not trainer.fast_dev_run:
+            trainer.should_stop = True
+
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if not trainer.fast_dev_run and 0 < trainer.max_steps <= trainer.global_step:
             trainer.should_stop = True
