@@ -45,3 +45,13 @@ class ModelCheckpoint(LightningModelCheckpoint):
             return super()._save_last_checkpoint(trainer, monitor_candidates)
         self.last_model_path = filepath  # what Lightning's save would have recorded
         self._last_checkpoint_saved = filepath
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Lightning's last-chance save of last.ckpt by a callback that saved nothing yet (the periodic one in a run
+        shorter than its interval), skipped where another callback already saved this step as that last.ckpt."""
+        if self.save_last and not self._last_checkpoint_saved:
+            path = self.format_checkpoint_name(self._monitor_candidates(trainer), self.CHECKPOINT_NAME_LAST)
+            if any(cb is not self and cb.last_model_path == path and cb._last_global_step_saved == trainer.global_step
+                   for cb in trainer.checkpoint_callbacks if isinstance(cb, LightningModelCheckpoint)):
+                return
+        super().on_train_end(trainer, pl_module)
