@@ -121,6 +121,7 @@ def test_a_run_on_a_small_disk_holds_what_the_guard_counts_and_resumes_after_pre
     assert not list(checkpoints.glob("preempted*")) and len(list(checkpoints.glob("*.ckpt"))) == 2
     train_in_process(run, *RUN, "trainer.max_steps=12", "resume=auto")
     assert load_checkpoint(checkpoints / "last.ckpt")["global_step"] == 12
+    assert len(list(checkpoints.glob("*.ckpt"))) == 2  # no older best left behind by the resumed runs
     assert watch.peak == slots, watch.peak
 
     # Too little room to continue: the message counts the checkpoints it replaces and offers no other disk (a

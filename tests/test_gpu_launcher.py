@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, TESTS
+from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, TESTS, TINY_RUN, run_train
 
 from gptlab.errors import ConfigError
-from gptlab.runs.run_dir import FAILURE_FILE
+from gptlab.report.runs import write_report
+from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE
 from gptlab.runtime.gpu_launcher import device_pool
 
 APP = TESTS / "fixtures" / "gpu_pool_app" / "app.py"
@@ -68,3 +69,23 @@ def test_the_pool_is_checked_before_any_job_starts(monkeypatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(ConfigError, match=r"this machine has none .* hydra.launcher.device_ids=\[0,1\]"):
         device_pool(None, 1)
+
+
+@pytest.mark.slow  # four training processes (two jobs, launched twice): 7 min on the loaded 2-core machine
+def test_a_train_sweep_on_fake_gpus_reports_and_a_relaunch_skips_its_finished_jobs(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY_RUN, "trainer.max_steps=2", "trainer.val_check_interval=2", "callbacks.text_samples=null",
+            "model.norm=pre,post", "hydra/launcher=local_gpus", "hydra.launcher.device_ids=[0,1]",
+            "hydra.launcher.poll_s=0.2", f"hydra.sweep.dir={sweep}"]
+    first = run_train(args, cwd=tmp_path, threads=1)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summaries = {job: (sweep / job / SUMMARY_FILE).stat().st_mtime_ns for job in ("0", "1")}
+    table, _plot = write_report(sweep)  # the ablation report reads the sweep as any other
+    rows = [line for line in table.read_text().splitlines() if line.startswith(("| 0 ", "| 1 "))]
+    assert len(rows) == 2 and "| pre |" in rows[0] and "| post |" in rows[1], rows
+
+    again = run_train(args, cwd=tmp_path, threads=1)
+    assert again.returncode == 0, again.stderr[-3000:]
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))
+    assert logs.count("already finished") == 2, logs[-3000:]  # each job, in its own process's log
+    assert {job: (sweep / job / SUMMARY_FILE).stat().st_mtime_ns for job in ("0", "1")} == summaries  # untouched
