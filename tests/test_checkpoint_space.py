@@ -133,3 +133,28 @@ def test_a_run_on_a_small_disk_holds_what_the_guard_counts_and_resumes_after_pre
     message = str(refused.value)
     assert "in the checkpoints this run replaces" in message and "last.ckpt" in message, message
     assert "paths.log_dir" not in message and "hydra.run.dir" not in message, message
+
+
+def test_a_filesystem_without_hard_links_leaves_last_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    from gptlab.atomic import link_into_place
+
+    best, last = tmp_path / "best.ckpt", tmp_path / "last.ckpt"
+    best.write_bytes(b"best")
+    last.write_bytes(b"older")
+    folder = tmp_path / "best_folder.ckpt"
+    folder.mkdir()
+    (folder / "meta.pt").write_bytes(b"meta")
+    assert link_into_place(best, last) and last.read_bytes() == b"best" and last.stat().st_ino == best.stat().st_ino
+
+    def no_links(src, dst, *args, **kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    last.unlink()  # then a new file, as every save writes one (writing into the link would change best too)
+    last.write_bytes(b"older")
+    monkeypatch.setattr(os, "link", no_links)
+    assert not link_into_place(best, last) and last.read_bytes() == b"older"  # the caller then writes a copy
+    assert best.read_bytes() == b"best"
+    assert not link_into_place(folder, tmp_path / "last_folder.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt", "best_folder.ckpt", "last.ckpt"]  # no temp
