@@ -1,5 +1,6 @@
 """Signal a 2-rank DDP job (CPU, gloo) at chosen moments and check that every rank ends in time with a loadable
-preempted.ckpt, the documented exit code and one line saying how to resume; also a lost rank and a NaN on one rank.
+preemption checkpoint (last.ckpt), the documented exit code and one line saying how to resume; also a lost rank and
+a NaN on one rank.
 
     python scripts/preemption_drill.py                 # 10 SIGTERMs to rank 0, 10 to rank 1, 5 SIGUSR1s to all,
                                                        # a SIGKILLed rank, a NaN on one rank (~10 min, 2-core CPU)

@@ -78,6 +78,10 @@ def test_checkpoint_is_a_folder_with_one_file_per_rank(sharded: Path) -> None:
     assert sorted(p.name for p in last.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     assert not list((sharded / "checkpoints").glob(".*"))  # no temp folder left behind
     assert read_checkpoint(last, mmap=True)["global_step"] == 4
+    best = list((sharded / "checkpoints").glob("step*.ckpt"))  # the best by val/loss: step 4's, as last.ckpt
+    assert len(best) == 1 and read_checkpoint(best[0], mmap=True)["global_step"] == 4
+    # last.ckpt is the same files under a second name (hard links), not a second copy
+    assert {p.name: p.stat().st_ino for p in best[0].iterdir()} == {p.name: p.stat().st_ino for p in last.iterdir()}
 
 
 def test_converted_checkpoint_gives_the_sharded_models_logits(sharded: Path, tmp_path: Path) -> None:

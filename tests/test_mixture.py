@@ -206,10 +206,10 @@ def test_resumed_mixture_continues_every_source_exactly(reference: Path, tmp_pat
               "+callbacks.killer.signal_name=SIGTERM"]
     with pytest.raises(PreemptedError):
         train_in_process(run, *mixture_overrides, record, *killer)
-    state = load_checkpoint(run / "checkpoints" / "preempted.ckpt")["GPTDataModule"]
+    state = load_checkpoint(run / "checkpoints" / "last.ckpt")["GPTDataModule"]
     counted = windows_by_source(torch.load(run / "batches.pt"), range(7))
     assert state["mixture"] == {"weights": {"letters": 3.0, "digits": 1.0}, "windows": counted}
-    train_in_process(run, *mixture_overrides, record, f"ckpt_path={run / 'checkpoints' / 'preempted.ckpt'}")
+    train_in_process(run, *mixture_overrides, record, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
     ours, theirs = torch.load(run / "batches.pt"), torch.load(reference / "batches.pt")
     assert sorted(ours) == list(range(12))
     for step in range(12):

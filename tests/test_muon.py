@@ -101,11 +101,11 @@ def test_muon_run_resumes_bit_exactly(tmp_path: Path) -> None:
     run = tmp_path / "run"
     with pytest.raises(PreemptedError):
         train_in_process(run, *RUN, *KILL)
-    state = load_checkpoint(run / "checkpoints" / "preempted.ckpt")
+    state = load_checkpoint(run / "checkpoints" / "last.ckpt")
     opt_state = state["optimizer_states"][0]
     assert set(opt_state) == {"muon", "adamw"}
     assert all("momentum_buffer" in s for s in opt_state["muon"]["state"].values())
-    train_in_process(run, *RUN, f"ckpt_path={run / 'checkpoints' / 'preempted.ckpt'}")
+    train_in_process(run, *RUN, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
     resumed = scalars(run)["train/loss"]
     assert [resumed[s] for s in range(1, 9)] == [reference[s] for s in range(1, 9)]  # exact float equality
 

@@ -42,7 +42,7 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("gptlab:")]
     assert len(lines) == 1 and lines[0].startswith("gptlab: preempted (SIGUSR1 at step 4; saved "), lines
-    assert load_checkpoint(run / "checkpoints" / "preempted.ckpt")["global_step"] == 4
+    assert load_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 4  # it replaced last.ckpt
     assert requeued.read_text().split() == ["requeue", "4242"]
 
     command = shlex.split(lines[0].split("Continue with: ", 1)[1])  # as printed, typed by the user
@@ -50,7 +50,7 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
     resumed = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, env=CHECKOUT_ENV, capture_output=True,
                              text=True, timeout=HANG_GUARD_S)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "preempted.ckpt" in resumed.stderr + resumed.stdout  # resume=auto took the preemption checkpoint
+    assert "checkpoints/last.ckpt" in resumed.stderr + resumed.stdout  # resume=auto took the preemption checkpoint
     assert sorted(scalars(run)["train/loss"]) == list(range(1, 9))  # steps 1-4, then 5-8 after resuming
 
 
@@ -68,7 +68,7 @@ def test_single_device_sigterm_exits_143_with_one_line(tmp_path: Path) -> None:
 def test_ddp_signals_at_aimed_moments_a_lost_rank_and_a_nan_on_one_rank(tmp_path: Path) -> None:
     """2 CPU ranks: SIGTERM to rank 0 mid-step and to rank 1 mid-validation, SIGUSR1 to both mid-checkpoint,
     SIGKILL of rank 1, NaN on rank 1. Each job ends within 60 s of its signal, with the documented exit code, one
-    message, no traceback, every rank gone, and a preempted.ckpt that loads at the step the message names."""
+    message, no traceback, every rank gone, and a last.ckpt that loads at the step the message names."""
     _check_drill([
         Case("preempt", "rank0", "step", "SIGTERM", 3),
         Case("preempt", "rank1", "validation", "SIGTERM", 4),

@@ -8,9 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import load_checkpoint, train_in_process
+from helpers import compose_tiny, load_checkpoint, train_in_process
 
 from gptlab.errors import ConfigError, NonFiniteLossError
+from gptlab.runtime.checkpoint_plan import check_checkpoint_space
 from gptlab.runtime.cli import user_errors_exit
 from gptlab.runtime.preflight import check_output_dirs
 
@@ -28,7 +29,6 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Pat
     last = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
     assert last["global_step"] == 6  # the checkpoint before the fault, untouched by it
     assert all(math.isfinite(float(v.float().sum())) for v in last["state_dict"].values())
-    assert not (tmp_path / "checkpoints" / "preempted.ckpt").exists()
 
     # What src/train.py's wrapper makes of it: the message and exit code 1, no traceback.
     def entry() -> None:
@@ -48,15 +48,15 @@ def test_unwritable_output_dir_fails_before_training(tmp_path: Path) -> None:
 
 
 def test_too_little_disk_space_is_reported_with_the_numbers(tmp_path: Path, monkeypatch) -> None:
-    with pytest.raises(ConfigError, match=rf"checkpoint dir {tmp_path}/c has .* GiB free but the checkpoints .* need "
-                                          r"about 4,294,967,296.00 GiB"):
-        check_output_dirs(tmp_path, [tmp_path / "c"], checkpoint_budget=2**62)
+    callbacks = compose_tiny(tmp_path).callbacks
+    with pytest.raises(ConfigError, match=rf"checkpoint dir {tmp_path}/checkpoints has .* GiB free but the checkpoints "
+                                          r".* need about 12,884,901,888.00 GiB"):
+        check_checkpoint_space(callbacks, checkpoint_size=2**62)
     # Below 1 GB the numbers come in MB, where a user freeing space needs the precision.
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=300 * 2**20))
-    with pytest.raises(ConfigError, match=r"has 300.0 MB free but .* need about 512.0 MB"):
-        check_output_dirs(tmp_path, [tmp_path], checkpoint_budget=512 * 2**20)
+    with pytest.raises(ConfigError, match=r"has 300.0 MB free but .* need about 384.0 MB"):
+        check_checkpoint_space(callbacks, checkpoint_size=128 * 2**20)
     monkeypatch.undo()
-    check_output_dirs(tmp_path / "new", [tmp_path / "new" / "c"], checkpoint_budget=1)  # creates them; enough space
+    check_output_dirs(tmp_path / "new", [tmp_path / "new" / "c"])  # creates them
     assert (tmp_path / "new" / "c").is_dir()
-    assert (tmp_path / "new").is_dir()

@@ -36,7 +36,7 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     # In this process: gptlab's handler flags the signal; the step boundary saves and raises PreemptedError.
     with pytest.raises(PreemptedError, match="SIGTERM at step 6"):
         train_in_process(run, *RUN, KILLER, "+callbacks.killer.step=5", "+callbacks.killer.signal_name=SIGTERM")
-    preempted = run / "checkpoints" / "preempted.ckpt"
+    preempted = run / "checkpoints" / "last.ckpt"  # the preemption save replaces last.ckpt
     state = load_checkpoint(preempted)  # weights_only=True
     assert state["global_step"] == 6
     assert state["GPTDataModule"] == {"epoch": 0, "windows": 24, "epoch_windows": 24, "layout": LAYOUT}  # its end

@@ -169,6 +169,47 @@ def replace_folder(new: Path, path: Path) -> None:
     remove(old)
 
 
+# A filesystem that has no hard links (some FUSE and object-store mounts) or refuses one more link to the file.
+NO_HARD_LINK = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
+
+
+def link_into_place(src: Path, path: Path) -> bool:
+    """Make `path` a second name of `src` (a file, or a folder of files such as a sharded checkpoint), using no
+    space: hard links made under a temp name beside `path`, then renamed over it (a folder by `replace_folder`).
+    Safe because gptlab never writes into an existing file: every save renames a new file over the old name, so
+    writing one name never changes the other. Returns False, leaving `path` as it was, on a filesystem that
+    refuses hard links; the caller then writes a copy."""
+    src, path = Path(src), Path(path)
+    if src.is_dir():
+        temp = path.with_name(f".{path.name}.link{TEMP_SUFFIX}")
+        remove(temp)  # left by a link killed midway
+        try:
+            for directory, _dirs, files in os.walk(src):
+                inside = temp / Path(directory).relative_to(src)
+                inside.mkdir(parents=True)
+                for name in files:
+                    os.link(Path(directory) / name, inside / name)
+        except OSError as err:
+            remove(temp)
+            if err.errno in NO_HARD_LINK:
+                return False
+            raise
+        replace_folder(temp, path)
+        return True
+    fd, temp_file = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    os.close(fd)
+    os.unlink(temp_file)  # only its unique name is wanted: os.link will not overwrite
+    try:
+        os.link(src, temp_file)
+    except OSError as err:
+        if err.errno in NO_HARD_LINK:
+            return False
+        raise
+    os.replace(temp_file, path)
+    fsync_dir(path.parent)
+    return True
+
+
 def remove(path: Path) -> None:
     """Delete one of gptlab's own temp names (a folder or a file), if there."""
     if path.is_dir():

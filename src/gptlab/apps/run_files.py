@@ -15,9 +15,10 @@ from gptlab.apps.build import Run
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.runs.resume import start_over
 from gptlab.runs.run_dir import RESOLVED_CONFIG
+from gptlab.runtime.checkpoint_plan import check_checkpoint_space
 from gptlab.runtime.early_checks import Checked
 from gptlab.runtime.preemption import PreemptionCheckpoint
-from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_output_dirs, checkpoint_bytes
+from gptlab.runtime.preflight import check_output_dirs, checkpoint_bytes
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,9 @@ def write_setup_files(cfg: DictConfig, output_dir: Path, checked: Checked, run: 
         log.info("removed %s, a temp file left by a run killed while writing it", leftover)
     # Checkpoints are written beside their final name (AtomicCheckpointIO), never in $TMPDIR: their dirs are every
     # place they pass through.
-    check_output_dirs(output_dir, checkpoint_dirs, RETAINED_CHECKPOINTS * checkpoint_bytes(run.model.num_parameters()))
+    check_output_dirs(output_dir, checkpoint_dirs)
+    check_checkpoint_space(cfg.get("callbacks"), checkpoint_bytes(run.model.num_parameters()),
+                           (cfg.get("paths") or {}).get("log_dir"))
     save_resolved_config(cfg, output_dir)
     for line in banner_lines(cfg, checked.model_cfg, run.model.num_parameters(), checked.tokenizer, run.datamodule,
                              run.trainer, run.tokens_per_step, output_dir):

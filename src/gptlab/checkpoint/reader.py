@@ -78,7 +78,9 @@ def checkpoints_newest_first(directory: Path) -> list[Path]:
     """Every `*.ckpt` under `directory` (a file, or a sharded checkpoint's folder), newest first by the time it was
     completed (every checkpoint is renamed into place whole, which sets a folder's mtime too)."""
     found = (p for p in directory.rglob("*.ckpt") if p.is_file() or sharded.is_sharded(p))
-    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    # last.ckpt first among equals: a hard link of the best has the best's mtime, and a run resumed from the best's
+    # name would keep that file forever (Lightning never deletes the checkpoint a run resumed from).
+    return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt"), reverse=True)
 
 
 def checkpoint_problem(path: Path) -> Optional[str]:

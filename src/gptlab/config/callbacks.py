@@ -16,7 +16,7 @@ from gptlab.config.fields import setting
 
 @dataclass
 class ModelCheckpoint:
-    _target_: str = "lightning.pytorch.callbacks.ModelCheckpoint"
+    _target_: str = "gptlab.train.callbacks.ModelCheckpoint"
     dirpath: Optional[str] = setting(None, "where the checkpoints go", c.optional(c.text))
     filename: Optional[str] = setting(None, "file name pattern", c.optional(c.text))
     monitor: Optional[str] = setting(None, "the logged metric that picks the best checkpoints", c.optional(c.text))
@@ -34,7 +34,7 @@ class ModelCheckpoint:
 class PreemptionCheckpoint:
     _target_: str = "gptlab.runtime.preemption.PreemptionCheckpoint"
     dirpath: str = setting(help="where the preemption checkpoint goes", check=c.text)
-    filename: str = setting("preempted", "its file name, without .ckpt", c.text)
+    filename: str = setting("last", "its file name, without .ckpt; last replaces last.ckpt", c.text)
 
 
 @dataclass
@@ -103,3 +103,4 @@ class TensorBoardLogger:
 BY_TARGET: dict[str, type] = {schema._target_: schema for schema in (  # type: ignore[attr-defined]
     ModelCheckpoint, PreemptionCheckpoint, TokenThroughput, TextSamples, StepProgressBar, StabilityProbes,
     LossSpikeGuard, ZeroShotEval, TensorBoardLogger)}
+BY_TARGET["lightning.pytorch.callbacks.ModelCheckpoint"] = ModelCheckpoint  # the class gptlab's extends, same options

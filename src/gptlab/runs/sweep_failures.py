@@ -47,12 +47,17 @@ def run_recording_failure(fn: Callable[[], T], output_dir: Path, job_name: str) 
         record = failure_of(err)
         if record is None:
             raise
-        record = {"job": output_dir.name, "overrides": job_name, **record}
-        output_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(output_dir / FAILURE_FILE, json.dumps(record, indent=2))
-        print(f"gptlab: sweep job {describe(record)} failed ({record['kind']}): {record['reason']} "
-              f"[recorded in {output_dir / FAILURE_FILE}; the sweep goes on]", file=sys.stderr, flush=True)
+        record_failure(output_dir, job_name, record)
         return None
+
+
+def record_failure(output_dir: Path, job_name: str, record: dict[str, Any]) -> None:
+    """Write a job's failure record and say so: also for a job whose process died, written by its launcher."""
+    record = {"job": output_dir.name, "overrides": job_name, **record}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(output_dir / FAILURE_FILE, json.dumps(record, indent=2))
+    print(f"gptlab: sweep job {describe(record)} failed ({record['kind']}): {record['reason']} "
+          f"[recorded in {output_dir / FAILURE_FILE}; the sweep goes on]", file=sys.stderr, flush=True)
 
 
 def earlier_failure(output_dir: Path) -> Optional[dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -24,10 +23,11 @@ from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
 from gptlab.runs import sweep_jobs
 from gptlab.runs.resume import given_checkpoint, resume_mode
+from gptlab.runtime.checkpoint_plan import check_checkpoint_space
 from gptlab.runtime.float8 import check_float8_here
 from gptlab.runtime.guards import check_devices, check_memory, resolve_accelerator
 from gptlab.runtime.option_relevance import ignored_options
-from gptlab.runtime.preflight import RETAINED_CHECKPOINTS, check_free_space, checkpoint_bytes
+from gptlab.runtime.preflight import checkpoint_bytes
 from gptlab.runtime.strategies import check_optimizer_fits_strategy, uses_fsdp
 
 log = logging.getLogger(__name__)
@@ -137,12 +137,6 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     if ckpt_path is not None:
         check_resumable(ckpt_path, model_cfg, uses_fsdp(cfg.trainer))
     if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
-        budget = RETAINED_CHECKPOINTS * checkpoint_bytes(count_parameters(model_cfg)["total"])
-        check_free_space(checkpoint_dirs(cfg), budget)
+        check_checkpoint_space(cfg.get("callbacks"), checkpoint_bytes(count_parameters(model_cfg)["total"]),
+                               (cfg.get("paths") or {}).get("log_dir"))
     return Checked(tokenizer, model_cfg, warnings)
-
-
-def checkpoint_dirs(cfg: DictConfig) -> list[Path]:
-    """Where the configured checkpoint callbacks will save (their `dirpath`)."""
-    nodes = (cfg.get("callbacks") or {}).values()
-    return [Path(node.dirpath) for node in nodes if node is not None and node.get("dirpath")]

@@ -13,6 +13,7 @@ children's command, and subclassing the launcher would copy all of its environme
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from contextlib import contextmanager
 from typing import Iterator, Sequence
@@ -25,6 +26,9 @@ from gptlab.runtime.rank_watch import watch_ranks
 # Set in the launching process by Lightning's DDP launcher; left behind, they make the next job of a
 # sweep believe it is a child rank of an already running group.
 LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+# Set by a launcher whose jobs run inside another program (submitit's worker): the sweep's own entry script, which
+# the job's ranks > 0 must run instead of the worker's command line.
+JOB_ENTRY_ENV = "GPTLAB_JOB_ENTRY"
 
 
 def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
@@ -35,7 +39,9 @@ def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
     import __main__
 
     hydra_cfg = HydraConfig.get()
-    if __main__.__spec__ is None:
+    if os.environ.get(JOB_ENTRY_ENV):  # a job run inside a launcher's worker (hydra/launcher=local_gpus)
+        command = [sys.executable, *shlex.split(os.environ[JOB_ENTRY_ENV])]
+    elif __main__.__spec__ is None:
         command = [sys.executable, to_absolute_path(sys.argv[0])]
     else:
         command = [sys.executable, "-m", __main__.__spec__.name]

@@ -48,6 +48,11 @@ PRIVATE = (
     Private("torch.distributed.checkpoint.state_dict_loader:_load_state_dict_from_keys",
             "gptlab/checkpoint/sharded.py", "reads a sharded checkpoint's whole weights in one process (what torch's "
             "own dcp_to_torch_save uses), without its optimizer states"),
+    *(Private(f"model_checkpoint:{name}", "gptlab/train/callbacks/checkpoint.py",
+              "last.ckpt as a hard link of the checkpoint saved at the same step: Lightning's only choices are a "
+              "second full copy or a symbolic link")
+      for name in ("_save_last_checkpoint", "_last_checkpoint_saved", "_last_global_step_saved",
+                   "_enable_version_counter")),
 )
 
 
@@ -64,8 +69,15 @@ def _model_parallel_strategy() -> Any:
     return ModelParallelStrategy()
 
 
+def _model_checkpoint() -> Any:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return ModelCheckpoint()
+
+
 # attributes set in __init__ need an instance
-INSTANCES = {"trainer": _trainer, "model_parallel_strategy": _model_parallel_strategy}
+INSTANCES = {"trainer": _trainer, "model_parallel_strategy": _model_parallel_strategy,
+             "model_checkpoint": _model_checkpoint}
 
 
 def resolve(entry: Private) -> Any:

@@ -5,7 +5,8 @@ collective only the signalled rank enters) and each rank then raises at its own 
 wait in a gradient all-reduce or ModelCheckpoint's barrier. Here a handler only records the signal; at each
 optimizer-step boundary every rank contributes its flag to one small all-reduce (started asynchronously and read
 one step later, so a GPU's queue is never drained for it), so all ranks learn of a signal to any one of them at
-the same step, save `preempted.ckpt` together and stop with PreemptedError: exit code 128 + the signal number.
+the same step, save `last.ckpt` together (replacing the last periodic save, so a preemption adds no copy on disk) and
+stop with PreemptedError: exit code 128 + the signal number.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class PreemptionCheckpoint(L.Callback):
     preemption signal, then raises PreemptedError on every rank. Any other exception saves nothing: the state may
     be broken, and the checkpoints already written stay the last good ones."""
 
-    def __init__(self, dirpath: str, filename: str = "preempted") -> None:
+    def __init__(self, dirpath: str, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self._pending: Optional[tuple[torch.Tensor, Any]] = None  # an all-reduce in flight
 

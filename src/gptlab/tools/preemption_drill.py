@@ -3,7 +3,7 @@ rank, the other or both at a chosen moment (mid-step, mid-validation, mid-sample
 random time from the launch on, imports included), and check how the job ends.
 
 A preempted job must end every rank within `deadline` seconds of the signal, with exit code 128 + the signal
-number, one `gptlab: preempted ...` line saying how to resume, no traceback, and a `preempted.ckpt` that loads and
+number, one `gptlab: preempted ...` line saying how to resume, no traceback, and a `last.ckpt` that loads and
 holds the step the line names. Two more cases: SIGKILL of rank 1 (a lost rank) and a NaN loss on rank 1 only, each
 of which must end the job with exit code 1 and one gptlab message naming the rank and the step.
 
@@ -273,10 +273,10 @@ class PreemptionDrill:
         try:
             saved = read_checkpoint(match.group(2), mmap=True)
         except Exception as err:  # noqa: BLE001 - any failure to load is the finding
-            out.problems.append(f"preempted.ckpt does not load: {err}")
+            out.problems.append(f"the preemption checkpoint does not load: {err}")
             return
         if int(saved["global_step"]) != int(match.group(1)):
-            out.problems.append(f"preempted.ckpt holds step {saved['global_step']}, the message says "
+            out.problems.append(f"the preemption checkpoint holds step {saved['global_step']}, the message says "
                                 f"{match.group(1)}")
 
 

@@ -1,5 +1,6 @@
 """Lightning callbacks that gptlab's configs name (conf/callbacks/)."""
 
+from gptlab.train.callbacks.checkpoint import ModelCheckpoint
 from gptlab.train.callbacks.hparams import HParamsSummary
 from gptlab.train.callbacks.loss_spike import LossSpikeGuard
 from gptlab.train.callbacks.mixture import MixtureTokens
@@ -10,6 +11,6 @@ from gptlab.train.callbacks.throughput import TokenThroughput
 from gptlab.train.callbacks.zeroshot import ZeroShotEval
 
 __all__ = [
-    "HParamsSummary", "LossSpikeGuard", "MixtureTokens", "RankConsistencyCheck", "StabilityProbes",
+    "HParamsSummary", "LossSpikeGuard", "MixtureTokens", "ModelCheckpoint", "RankConsistencyCheck", "StabilityProbes",
     "TextSamples", "TokenThroughput", "ZeroShotEval",
 ]
