@@ -178,7 +178,7 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
         )
     splits = {}
     for split in SPLITS:
-        arrays = []
+        arrays, names = [], []
         for shard in manifest["splits"][split]["shards"]:
             path = out / shard["file"]
             tokens = open_shard(path)
@@ -189,5 +189,6 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
             if verify_sha256 and sha256_file(path) != shard["sha256"]:
                 raise ConfigError(f"shard {path} fails its sha256 check (it was modified); delete it, prepare again.")
             arrays.append(tokens)
-        splits[split] = ShardedTokens(arrays)
+            names.append(str(path))
+        splits[split] = ShardedTokens(arrays, None if verify_sha256 else wanted["vocab_size"], names)
     return splits
