@@ -15,7 +15,6 @@ from helpers import ROOT, compose_config
 from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.data.sources import TextFiles
 from gptlab.errors import ConfigError
-from gptlab.metrics import is_logged
 from gptlab.runs import sweep_failures
 from gptlab.runtime.early_checks import check_config
 
@@ -27,6 +26,8 @@ from gptlab.runtime.early_checks import check_config
      ["trainer.strategy.reshard_after_forward", "add trainer=fsdp"]),
     (["optimizer.fused=true", "trainer.precision=bf16-mixed"],
      ["optimizer.fused=true", "trainer.precision=bf16-mixed", "optimizer.fused=null"]),
+    (["+callbacks.stop._target_=lightning.pytorch.callbacks.EarlyStopping", "+callbacks.stop.monitor=val/los"],
+     ["callbacks.stop.monitor='val/los'"]),
 ])
 def test_refused_before_training(tmp_path: Path, overrides: list[str], words: list[str]) -> None:
     with pytest.raises(ConfigError) as refused:
@@ -40,6 +41,8 @@ def test_valid_neighbours_still_pass(tmp_path: Path) -> None:
                       ["optimizer.fused=false", "trainer.precision=bf16-mixed"],
                       ["optimizer.fused=true", "trainer.precision=bf16-mixed", "trainer.gradient_clip_val=null"]):
         check_config(compose_config(overrides, tmp_path))
+    from gptlab.metrics import is_logged
+
     assert is_logged("val/loss/wiki") and not is_logged("val/loss/")
 
 
@@ -57,6 +60,8 @@ def _logged_names(path: Path) -> set[str]:
 
 
 def test_the_monitor_list_holds_every_metric_training_logs() -> None:
+    from gptlab.metrics import is_logged
+
     logged = set().union(*(_logged_names(p) for p in (ROOT / "src" / "gptlab" / "train").rglob("*.py")))
     assert {"train/loss", "val/loss", "x_throughput/mfu"} <= logged  # the walk finds them
     assert all(is_logged(name) for name in logged), sorted(n for n in logged if not is_logged(n))
@@ -113,3 +118,12 @@ def test_an_unverified_corrupt_shard_is_named_not_an_index_error() -> None:
     assert len(tokens[0:50]) == 50  # the sound shard reads as before
     with pytest.raises(ConfigError, match=r"shard train_000001.bin holds token id 65535, beyond the vocabulary"):
         tokens[120:150]
+
+
+@pytest.mark.parametrize("strategy, words", [("nonsense", "invalid strategy name"), ("deepspeed", "DeepSpeed")])
+def test_a_trainer_lightning_refuses_is_one_message(tmp_path: Path, strategy: str, words: str) -> None:
+    from gptlab.apps.build import instantiate_trainer
+
+    cfg = compose_config([f"trainer.strategy={strategy}"], tmp_path)
+    with pytest.raises(ConfigError, match=f"Lightning cannot build the Trainer from the trainer.* settings: .*{words}"):
+        instantiate_trainer(cfg.trainer)

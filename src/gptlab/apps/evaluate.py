@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from gptlab.apps.build import instantiate_trainer
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
 from gptlab.config.check import check_fields, check_node
@@ -64,7 +65,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     too_long = windows_fit_the_context(cfg)  # train's rule, now that the model's context is known
     if too_long:
         raise ConfigError(too_long)
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
+    trainer: L.Trainer = instantiate_trainer(cfg.trainer)
     metrics: dict[str, float] = {}
     if cfg.val_loss:
         datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)

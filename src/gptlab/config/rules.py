@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 
+from gptlab.config.checks import logged_metric
 from gptlab.config.fsdp_keys import fsdp_strategy_keys
 from gptlab.errors import ConfigError
 
@@ -55,6 +56,19 @@ def mup_trains_with_adam(cfg: DictConfig) -> Optional[str]:
     return mup_refusal(target) if isinstance(target, str) and target not in MUP_OPTIMIZERS else None
 
 
+def monitors_name_logged_metrics(cfg: DictConfig) -> Optional[str]:
+    """Every callback that picks by a metric (ModelCheckpoint, an added EarlyStopping, ...) names one that training
+    logs; Lightning would fail only at the first validation."""
+    for name, node in (cfg.get("callbacks") or {}).items():
+        monitor = node.get("monitor") if hasattr(node, "get") else None
+        if monitor is not None:
+            try:
+                logged_metric(f"callbacks.{name}.monitor", monitor)
+            except ConfigError as err:
+                return str(err)
+    return None
+
+
 MIXED_PRECISIONS = ("16-mixed", "bf16-mixed")  # Lightning's MixedPrecision plugin: autocast (and a grad scaler)
 
 
@@ -72,7 +86,8 @@ def fused_optimizer_unclipped_in_mixed_precision(cfg: DictConfig) -> Optional[st
 
 
 RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing, mup_trains_with_adam,
-                          fsdp_strategy_keys, fused_optimizer_unclipped_in_mixed_precision)
+                          fsdp_strategy_keys, fused_optimizer_unclipped_in_mixed_precision,
+                          monitors_name_logged_metrics)
 
 
 def check_rules(cfg: DictConfig) -> None:
