@@ -69,25 +69,8 @@ def monitors_name_logged_metrics(cfg: DictConfig) -> Optional[str]:
     return None
 
 
-MIXED_PRECISIONS = ("16-mixed", "bf16-mixed")  # Lightning's MixedPrecision plugin: autocast (and a grad scaler)
-
-
-def fused_optimizer_unclipped_in_mixed_precision(cfg: DictConfig) -> Optional[str]:
-    """Lightning refuses, at the first optimizer step, to clip the gradients of an optimizer that unscales them
-    itself (a fused one) under mixed precision; say it before anything runs."""
-    optimizer, trainer = cfg.get("optimizer") or {}, cfg.get("trainer") or {}
-    clip = trainer.get("gradient_clip_val")
-    if optimizer.get("fused") is not True or trainer.get("precision") not in MIXED_PRECISIONS or not clip:
-        return None
-    return (f"optimizer.fused=true cannot run with trainer.precision={trainer.precision} and "
-            f"trainer.gradient_clip_val={clip}: Lightning cannot clip the gradients of a fused optimizer under mixed "
-            "precision. Leave optimizer.fused=null (the fused kernel where it can be clipped), or set "
-            "trainer.gradient_clip_val=null, or trainer.precision=bf16-true.")
-
-
 RULES: tuple[Rule, ...] = (windows_fit_the_context, one_activation_checkpointing, mup_trains_with_adam,
-                          fsdp_strategy_keys, fused_optimizer_unclipped_in_mixed_precision,
-                          monitors_name_logged_metrics)
+                          fsdp_strategy_keys, monitors_name_logged_metrics)
 
 
 def check_rules(cfg: DictConfig) -> None:
