@@ -204,3 +204,22 @@ def test_a_recorded_sigterm_stops_tokenizing_between_batches(num_proc: int) -> N
         for _ in encode_batches(doc_batches(documents()), ByteTokenizer(), 0.1, num_proc=num_proc):
             pass
     assert stopped.value.signum == signal.SIGTERM and not multiprocessing.active_children()
+
+
+def test_a_recorded_sigterm_stops_the_shard_check_before_training(tmp_path: Path) -> None:
+    """Hashing the prepared shards (data.verify_sha256) takes minutes on a large corpus; a signal recorded then is
+    acted on at the next shard too."""
+    from gptlab.data.prepare import load_prepared, prepare
+    from gptlab.data.sources import TextFiles
+    from gptlab.data.tokenizers import ByteTokenizer
+    from gptlab.errors import StoppedBySignal
+    from gptlab.signals import FLAG
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(f'{{"text": "document {i} {"word " * 30}"}}\n' for i in range(400)))
+    prepare(TextFiles([str(corpus)]), ByteTokenizer(), tmp_path / "cache", val_fraction=0.1, progress=False)
+    with FLAG.active():
+        FLAG.signum = signal.SIGTERM  # as the handler records it
+        with pytest.raises(StoppedBySignal, match="SIGTERM while checking the prepared shards"):
+            load_prepared(tmp_path / "cache", ByteTokenizer())
+        assert not FLAG.signum  # consumed: the next run of this process starts clean

@@ -83,5 +83,15 @@ class SignalFlag:
 
 
 FLAG = SignalFlag()  # one per process
+
+
+def stop_if_signalled(what: str) -> None:
+    """Before training starts there is no checkpoint to save: long work there (tokenizing a corpus, hashing its
+    shards) calls this between units and ends on a recorded signal at once, rather than after the work and a first
+    training step."""
+    if FLAG.signum:
+        from gptlab.errors import StoppedBySignal
+
+        raise StoppedBySignal(FLAG.consume(), what)
 os.register_at_fork(before=FLAG.block_for_fork, after_in_parent=FLAG.unblock_after_fork,
                     after_in_child=FLAG.forget_in_child)

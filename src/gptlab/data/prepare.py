@@ -25,6 +25,7 @@ from gptlab.data.source_files import changes, file_identity
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.tokenizers import Tokenizer, fingerprint
 from gptlab.errors import ConfigError
+from gptlab.signals import stop_if_signalled
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,7 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
     for split in SPLITS:
         arrays, names = [], []
         for shard in manifest["splits"][split]["shards"]:
+            stop_if_signalled("checking the prepared shards, before training started")
             path = out / shard["file"]
             tokens = open_shard(path)
             header = read_header(path)

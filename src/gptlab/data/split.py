@@ -24,8 +24,8 @@ import numpy as np
 
 from gptlab.data.shards import token_dtype
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.errors import ConfigError, StoppedBySignal
-from gptlab.signals import FLAG
+from gptlab.errors import ConfigError
+from gptlab.signals import stop_if_signalled
 
 SPLITS = ("train", "val")
 BATCH_DOCS, BATCH_CHARS = 256, 1 << 20  # a tokenization task: up to 256 documents or ~1M characters
@@ -101,10 +101,7 @@ def _encode_batch(texts: list[str]) -> Encoded:
 
 
 def _stop_if_signalled() -> None:
-    """A stop signal that src/train.py's flag recorded (gptlab.signals) ends the tokenizing here, between two
-    batches, rather than after the whole corpus and a training step."""
-    if FLAG.signum:
-        raise StoppedBySignal(FLAG.consume(), "tokenizing the corpus, before training started")
+    stop_if_signalled("tokenizing the corpus, before training started")
 
 
 def encode_batches(batches: Iterator[list[str]], tokenizer: Tokenizer, val_fraction: float,
