@@ -3,12 +3,14 @@
     python scripts/convert_checkpoint.py outputs/runs/<name>/<date>/<time>/checkpoints/last.ckpt model.ckpt
 
 eval.py, sample.py and scripts/export_hf.py also read the folder directly; the file drops the optimizer states,
-so continue training from the folder (on any number of ranks), not from the file.
+so continue training from the folder (on any number of ranks), not from the file. An existing file is refused
+(--overwrite replaces it), and so is any path in a run's checkpoints/.
 """
 
 from pathlib import Path
 
 from gptlab.checkpoint.convert import to_one_file
+from gptlab.runs.write_targets import check_new_file
 from gptlab.runtime.cli import ArgumentParser, user_errors_exit
 
 
@@ -17,7 +19,9 @@ def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path, help="a sharded checkpoint folder, or a run dir (its newest)")
     parser.add_argument("out", type=Path, help="the one-file checkpoint to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace `out` if it exists")
     args = parser.parse_args()
+    check_new_file("out", args.out, args.overwrite, "--overwrite")
     ckpt = to_one_file(args.checkpoint, args.out)
     n = sum(t.numel() for t in ckpt["state_dict"].values())
     print(f"wrote {args.out} (step {ckpt.get('global_step', 0)}, {len(ckpt['state_dict'])} tensors, {n:,} values)")

@@ -3,7 +3,8 @@
     python scripts/export_hf.py ckpt_path=outputs/runs/<name>/<date>/<time>/checkpoints/last.ckpt out=exported/
 
 Writes config.json, model.safetensors and the tokenizer files (tokenizer.json, tokenizer_config.json) of the
-run's tokenizer, so AutoModelForCausalLM and AutoTokenizer both load the directory.
+run's tokenizer, so AutoModelForCausalLM and AutoTokenizer both load the directory. A directory that already holds
+files is refused (overwrite=true writes into it), and so is one inside a run's checkpoints/.
 """
 
 from pathlib import Path
@@ -12,18 +13,23 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import load_model, recorded_tokenizer
-from gptlab.config.checks import writable_dir
+from gptlab.config.checks import boolean, writable_dir
 from gptlab.config.entry import main as gptlab_main
 from gptlab.errors import ConfigError
 from gptlab.interop import save_pretrained
 from gptlab.interop.hf_export import export_tokenizer
+from gptlab.runs.write_targets import check_new_dir
 from gptlab.runtime.cli import user_errors_exit
+
+WRITES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 @gptlab_main(config_name="export_hf")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     writable_dir("out", cfg.out)  # before the checkpoint is read: a file or a read-only dir fails at once
+    boolean("overwrite", cfg.overwrite)
+    check_new_dir("out", Path(cfg.out), cfg.overwrite, "overwrite=true", WRITES)
     model, hparams = load_model(cfg.ckpt_path)
     tokenizer_cfg = cfg.get("tokenizer") or recorded_tokenizer(hparams)
     if tokenizer_cfg is None:

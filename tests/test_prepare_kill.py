@@ -169,3 +169,48 @@ def test_killed_prepare_resumes_to_the_same_bytes(moment, corpus, clean, tmp_pat
 @pytest.mark.parametrize("moment", [m for m in MOMENTS if m not in IN_CI])
 def test_killed_prepare_resumes_at_every_moment(moment, corpus, clean, tmp_path):
     check_kill_and_resume(moment, corpus, clean, tmp_path)
+
+
+# The real entry script through runpy, with the shard writer's add wrapped to send the process a signal at the
+# second batch, as a scheduler's SIGTERM or a user's Ctrl-C would come in the middle of tokenizing.
+SIGNALLER = textwrap.dedent("""
+    import os, runpy, signal, sys
+    from gptlab.data import shard_writer
+
+    signum, script, seen, add = getattr(signal, sys.argv[1]), sys.argv[2], [0], shard_writer.ShardWriter.add
+
+    def add_then_signal(self, encoded):
+        add(self, encoded)
+        seen[0] += 1
+        if seen[0] == 2:
+            os.kill(os.getpid(), signum)
+
+    shard_writer.ShardWriter.add = add_then_signal
+    sys.argv = [script, *sys.argv[3:]]
+    runpy.run_path(script, run_name="__main__")
+""")
+
+
+def signalled(signal_name: str, script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SIGNALLER, signal_name, str(ROOT / script), *args], cwd=cwd,
+                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+def test_sigterm_while_train_prepares_its_data_stops_before_training(corpus, tmp_path):
+    """src/train.py records SIGTERM (gptlab.signals) so that training can save and stop; during its own data
+    preparation nothing was acted on until the whole corpus was tokenized and a step had run."""
+    run = tmp_path / "run"
+    args = [*script_args(corpus, tmp_path / "cache"), "data.store=prepared", "model.n_layer=1", "model.n_head=2",
+            "model.n_embd=32", "model.block_size=32", "trainer.accelerator=cpu", "trainer.max_steps=2",
+            "callbacks.progress_bar=null", f"hydra.run.dir={run}"]
+    done = signalled("SIGTERM", "src/train.py", args, tmp_path)
+    assert done.returncode == 128 + 15, done.stderr[-3000:]
+    assert "gptlab: stopped: SIGTERM while tokenizing the corpus" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not list(run.rglob("*.ckpt"))  # no training step was run
+
+
+def test_ctrl_c_in_prepare_data_is_one_message(corpus, tmp_path):
+    done = signalled("SIGINT", "scripts/prepare_data.py", script_args(corpus, tmp_path / "cache"), tmp_path)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("gptlab: interrupted (Ctrl-C)"), done.stderr[-3000:]

@@ -81,7 +81,7 @@ def test_resume_auto_refuses_a_dir_whose_checkpoints_are_all_unreadable(unreadab
     proc = run_train([*RUN, f"hydra.run.dir={unreadable}", "resume=auto"], cwd=unreadable.parent)
     assert proc.returncode == 2, proc.stderr[-3000:]
     err = proc.stderr.strip()
-    assert err.startswith(f"gptlab: error: resume=auto: no checkpoint in {unreadable} can be read ("), err
+    assert err.startswith(f"gptlab: error: resume=auto: no checkpoint in {unreadable} can be continued ("), err
     for path in (unreadable / "checkpoints").glob("*.ckpt"):
         assert str(path) in err
     assert "empty (0 bytes)" in err and ("truncated or corrupt" in err or "not a PyTorch checkpoint" in err), err

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from helpers import CHECKOUT_ENV
+
+from gptlab.errors import ConfigError
 
 # The parent installs the flag as src/train.py does, then starts a worker that writes its pid and blocks on a lock
 # it already holds, as the hung pool worker did.
@@ -132,3 +135,91 @@ def test_a_pool_worker_ignores_ctrl_c(tmp_path: Path) -> None:
         status = Path(f"/proc/{worker}/status").read_text().splitlines()
         ignored = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
         assert ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGTERM - 1))
+
+
+# A SIGTERM that reaches a forked child before gptlab's fork hook has given it the default handler: the hook that
+# sends it is registered before gptlab.signals is imported, so it runs first in the child.
+SIGTERM_DURING_FORK = textwrap.dedent("""
+    import os, signal
+    os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    from gptlab.signals import FLAG
+
+    FLAG.install()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM)
+""")
+
+
+def test_a_sigterm_sent_during_the_fork_ends_the_child() -> None:
+    """Pool.terminate right after the pool started (a bad line in the first batch) signals workers that may not have
+    run their fork hook yet: the signal went to the parent's recording handler and was lost, and the worker hung
+    the parent's join for good. The signals stay blocked until the child's handlers are the default ones."""
+    done = subprocess.run([sys.executable, "-c", SIGTERM_DURING_FORK], env=CHECKOUT_ENV, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
+
+
+def _bad_line_documents(n_good: int):
+    for i in range(n_good):
+        yield f"document {i} " + "word " * 50
+    raise ConfigError("corpus.jsonl:201 is not valid JSON; fix or drop that line.")
+
+
+@pytest.mark.timeout(300)  # the hang guard: each round takes a fraction of a second
+def test_a_pool_error_ends_the_pool_in_every_round() -> None:
+    """The jsonl-with-a-bad-line case, 50 times, with the flag installed as src/train.py has it: the error comes
+    while the pool is starting (the first batch) in some rounds and while batches are in flight in others."""
+    from gptlab.data.split import doc_batches, encode_batches
+    from gptlab.data.tokenizers import ByteTokenizer
+    from gptlab.signals import FLAG
+
+    with FLAG.active():
+        for round_ in range(50):
+            batches = doc_batches(_bad_line_documents(200 if round_ % 2 else 3000))
+            with pytest.raises(ConfigError, match="not valid JSON"):
+                for _ in encode_batches(batches, ByteTokenizer(), 0.1, num_proc=2):
+                    pass
+            assert not multiprocessing.active_children(), f"round {round_}: pool workers left running"
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_a_recorded_sigterm_stops_tokenizing_between_batches(num_proc: int) -> None:
+    """src/train.py records SIGTERM instead of dying (gptlab.signals); before training starts, tokenizing the corpus
+    acts on it at the next batch, not after the whole corpus and a first training step."""
+    from gptlab.data.split import doc_batches, encode_batches
+    from gptlab.data.tokenizers import ByteTokenizer
+    from gptlab.errors import StoppedBySignal
+    from gptlab.signals import FLAG
+
+    def documents():
+        for i in range(100_000):  # far more than is read before the stop
+            if i == 600:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield f"document {i} " + "word " * 20
+
+    with FLAG.active(), pytest.raises(StoppedBySignal, match="SIGTERM while tokenizing") as stopped:
+        for _ in encode_batches(doc_batches(documents()), ByteTokenizer(), 0.1, num_proc=num_proc):
+            pass
+    assert stopped.value.signum == signal.SIGTERM and not multiprocessing.active_children()
+
+
+def test_a_recorded_sigterm_stops_the_shard_check_before_training(tmp_path: Path) -> None:
+    """Hashing the prepared shards (data.verify_sha256) takes minutes on a large corpus; a signal recorded then is
+    acted on at the next shard too."""
+    from gptlab.data.prepare import load_prepared, prepare
+    from gptlab.data.sources import TextFiles
+    from gptlab.data.tokenizers import ByteTokenizer
+    from gptlab.errors import StoppedBySignal
+    from gptlab.signals import FLAG
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(f'{{"text": "document {i} {"word " * 30}"}}\n' for i in range(400)))
+    prepare(TextFiles([str(corpus)]), ByteTokenizer(), tmp_path / "cache", val_fraction=0.1, progress=False)
+    with FLAG.active():
+        FLAG.signum = signal.SIGTERM  # as the handler records it
+        with pytest.raises(StoppedBySignal, match="SIGTERM while checking the prepared shards"):
+            load_prepared(tmp_path / "cache", ByteTokenizer())
+        assert not FLAG.signum  # consumed: the next run of this process starts clean

@@ -66,6 +66,18 @@ class PreemptedError(Exception):
         super().__init__(f"{signal.Signals(signum).name} at step {step}; saved {checkpoint}")
 
 
+class StoppedBySignal(Exception):
+    """A stop signal (SIGTERM, SIGUSR1, Ctrl-C) came before training started, while the data was being prepared:
+    the work is abandoned at once, what is whole on disk stays (a prepare continues where it stopped), and entry
+    scripts exit 128 + the signal number, as if killed by it."""
+
+    def __init__(self, signum: int, what: str) -> None:
+        import signal
+
+        self.signum = signum
+        super().__init__(f"{signal.Signals(signum).name} while {what}")
+
+
 def find_config_error(err: BaseException) -> ConfigError | None:
     """The ConfigError behind `err`, also when Hydra's instantiate wrapped it in its own exception."""
     seen: BaseException | None = err

@@ -5,7 +5,10 @@ Only the process that installed it keeps it: a forked child (a tokenizing Pool w
 library's worker) gets the default SIGTERM/SIGUSR1 back at once (`os.register_at_fork`), because a worker that only
 records SIGTERM cannot be ended by `Pool.terminate()` and hangs its parent. One hook covers every fork, whoever
 starts it, where per-pool initializers would miss the pools of libraries and replace Lightning's DataLoader
-`worker_init_fn` (which seeds the workers). Spawned and exec'd processes start with default handlers anyway."""
+`worker_init_fn` (which seeds the workers). Spawned and exec'd processes start with default handlers anyway.
+The signals stay blocked across the fork until the child has its default handlers back: a SIGTERM that reached the
+child before (Pool.terminate right after starting its workers) would otherwise be taken by the parent's handler
+and lost, and the worker, waiting on the pool's queue lock that the parent holds, would hang the parent's join."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ class SignalFlag:
     def __init__(self) -> None:
         self.signum = 0
         self._previous: dict[int, Any] = {}
+        self._mask_before_fork: set[int] | None = None
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
@@ -47,12 +51,24 @@ class SignalFlag:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
 
+    def block_for_fork(self) -> None:
+        """Runs before every fork: the preemption signals wait (in the parent too, for the instant of the fork)."""
+        if self.installed:
+            self._mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPTION_SIGNALS)
+
+    def unblock_after_fork(self) -> None:
+        mask, self._mask_before_fork = self._mask_before_fork, None
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal that came meanwhile is handled now
+
     def forget_in_child(self) -> None:
-        """Runs in every forked child: the flag is the parent's; the child dies of SIGTERM like any process."""
+        """Runs in every forked child: the flag is the parent's; the child dies of SIGTERM like any process, also
+        of one sent during the fork (it was blocked until now)."""
         if self.installed:
             for signum in PREEMPTION_SIGNALS:
                 signal.signal(signum, signal.SIG_DFL)
             self._previous, self.signum = {}, 0
+        self.unblock_after_fork()
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -67,4 +83,15 @@ class SignalFlag:
 
 
 FLAG = SignalFlag()  # one per process
-os.register_at_fork(after_in_child=FLAG.forget_in_child)
+
+
+def stop_if_signalled(what: str) -> None:
+    """Before training starts there is no checkpoint to save: long work there (tokenizing a corpus, hashing its
+    shards) calls this between units and ends on a recorded signal at once, rather than after the work and a first
+    training step."""
+    if FLAG.signum:
+        from gptlab.errors import StoppedBySignal
+
+        raise StoppedBySignal(FLAG.consume(), what)
+os.register_at_fork(before=FLAG.block_for_fork, after_in_parent=FLAG.unblock_after_fork,
+                    after_in_child=FLAG.forget_in_child)

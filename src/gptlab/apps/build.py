@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.config.schemas import Runtime
-from gptlab.errors import ConfigError, is_int
+from gptlab.errors import ConfigError, find_config_error, is_int
 from gptlab.model import GPT
 from gptlab.runs import sweep_jobs
 from gptlab.runtime.early_checks import Checked
@@ -77,10 +77,26 @@ def build_trainer(cfg: DictConfig, callbacks: list[Any]) -> L.Trainer:
     # callbacks.progress_bar=null means no bar, not Lightning's own default bar in its place.
     no_bar = {} if any(isinstance(c, ProgressBar) for c in callbacks) or "enable_progress_bar" in cfg.trainer \
         else {"enable_progress_bar": False}
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
+    trainer = instantiate_trainer(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
         cfg.get("logger"), str(cfg.name)), plugins=[AtomicCheckpointIO()], **no_bar)
     log_at_steps_done(trainer)  # scalars at the step the progress bar and the checkpoint names show
     return trainer
+
+
+def instantiate_trainer(node: DictConfig, **kwargs: Any) -> L.Trainer:
+    """Lightning's Trainer from the `trainer` node; what Lightning refuses in it (a strategy name it does not know,
+    a strategy whose package is missing, ...) is a ConfigError with Lightning's own words, not a traceback through
+    Hydra's instantiate."""
+    try:
+        return hydra.utils.instantiate(node, **kwargs)
+    except Exception as err:
+        if find_config_error(err) is not None:
+            raise
+        cause = err.__cause__ or err
+        said = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise ConfigError(f"Lightning cannot build the Trainer from the trainer.* settings: {said} Change the "
+                          "trainer.* override it names (docs/reference/configuration.md lists each with its "
+                          "values).") from err
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:

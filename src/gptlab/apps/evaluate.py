@@ -14,10 +14,13 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from gptlab.apps.build import instantiate_trainer
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
-from gptlab.config.check import check_node
+from gptlab.config.check import check_fields, check_node
 from gptlab.config.checks import boolean, positive_int, writable_dir
+from gptlab.config.rules import windows_fit_the_context
+from gptlab.config.schemas import Trainer
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.runtime import quiet
@@ -34,6 +37,7 @@ def check_eval_config(cfg: DictConfig) -> None:
     positive_int("task_batch_size", cfg.task_batch_size)
     for group in ("trainer", "data"):  # fields that interpolate the model's (set from the checkpoint below): left out
         check_node(f"{group}.", cfg[group], set_values_only=True)
+    check_fields("trainer.", cfg.trainer, Trainer, set_values_only=True)  # eval.yaml's own trainer, by train's rules
     check_devices(cfg.trainer)
     writable_dir("paths.output_dir", cfg.paths.output_dir)  # eval.json goes there, after the work
 
@@ -58,7 +62,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     examples = load_examples(tasks, cfg.task_data, cfg.task_limit) if tasks else {}
     with open_dict(cfg):
         cfg.model = hparams["model"]  # data.block_size interpolates ${model.block_size}
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer)
+    too_long = windows_fit_the_context(cfg)  # train's rule, now that the model's context is known
+    if too_long:
+        raise ConfigError(too_long)
+    trainer: L.Trainer = instantiate_trainer(cfg.trainer)
     metrics: dict[str, float] = {}
     if cfg.val_loss:
         datamodule = hydra.utils.instantiate(cfg.data, tokenizer=tokenizer)

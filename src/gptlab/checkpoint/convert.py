@@ -22,5 +22,9 @@ def to_one_file(src: Path, out: Path) -> dict[str, Any]:
     if out.is_dir():
         raise ConfigError(f"out={str(out)!r} is a directory; give the path of the file to write (e.g. model.ckpt).")
     ckpt = read_checkpoint(src, "checkpoint")
-    save_whole(ckpt, out)
+    try:
+        save_whole(ckpt, out)
+    except OSError as err:  # a read-only filesystem, a dir without write permission (a full disk is DiskFullError)
+        raise ConfigError(f"out={str(out)!r} cannot be written ({err.strerror or err}); choose a path you can write "
+                          "to.") from err
     return ckpt

@@ -92,6 +92,24 @@ def checkpoint_problem(path: Path) -> Optional[str]:
     return None
 
 
+WEIGHTS_ONLY = ("it holds the weights only (no optimizer, scheduler, RNG or data position: a file such as "
+                "scripts/convert_checkpoint.py writes for eval, sample and export), so no run can continue from it")
+
+
+def _weights_only(path: Path, ckpt: dict[str, Any]) -> bool:
+    """A one-file checkpoint without optimizer states (a sharded folder keeps them in its shards, not in meta.pt)."""
+    return not sharded.is_sharded(path) and "optimizer_states" not in ckpt
+
+
+def continue_problem(path: Path) -> Optional[str]:
+    """Why a run cannot continue from `path` (None: it can): it does not load, or it holds the weights only."""
+    try:
+        ckpt = _load(path, mmap=True)
+    except UnreadableCheckpoint as err:
+        return str(err)
+    return WEIGHTS_ONLY if _weights_only(path, ckpt) else None
+
+
 def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
     """The newest `*.ckpt` under `directory` that loads; each newer one that does not is skipped with a warning that
     names it and why."""
@@ -170,6 +188,10 @@ def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False) -> No
                           "from its weights alone after `python scripts/convert_checkpoint.py "
                           f"{path} <file>.pt`.")
     ckpt = read_checkpoint(path, mmap=True)
+    if _weights_only(Path(path), ckpt):
+        raise ConfigError(f"ckpt_path={str(path)!r}: {WEIGHTS_ONLY}. Continue from the run's own checkpoint (its "
+                          "run dir, or the sharded folder the file was converted from), or start a new run without "
+                          "ckpt_path.")
     differences = config_differences(checkpoint_model_config(ckpt, path), wanted)
     if differences:
         raise ConfigError(

@@ -25,10 +25,15 @@ def is_sharded(path: Path) -> bool:
 
 
 def missing_parts(path: Path) -> list[str]:
-    """The files a sharded checkpoint lacks (index, Lightning's meta.pt, any shard the index names)."""
-    if not (path / INDEX_FILE).is_file():
+    """The files a sharded checkpoint lacks (index, Lightning's meta.pt, any shard the index names); an empty or
+    unreadable index counts as missing."""
+    index_file = path / INDEX_FILE
+    if not index_file.is_file() or index_file.stat().st_size == 0:
         return [INDEX_FILE]
-    index = FileSystemReader(str(path)).read_metadata()
+    try:
+        index = FileSystemReader(str(path)).read_metadata()
+    except Exception:  # a truncated or foreign index: DCP's unpickling raises EOFError, UnpicklingError, ...
+        return [INDEX_FILE]
     wanted = {INDEX_FILE, META_FILE} | {item.relative_path for item in (index.storage_data or {}).values()}
     return sorted(name for name in wanted if not (path / name).is_file() or (path / name).stat().st_size == 0)
 

@@ -19,7 +19,8 @@ class ModelCheckpoint:
     _target_: str = "gptlab.train.callbacks.ModelCheckpoint"
     dirpath: Optional[str] = setting(None, "where the checkpoints go", c.optional(c.text))
     filename: Optional[str] = setting(None, "file name pattern", c.optional(c.text))
-    monitor: Optional[str] = setting(None, "the logged metric that picks the best checkpoints", c.optional(c.text))
+    monitor: Optional[str] = setting(None, "the logged metric that picks the best checkpoints",
+                                     c.optional(c.logged_metric))
     mode: str = setting("min", "min | max of monitor is best", c.choice("min", "max"))
     save_top_k: int = setting(1, "best checkpoints kept; 0 = none, -1 = all", c.integer(-1))
     save_last: Any = setting(None, "also refresh last.ckpt, for resuming",

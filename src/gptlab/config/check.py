@@ -66,7 +66,13 @@ def check_node(prefix: str, node: DictConfig, set_values_only: bool = False) -> 
     extra = [k for k in node.keys() if k not in fields and (prefix or k != "hydra")]  # Hydra's node, in a callback
     if extra:
         check_appended(prefix, node, schema, extra)
-    for name, f in fields.items():
+    check_fields(prefix, node, schema, set_values_only)
+
+
+def check_fields(prefix: str, node: DictConfig, schema: type, set_values_only: bool = False) -> None:
+    """The range of each of `schema`'s fields that `node` sets (a node that is not typed by it, such as eval.yaml's
+    own trainer, is checked by the same rules)."""
+    for name, f in schema_fields(schema).items():
         rule = check_of(f)
         if rule is not None and name in node and not (set_values_only and OmegaConf.is_interpolation(node, name)):
             rule(f"{prefix}{name}", plain(node[name]))

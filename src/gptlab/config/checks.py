@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from gptlab.errors import ConfigError, is_int, is_number
+from gptlab.metrics import LOGGED, PER_SOURCE, is_logged
 
 Check = Callable[[str, Any], None]
 
@@ -95,6 +96,14 @@ def writable_dir(field: str, value: Any) -> None:
         raise ConfigError(
             f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can write to."
         )
+
+
+def logged_metric(field: str, value: Any) -> None:
+    """A metric name that training logs (gptlab.metrics): a misspelt one is refused before any step is run."""
+    text(field, value)
+    if not is_logged(value):
+        raise fail(field, value, f"use a metric training logs: {', '.join(LOGGED)}, or "
+                                 f"{' / '.join(p + '<source>' for p in PER_SOURCE)} for a mixture's source")
 
 
 def node_with_target(field: str, value: Any) -> None:

@@ -37,6 +37,11 @@ def fsdp_key_problem(keys: Iterable[str]) -> Optional[str]:
 def fsdp_strategy_keys(cfg: Any) -> Optional[str]:
     """A config rule: trainer=fsdp's strategy node holds only keys it takes."""
     strategy = (cfg.get("trainer") or {}).get("strategy")
+    if hasattr(strategy, "get") and "_target_" not in strategy:  # `+trainer.strategy.<key>=` onto a named strategy
+        keys = ", ".join(f"trainer.strategy.{key}" for key in strategy)
+        fsdp = "trainer=fsdp's" if set(strategy) <= set(FSDP_KEYS) else "no shipped trainer's"
+        return (f"{keys} configures {fsdp} strategy, but this trainer's strategy is a name (auto, ddp, ...) that "
+                "takes no keys; add trainer=fsdp to shard the model, or drop the override.")
     if not hasattr(strategy, "get") or strategy.get("_target_") != FSDP_TARGET:
         return None
     return fsdp_key_problem(strategy.keys())

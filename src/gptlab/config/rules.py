@@ -7,6 +7,7 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
+from gptlab.config.checks import logged_metric
 from gptlab.config.fsdp_keys import fsdp_strategy_keys
 from gptlab.errors import ConfigError
 
@@ -54,8 +55,21 @@ def fused_step_without_loss_scaling(cfg: DictConfig) -> Optional[str]:
     return None
 
 
+def monitors_name_logged_metrics(cfg: DictConfig) -> Optional[str]:
+    """Every callback that picks by a metric (ModelCheckpoint, an added EarlyStopping, ...) names one that training
+    logs; Lightning would fail only at the first validation."""
+    for name, node in (cfg.get("callbacks") or {}).items():
+        monitor = node.get("monitor") if hasattr(node, "get") else None
+        if monitor is not None:
+            try:
+                logged_metric(f"callbacks.{name}.monitor", monitor)
+            except ConfigError as err:
+                return str(err)
+    return None
+
+
 RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, fused_step_without_loss_scaling,
-                          fsdp_strategy_keys)
+                          fsdp_strategy_keys, monitors_name_logged_metrics)
 
 
 def check_rules(cfg: DictConfig) -> None:

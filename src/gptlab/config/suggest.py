@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import sys
 import types
 import typing
 from typing import Any, Iterable, Optional, Union
@@ -130,10 +131,20 @@ def compose_message(err: BaseException) -> Optional[str]:
         return wrong_type(cause)
     if isinstance(err, MissingConfigException):
         return missing_option(err)
+    if isinstance(err, ValueError) and "Config group override must be a string" in str(err):
+        return group_set_to_null()
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return first_line(str(err)) + (f" ({first_line(str(cause))})" if cause is not None and cause is not err
                                        else "")
     return None
+
+
+def group_set_to_null() -> str:
+    """`logger=null` on the command line: Hydra takes a group's option by name and removes a group with `~`."""
+    groups = [arg.split("=", 1)[0] for arg in sys.argv[1:] if arg.endswith("=null") and "." not in arg.split("=")[0]]
+    group = groups[0] if groups else "<group>"
+    return (f"{group}=null: a config group takes the name of one of its options, not null; to run without it, "
+            f"remove it with ~{group} (e.g. python src/train.py ~{group}).")
 
 
 def appendable(parent: Any, key: str, full_key: str) -> str:

@@ -25,6 +25,7 @@ from gptlab.data.source_files import changes, file_identity
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.tokenizers import Tokenizer, fingerprint
 from gptlab.errors import ConfigError
+from gptlab.signals import stop_if_signalled
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +179,9 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
         )
     splits = {}
     for split in SPLITS:
-        arrays = []
+        arrays, names = [], []
         for shard in manifest["splits"][split]["shards"]:
+            stop_if_signalled("checking the prepared shards, before training started")
             path = out / shard["file"]
             tokens = open_shard(path)
             header = read_header(path)
@@ -189,5 +191,6 @@ def load_prepared(cache_dir: str | Path, tokenizer: Tokenizer, verify_sha256: bo
             if verify_sha256 and sha256_file(path) != shard["sha256"]:
                 raise ConfigError(f"shard {path} fails its sha256 check (it was modified); delete it, prepare again.")
             arrays.append(tokens)
-        splits[split] = ShardedTokens(arrays)
+            names.append(str(path))
+        splits[split] = ShardedTokens(arrays, None if verify_sha256 else wanted["vocab_size"], names)
     return splits

@@ -110,7 +110,13 @@ class ShardedTokens:
     """Several shards read as one 1-D token array (len and slicing), so window datasets need not know about
     shard boundaries. Shards hold consecutive parts of one document stream, so a window may span two."""
 
-    def __init__(self, arrays: list[np.ndarray]) -> None:
+    def __init__(self, arrays: list[np.ndarray], vocab_size: int | None = None,
+                 names: list[str] | None = None) -> None:
+        """`vocab_size`: refuse a window holding a larger id, naming its shard (`names`); for shards not verified
+        by their sha256 (data.verify_sha256=false), whose corruption the model's embedding would meet as an
+        IndexError."""
+        self.names = [n for n, a in zip(names or [""] * len(arrays), arrays) if len(a)]
+        self.vocab_size = vocab_size
         self.arrays = [a for a in arrays if len(a)]
         self.offsets = [0]  # a list, not numpy: bisect on Python ints is several times faster per lookup
         for a in self.arrays:
@@ -121,6 +127,17 @@ class ShardedTokens:
         return self.offsets[-1]
 
     def __getitem__(self, item: slice) -> np.ndarray:
+        window = self._slice(item)
+        if self.vocab_size is not None and len(window) and int(window.max()) >= self.vocab_size:
+            start = item.indices(len(self))[0]
+            shard = self.names[bisect.bisect_right(self.offsets, start) - 1]
+            raise ConfigError(f"shard {shard} holds token id {int(window.max())}, beyond the vocabulary "
+                              f"({self.vocab_size} ids): it is corrupt. Delete it and run `python "
+                              "scripts/prepare_data.py` with the same data and tokenizer (data.verify_sha256=true, "
+                              "the default, finds every modified shard at the start).")
+        return window
+
+    def _slice(self, item: slice) -> np.ndarray:
         start, stop, step = item.indices(len(self))
         if step != 1:
             raise IndexError("ShardedTokens supports contiguous slices only")

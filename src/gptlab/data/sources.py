@@ -190,7 +190,8 @@ class TextFiles:
                     if not isinstance(record, dict) or self.text_field not in record:
                         keys = list(record) if isinstance(record, dict) else type(record).__name__
                         raise self._missing_field(f"{path}:{lineno}", keys)
-                    yield record[self.text_field]
+                    if record[self.text_field] is not None:
+                        yield self._text(record[self.text_field], f"{path}:{lineno}")
 
     def _read_parquet(self, path: str) -> Iterator[str]:
         import pyarrow.parquet as pq
@@ -202,7 +203,15 @@ class TextFiles:
         # pyarrow's default batch is 65,536 rows: gigabytes of web documents at once (it still decodes a row group).
         for batch in table.iter_batches(batch_size=PARQUET_ROWS, columns=[self.text_field]):
             self.bytes_read += int(per_row * batch.num_rows)  # compressed: the file's bytes shared out by row
-            yield from (t for t in batch.column(0).to_pylist() if t is not None)
+            yield from (self._text(t, path) for t in batch.column(0).to_pylist() if t is not None)
+
+    def _text(self, value: Any, where: str) -> str:
+        """A document's text; a number, list or object in the text field is refused where it is."""
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: field {self.text_field!r} holds {type(value).__name__} {str(value)[:40]!r}, "
+                              "not text; fix that record, or set data.source.text_field to the field that holds the "
+                              "document text.")
+        return value
 
     def _missing_field(self, where: str, keys: Any) -> ConfigError:
         return ConfigError(

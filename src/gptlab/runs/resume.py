@@ -3,9 +3,9 @@ over the records of an earlier one without being asked to, and never rewrites a 
 
 `resume` values (conf/train.yaml):
 - null: a new run. Refused in a dir that already holds checkpoints (continue it with auto, or restart it).
-- auto: continue from the newest checkpoint that loads; start fresh where none was saved yet. Refused where every
-  checkpoint is unreadable (each named with why). A run whose newest checkpoint already reached trainer.max_steps
-  is finished: nothing is run and no file is touched.
+- auto: continue from the newest checkpoint that loads and holds more than the weights; start fresh where none was
+  saved yet. Refused where no checkpoint can be continued (each named with why). A run whose newest checkpoint
+  already reached trainer.max_steps is finished: nothing is run and no file is touched.
 - restart: start over from step 0 in this dir; the earlier run's checkpoints, summary and TensorBoard events are
   deleted first (and named), so its records and the new ones never mix.
 """
@@ -21,7 +21,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig
 
 from gptlab.atomic import remove
-from gptlab.checkpoint.reader import checkpoint_problem, checkpoints_newest_first, read_checkpoint, resolve_checkpoint
+from gptlab.checkpoint.reader import checkpoints_newest_first, continue_problem, read_checkpoint, resolve_checkpoint
 from gptlab.checkpoint.sharded import is_sharded
 from gptlab.errors import ConfigError, invalid_choice
 from gptlab.runs import sweep_jobs
@@ -45,7 +45,7 @@ def resume_mode(cfg: DictConfig) -> Optional[str]:
 
 def _unreadable_message(output_dir: Path, problems: list[tuple[Path, str]]) -> str:
     listed = "; ".join(f"{path}: {why}" for path, why in problems)
-    return (f"resume=auto: no checkpoint in {output_dir} can be read ({listed}). Nothing was trained over them. "
+    return (f"resume=auto: no checkpoint in {output_dir} can be continued ({listed}). Nothing was trained over them. "
             "To start over in this dir (deleting them) pass resume=restart; to continue from a copy, give "
             "ckpt_path=<a readable .ckpt> and a new hydra.run.dir.")
 
@@ -96,7 +96,7 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path, warn: bool = True) -> O
         )
     problems = []
     for path in found:
-        problem = checkpoint_problem(path)
+        problem = continue_problem(path)
         if problem is None:
             for skipped, why in problems if warn else ():
                 log.warning("skipping checkpoint %s: %s", skipped, why)

@@ -3,7 +3,10 @@
 Hydra's launchers stop a sweep at the first job whose task function raises or calls sys.exit, so the jobs after a
 diverged one never ran. In a sweep job, `run_recording_failure` turns gptlab's own failures (NonFiniteLossError,
 ConfigError) into a record, `<job dir>/failed.json` (run_dir.FAILURE_FILE), and returns None to the sweeper
-(Optuna marks such a trial failed); anything else is a bug and keeps its traceback. At the end of the sweep
+(Optuna marks such a trial failed). Any other exception is a bug or a fault gptlab does not know (a library's error,
+a lost file system): its traceback goes to the job's log and its record says "error" with the exception, so the
+report names the job and why rather than leaving it out unexplained. A stop signal is not a failure: it ends the
+sweep so that it can be launched again. At the end of the sweep
 `failure_report` reads the records back from the sweep dir (so it also sees jobs that ran in another process,
 e.g. under the submitit launcher) and the sweep exits 1 naming them.
 
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from gptlab.atomic import atomic_write_text
-from gptlab.errors import NonFiniteLossError, find_config_error
+from gptlab.errors import NonFiniteLossError, PreemptedError, StoppedBySignal, find_config_error
 from gptlab.runs.run_dir import FAILURE_FILE
 
 log = logging.getLogger(__name__)
@@ -39,14 +42,23 @@ def failure_of(err: BaseException) -> Optional[dict[str, Any]]:
     return None
 
 
+def unexpected_failure(err: BaseException) -> dict[str, Any]:
+    """The record of a failure gptlab has no words of its own for: the exception, named."""
+    return {"kind": "error", "reason": f"{type(err).__name__}: {err} (the traceback is in the job's log)",
+            "exit_code": 1}
+
+
 def run_recording_failure(fn: Callable[[], T], output_dir: Path, job_name: str) -> Optional[T]:
     """`fn()`; if it fails as a sweep job may fail, write the failure record into `output_dir` and return None."""
     try:
         return fn()
+    except (PreemptedError, StoppedBySignal):
+        raise
     except Exception as err:
         record = failure_of(err)
         if record is None:
-            raise
+            log.exception("sweep job %s failed with an error gptlab did not expect", output_dir)
+            record = unexpected_failure(err)
         record_failure(output_dir, job_name, record)
         return None
 

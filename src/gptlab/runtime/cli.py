@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
-from gptlab.errors import NonFiniteLossError, PreemptedError, find_config_error
+from gptlab.errors import NonFiniteLossError, PreemptedError, StoppedBySignal, find_config_error
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +54,16 @@ def user_errors_exit(fn: F) -> F:
             if is_rank_zero():
                 print(f"gptlab: preempted ({err}). Continue with: {resume_command(err)}", file=sys.stderr)
             sys.exit(128 + err.signum)  # as if the signal had killed it: schedulers and sweepers see "not finished"
+        except StoppedBySignal as err:  # before training: nothing to save, nothing to resume but a prepare
+            if is_rank_zero():
+                print(f"gptlab: stopped: {err}. What was finished is kept; run the same command again to continue.",
+                      file=sys.stderr)
+            sys.exit(128 + err.signum)
+        except KeyboardInterrupt:  # Ctrl-C outside training (Lightning ends a fit on it by itself)
+            if is_rank_zero():
+                print("gptlab: interrupted (Ctrl-C). What was finished is kept; run the same command again to "
+                      "continue.", file=sys.stderr)
+            sys.exit(130)
         except NonFiniteLossError as err:  # a diverged run is not a bug in gptlab: no traceback either
             if is_rank_zero():
                 print(f"gptlab: training stopped: {err}", file=sys.stderr)
