@@ -64,8 +64,26 @@ def test_memory_guard_refuses_with_numbers_and_knobs(monkeypatch) -> None:
     message = str(err.value)
     est = estimate_memory(cfg, 32, two_cpu_ranks, "cpu")
     assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "8 process(es)" in message
-    for knob in ("data.batch_size=16", "runtime.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
+    for knob in ("data.batch_size=16", "runtime.activation_checkpointing=true", "check_memory=false"):
         assert knob in message
+    assert "fsdp" not in message  # FSDP shards over GPUs: on CPU ranks, where activations dominate, it cannot help
+
+
+def test_memory_guard_suggests_fsdp_only_where_sharding_makes_it_fit(monkeypatch) -> None:
+    """The refusal used to suggest trainer=fsdp on a CPU box whose activations alone exceed RAM; now it is offered
+    on GPUs, with the fewest GPUs of this machine whose shards make the run fit, and only then."""
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=24, n_head=16, n_embd=1024)  # GPT-2 medium
+    one_gpu = trainer_cfg("trainer.accelerator=gpu", "trainer.precision=bf16-mixed")
+    est = estimate_memory(cfg, 1, one_gpu, "gpu")
+    assert est.states > est.activations
+    free = est.states / 3 + est.activations + guards.PROCESS_OVERHEAD_BYTES + 0.01 * GB  # fits over 3 shards
+    monkeypatch.setattr(guards, "gpu_count", lambda: 8)
+    with pytest.raises(ConfigError, match=r"trainer=fsdp trainer.devices=3 \(shards"):
+        check_memory(cfg, 1, one_gpu, free=free)
+    monkeypatch.setattr(guards, "gpu_count", lambda: 2)  # two shards are not enough: not offered
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, 1, one_gpu, free=free)
+    assert "fsdp" not in str(err.value)
 
 
 def test_memory_guard_lets_a_fitting_run_through() -> None:
