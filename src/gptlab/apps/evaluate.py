@@ -22,7 +22,7 @@ from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.runtime import quiet
 from gptlab.runtime.guards import check_devices
-from gptlab.runtime.option_relevance import EVAL_RULES, ignored_options
+from gptlab.runtime.option_relevance import EVAL_RULES, eval_defaults, ignored_options
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def check_eval_config(cfg: DictConfig) -> None:
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     check_eval_config(cfg)
     tasks = check_tasks(cfg.tasks if isinstance(cfg.tasks, str) else list(cfg.tasks))
-    ignored_options(cfg, in_sweep_job=False, rules=EVAL_RULES, defaults={"task_limit": None})
+    ignored_options(cfg, in_sweep_job=False, rules=EVAL_RULES, defaults=eval_defaults())
     if not tasks and not cfg.val_loss:
         raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
                           "or val_loss=true.")

@@ -25,6 +25,7 @@ from gptlab.model.generation import SamplingOptions
 
 Get = Callable[[str], Any]  # a dotted key of the train config -> its value (None if absent)
 SPARSE = ("local", "strided")
+ALL_VAL_BATCHES = 1.0  # trainer.limit_val_batches that asks for nothing: every validation batch
 CALLBACK_SCHEMAS = {"text_samples": TextSamples, "zero_shot": ZeroShotEval}  # rows read their defaults
 
 
@@ -108,7 +109,12 @@ RULES: tuple[OnlyWhen, ...] = (
 SAMPLE_RULES: tuple[OnlyWhen, ...] = greedy_ignores("", ("top_k", "top_p"))
 
 # eval.py's options (conf/eval.yaml).
-EVAL_RULES: tuple[OnlyWhen, ...] = tasks_only("", ("task_limit",))
+EVAL_RULES: tuple[OnlyWhen, ...] = (
+    *tasks_only("", ("task_limit",)),
+    OnlyWhen("trainer.limit_val_batches", "val_loss=false", lambda g: not g("val_loss") or _validates(g), ("val_loss",),
+             says="trainer.limit_val_batches={value!r} scores no validation batch, so val_loss=true would compute "
+                  "nothing."),
+)
 
 
 def neutral_defaults() -> dict[str, Any]:
@@ -123,7 +129,12 @@ def neutral_defaults() -> dict[str, Any]:
     callbacks = {f"callbacks.{name}.{f.name}": f.default for name, schema in CALLBACK_SCHEMAS.items()
                  for f in dataclasses.fields(schema) if f.default is not dataclasses.MISSING}
     return {**model, **data, **callbacks, "optimizer.nesterov": False, "scheduler.warmup_steps": 0,
-            "trainer.limit_val_batches": 1.0}
+            "trainer.limit_val_batches": ALL_VAL_BATCHES}
+
+
+def eval_defaults() -> dict[str, Any]:
+    """eval.py's neutral values (conf/eval.yaml): no task limit, all val batches."""
+    return {"task_limit": None, "trainer.limit_val_batches": ALL_VAL_BATCHES}
 
 
 def sampling_defaults() -> dict[str, Any]:
