@@ -99,6 +99,19 @@ class TokenStore(ABC):
                           persistent_workers=workers > 0, pin_memory=pin_memory(trainer))
 
 
+def check_same_tokens(saved: dict[str, Any], now: dict[str, Any], what: str) -> None:
+    """A saved data position counts windows of the train tokens `saved` describes: refuse to continue it on others."""
+    if saved != now:
+        raise ConfigError(
+            f"the checkpoint's data position counts windows of other train tokens than {what} now holds "
+            f"({saved['train_tokens']} tokens, sha256 {saved['sha256'][:12]} then; {now['train_tokens']} tokens, "
+            f"sha256 {now['sha256'][:12]} now): the source was changed and tokenized again since, so continuing "
+            "would train on other text than the position says. Restore the source as it was (its data is prepared "
+            "again to the same tokens) to continue this run; or start over on the new data with resume=restart, or "
+            "with a new hydra.run.dir."
+        )
+
+
 class WindowStore(TokenStore):
     """Train and val token arrays cut into windows: random starts (nanoGPT) or an epoch of non-overlapping
     windows, dealt disjointly to ranks; the epoch and batch reached are the resume position."""
@@ -159,16 +172,8 @@ class WindowStore(TokenStore):
                               "corpus; resume with the mixture's data= config.")
         state = dict(state)
         saved = state.pop(DATA_IDENTITY, None)  # None: a checkpoint from before it was saved
-        if saved is not None and self.tokens is not None and saved != self.identity():
-            now = self.identity()
-            raise ConfigError(
-                f"the checkpoint's data position counts windows of other train tokens than data.store={self.name} "
-                f"now holds ({saved['train_tokens']} tokens, sha256 {saved['sha256'][:12]} then; "
-                f"{now['train_tokens']} tokens, sha256 {now['sha256'][:12]} now): the source was changed and "
-                "tokenized again since, so continuing would train on other text than the position says. Restore the "
-                "source as it was (its data is prepared again to the same tokens) to continue this run; or start "
-                "over on the new data with resume=restart, or with a new hydra.run.dir."
-            )
+        if saved is not None and self.tokens is not None:
+            check_same_tokens(saved, self.identity(), f"data.store={self.name}")
         self.position.load_state_dict(state)
 
 
