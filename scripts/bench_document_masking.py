@@ -4,8 +4,9 @@
 
 Each row: one forward+backward of a small GPT (B=4, 2 layers, D=256, H=4, w=128 for local layers), best of
 --repeats with masked and unmasked steps interleaved; ratio = masked / unmasked. Documents have a mean length of
---doc-len tokens. On CPU masking uses SDPA with an explicit (B, 1, T, T) mask, where the unmasked dense layer has
-SDPA's causal kernel and the unmasked local layer the band kernel `auto` picks.
+--doc-len tokens. On CPU masked dense layers use SDPA with an explicit (B, 1, T, T) mask, where the unmasked dense
+layer has SDPA's causal kernel; local layers use the kernel `auto` picks either way (the band kernel once T >= 3w,
+with "same document" in its block masks when masked).
 """
 
 from __future__ import annotations

@@ -131,3 +131,14 @@ def test_every_data_config_has_one_shape() -> None:
         data = compose_config([f"data={option}"]).data
         assert data._target_ == "gptlab.data.GPTDataModule" and set(data) == base, option
         assert "_target_" in data.source and data.store in STORES and data.cache_dir, option
+
+
+def test_a_val_fraction_that_leaves_no_train_text_names_the_field(tmp_path) -> None:
+    """data.val_fraction=0.999999 used to say "the source ... holds no text", which sent users to its files."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(f'{{"text": "document {i} with some words"}}\n' for i in range(20)), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"no document of .* fell into the train split: data.val_fraction=0.999999 "
+                                          r"holds out \(nearly\) every document for validation; lower "
+                                          r"data.val_fraction \(e.g. 0.1\)"):
+        _memory(TextFiles([str(path)]), 0.999999)
+    assert len(_memory(TextFiles([str(path)]), 0.1)["train"]) > 0

@@ -202,3 +202,24 @@ def test_flex_block_mask_equals_explicit_mask() -> None:
     torch.testing.assert_close(flex, exact, rtol=1e-5, atol=1e-5)
     unmasked = attend(q, k, v, "local", 16, "sdpa", bias=ALiBi(2))
     assert not torch.allclose(flex, unmasked, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["local", "strided"])
+@pytest.mark.parametrize("alibi", [False, True])
+def test_chunked_kernels_honour_documents_without_a_t_by_t_mask(monkeypatch, kind: str, alibi: bool) -> None:
+    """attn_impl=chunked (and auto's choice of it) under document masking used to build the (B, 1, T, T) mask and
+    run SDPA over every pair: the band kernel was never used. Now the chunked kernels add "same document" to their
+    own block masks; forward and gradients equal the exact path, with a ragged T and documents crossing blocks."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 37, 8, requires_grad=True) for _ in range(3))
+    ends = torch.rand(2, 37, generator=torch.Generator().manual_seed(1)) < 0.15
+    ids = ends.long().cumsum(-1) - ends.long()
+    bias = ALiBi(2) if alibi else None
+    exact = attend(q, k, v, kind, 5, "sdpa", bias=bias, documents=Documents(ids))
+    exact_grads = torch.autograd.grad(exact.square().sum(), (q, k, v))
+    monkeypatch.setattr(Documents, "mask", lambda *a, **kw: pytest.fail("a T x T mask was built"))
+    for impl in ("chunked", "auto"):
+        out = attend(q, k, v, kind, 5, impl, bias=bias, documents=Documents(ids))
+        torch.testing.assert_close(out, exact, rtol=1e-5, atol=1e-5)
+        for got, want in zip(torch.autograd.grad(out.square().sum(), (q, k, v)), exact_grads):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

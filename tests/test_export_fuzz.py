@@ -79,8 +79,10 @@ def test_export_is_refused_by_field_or_loads_and_matches(tmp_path: Path, cfg: GP
     assert torch.allclose(ours, theirs, atol=1e-4), (cfg, (ours - theirs).abs().max())
 
 
-def test_an_odd_llama_head_dim_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"cannot save as a Hugging Face Llama model: model.head_dim=3: Llama's "
-                                          r"RoPE turns every dimension of a head in pairs \(an even head_dim\)"):
-        save_pretrained(GPT(build("llama", [dict(head_dim=3)])), tmp_path)
-    assert list(tmp_path.iterdir()) == []  # refused before writing
+def test_an_odd_llama_head_dim_is_refused_by_name() -> None:
+    """RoPE turns a head's dimensions in pairs: an odd head_dim is refused by the model config itself (it used to
+    train with its last dimension unrotated, and only the Llama export refused it)."""
+    values = {**dict(vocab_size=37, block_size=16, n_layer=2, n_head=2, n_embd=8), **TARGETS["llama"], "head_dim": 3}
+    with pytest.raises(ConfigError, match=r"model.rope_fraction=1.0 of model.head_dim=3 is 3 dimensions, but RoPE "
+                                          r"rotates whole pairs"):
+        GPTConfig(**values)

@@ -63,9 +63,27 @@ def test_memory_guard_refuses_with_numbers_and_knobs(monkeypatch) -> None:
         check_memory(cfg, 32, two_cpu_ranks, free=24 * GB)
     message = str(err.value)
     est = estimate_memory(cfg, 32, two_cpu_ranks, "cpu")
-    assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "2 process(es)" in message
-    for knob in ("data.batch_size=", "runtime.activation_checkpointing=true", "trainer=fsdp", "check_memory=false"):
+    assert f"{est.total / GB:,.1f} GB" in message and "24.0 GB" in message and "8 process(es)" in message
+    for knob in ("data.batch_size=", "runtime.activation_checkpointing=true", "check_memory=false"):
         assert knob in message
+    assert "fsdp" not in message  # FSDP shards over GPUs: on CPU ranks, where activations dominate, it cannot help
+
+
+def test_memory_guard_suggests_fsdp_only_where_sharding_makes_it_fit(monkeypatch) -> None:
+    """The refusal used to suggest trainer=fsdp on a CPU box whose activations alone exceed RAM; now it is offered
+    on GPUs, with the fewest GPUs of this machine whose shards make the run fit, and only then."""
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=24, n_head=16, n_embd=1024)  # GPT-2 medium
+    one_gpu = trainer_cfg("trainer.accelerator=gpu", "trainer.precision=bf16-mixed")
+    est = estimate_memory(cfg, 1, one_gpu, "gpu")
+    assert est.states > est.activations
+    free = est.states / 3 + est.activations + guards.PROCESS_OVERHEAD_BYTES + 0.01 * GB  # fits over 3 shards
+    monkeypatch.setattr(guards, "gpu_count", lambda: 8)
+    with pytest.raises(ConfigError, match=r"trainer=fsdp trainer.devices=3 \(shards"):
+        check_memory(cfg, 1, one_gpu, free=free)
+    monkeypatch.setattr(guards, "gpu_count", lambda: 2)  # two shards are not enough: not offered
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, 1, one_gpu, free=free)
+    assert "fsdp" not in str(err.value)
 
 
 def test_the_suggested_batch_size_fits_by_the_same_estimate() -> None:
@@ -84,7 +102,7 @@ def test_the_suggested_batch_size_fits_by_the_same_estimate() -> None:
         check_memory(cfg, suggested + 1, two_cpu_ranks, free=24 * GB)  # the largest that does
     with pytest.raises(ConfigError) as err:
         check_memory(cfg, 32, two_cpu_ranks, free=4 * GB)  # weights and Adam alone do not fit
-    assert "data.batch_size=" not in str(err.value) and "trainer=fsdp" in str(err.value)
+    assert "data.batch_size=" not in str(err.value) and "a smaller model.block_size or model" in str(err.value)
 
 
 def test_memory_guard_lets_a_fitting_run_through() -> None:

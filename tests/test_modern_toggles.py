@@ -203,3 +203,16 @@ def test_default_path_keeps_its_state_dict_keys() -> None:
     keys = set(GPT(GPTConfig(**SMALL)).state_dict())
     assert {"blocks.0.norm_1.bias", "blocks.0.mlp.layers.0.weight", "blocks.0.mlp.layers.2.bias"} <= keys
     assert not any("q_norm" in k or "rotary" in k for k in keys)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(rope_fraction=0.3), r"model.rope_fraction=0.3 of head_dim n_embd / n_head = 8 is 2.4 dimensions, .*"
+                              r"Use model.rope_fraction=0.25 \(2 of 8 dims\) or 0.5 \(4 of 8 dims\)"),
+    (dict(head_dim=7), r"model.rope_fraction=1.0 of model.head_dim=7 is 7 dimensions, .*an even model.head_dim "
+                       r"\(6 or 8\)"),
+])
+def test_rope_that_lands_between_pairs_is_refused(overrides, message: str) -> None:
+    """0.3 of each head used to rotate 0.25 of it, and a head_dim of 7 rotated 6 of 7, without a word."""
+    with pytest.raises(ConfigError, match=message):
+        GPTConfig(**{**SMALL, **overrides}, pos_emb="rope")
+    assert GPTConfig(**{**SMALL, "rope_fraction": 0.75}, pos_emb="rope").rotary_dim == 6  # exactly what was asked

@@ -34,6 +34,11 @@ IGNORED = [
                                   "model.parametrization=mup"),
     (["optimizer=sgd", "optimizer.momentum=0.0"], "optimizer.nesterov=True has no effect: it matters only when "
                                                   "optimizer.momentum > 0; here optimizer.momentum=0.0."),
+    (["callbacks.text_samples.temperature=0", "callbacks.text_samples.top_k=5"],
+     "callbacks.text_samples.top_k=5 has no effect: it matters only when callbacks.text_samples.temperature > 0"),
+    (["callbacks.zero_shot.limit=20"], "callbacks.zero_shot.limit=20 has no effect: it matters only when "
+                                       "callbacks.zero_shot.tasks is not empty"),
+    (["callbacks.zero_shot.every_n_steps=10"], "callbacks.zero_shot.every_n_steps=10 has no effect"),
 ]
 
 
@@ -57,6 +62,9 @@ def test_an_ignored_option_is_refused_in_a_single_run(overrides: list[str], mess
     ["model.attn_window=8", "model.attn_pattern=[dense,local]"],
     ["data.store=streaming", "data.val_windows=8"],
     ["optimizer=sgd", "optimizer.momentum=0.0", "optimizer.nesterov=false"],
+    ["callbacks.text_samples.temperature=0"],  # the schema's top_k (40), not asked for: greedy as asked
+    ["callbacks.text_samples.top_k=5"],
+    ["callbacks.zero_shot.tasks=[lambada]", "callbacks.zero_shot.limit=20"],
 ])
 def test_an_option_that_matters_passes(overrides: list[str]) -> None:
     check_config(compose_config([*TINY, *overrides], "/tmp/unused"))
@@ -82,3 +90,11 @@ def test_a_warmup_longer_than_the_run_is_a_warning() -> None:
 def test_a_smoke_run_is_not_warned_about_its_warmup(max_steps: int) -> None:
     """The docs' 2- and 4-step commands keep the preset's warmup (20 steps): not a mistake worth a warning."""
     assert check_config(compose_config(["trainer.max_steps=" + str(max_steps)], "/tmp/unused")) == []
+
+
+def test_validation_switched_off_is_a_warning() -> None:
+    """trainer.limit_val_batches=0 used to train without a word, and the summary's best_val_loss was null."""
+    warnings = check_config(compose_config([*TINY, "trainer.limit_val_batches=0"], "/tmp/unused"))
+    assert len(warnings) == 1 and warnings[0].startswith("trainer.limit_val_batches=0 turns validation off")
+    assert "best_val_loss stays null" in warnings[0]
+    assert check_config(compose_config([*TINY, "trainer.limit_val_batches=3"], "/tmp/unused")) == []

@@ -26,3 +26,18 @@ def test_prepare_script_bad_input_exits_2_without_traceback(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "x.jsonl:1 has no field 'text'" in result.stderr and "data.source.text_field" in result.stderr
 
+
+
+def test_prepare_script_in_a_dir_that_holds_a_run(corpus, tmp_path):
+    """prepare_data.py runs in the launch dir (hydra.run.dir='.'), and used to meet train's run-dir guard there: in a
+    checkout that had trained into '.' it answered "hydra.run.dir='.' already holds a run". A tool that writes only
+    data.cache_dir is no run: it prepares, and leaves the run's files (and no lock) as they were."""
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"a run's checkpoint")
+    (tmp_path / "run_summary.json").write_text("{}")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = run_script("data=text_files", f"data.source.paths=[{corpus[0]}]", f"data.cache_dir={tmp_path / 'c'}",
+                      "data.num_proc=1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "c"])
+    assert (tmp_path / "checkpoints" / "last.ckpt").read_bytes() == b"a run's checkpoint"

@@ -90,3 +90,17 @@ def test_checkpoint_shape_mismatch_lists_keys(run_dir: Path, tmp_path: Path) -> 
     with pytest.raises(ConfigError) as err:
         load_model(tmp_path / "bad.ckpt")
     assert "tok_emb.weight: (257, 32)" in str(err.value) and "(257, 48)" in str(err.value)
+
+
+def test_sample_refuses_what_it_would_ignore_or_misread(run_dir: Path) -> None:
+    """Greedy decoding (temperature=0) ignores top_k/top_p: refused by the rule the training samples use. A
+    tokenizer other than the one the model was trained with is refused by the check eval.py uses."""
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    for option in ("top_k=5", "top_p=0.9"):
+        with pytest.raises(ConfigError, match=rf"{option.split('=')[0]}=.* has no effect: it matters only when "
+                                              r"temperature > 0"):
+            sample(SAMPLE([f"ckpt_path={ckpt}", "temperature=0", option, "max_new_tokens=2"]))
+    with pytest.raises(ConfigError, match="the checkpoint was trained with tokenizer .*ByteTokenizer.* but this run "
+                                          "has .*gpt2.*leave tokenizer out"):
+        sample(SAMPLE([f"ckpt_path={ckpt}", "tokenizer=gpt2", "prompt=Hi", "max_new_tokens=2"]))
+    assert len(sample(SAMPLE([f"ckpt_path={ckpt}", "tokenizer=bytes", "temperature=0", "max_new_tokens=2"]))) == 1

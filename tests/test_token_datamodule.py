@@ -1,6 +1,7 @@
 """The prepared store through GPTDataModule: memmapped windows, disjoint ranks, and a real training run."""
 
 from types import SimpleNamespace
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -97,7 +98,8 @@ def test_window_stores_resume_at_the_saved_batch(corpus, tmp_path, store):
         epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=progress))))
     saved = first.state_dict()
     assert saved == {"epoch": 0, "windows": 3 * 8, "epoch_windows": len(first.store.train_set),
-                     "layout": {"world_size": 1, "batch_size": 8, "accumulate": 1}}
+                     "layout": {"world_size": 1, "batch_size": 8, "accumulate": 1},
+                     "data": {"train_tokens": len(first.store.tokens["train"]), "sha256": ANY}}
 
     resumed = datamodule(corpus, tmp_path, store=store)
     resumed.load_state_dict(saved)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 from helpers import load_checkpoint, run_tiny, scalars, train_in_process
@@ -39,7 +40,8 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     preempted = run / "checkpoints" / "last.ckpt"  # the preemption save replaces last.ckpt
     state = load_checkpoint(preempted)  # weights_only=True
     assert state["global_step"] == 6
-    assert state["GPTDataModule"] == {"epoch": 0, "windows": 24, "epoch_windows": 24, "layout": LAYOUT}  # its end
+    assert state["GPTDataModule"] == {"epoch": 0, "windows": 24, "epoch_windows": 24, "layout": LAYOUT,
+                                      "data": ANY}  # its end; "data": what the train tokens are
     assert all(math.isfinite(float(v.float().sum())) for v in state["state_dict"].values())
 
     # Resume from it, then SIGKILL during step 9: nothing is saved at the kill, last.ckpt is from step 8.
@@ -47,7 +49,8 @@ def test_sigterm_and_sigkill_then_resume_match_the_uninterrupted_run(tmp_path: P
     assert killed.returncode == -9, killed.stderr[-2000:]
     last = load_checkpoint(run / "checkpoints" / "last.ckpt")
     assert last["global_step"] == 8
-    assert last["GPTDataModule"] == {"epoch": 1, "windows": 8, "epoch_windows": 24, "layout": LAYOUT}  # mid-epoch
+    assert last["GPTDataModule"] == {"epoch": 1, "windows": 8, "epoch_windows": 24, "layout": LAYOUT,
+                                     "data": ANY}  # mid-epoch
     resumed_once = scalars(run)["train/loss"]
     assert [resumed_once[s] for s in range(1, 10)] == [reference[s] for s in range(1, 10)]  # exact float equality
 

@@ -215,3 +215,17 @@ def test_callback_is_off_without_tasks_and_checks_its_settings() -> None:
         ZeroShotEval(tasks=["lambada"], every_n_steps=0)
     with pytest.raises(ConfigError, match=r"callbacks.zero_shot.data=\['lambada', 'piqa'\] has unknown task"):
         ZeroShotEval(tasks=["lambada"], data={"lambada": "x.jsonl", "piqa": "y.jsonl"})
+
+
+def test_eval_settings_that_would_do_nothing_are_refused(tmp_path: Path) -> None:
+    """eval.py task_limit=5 with no tasks used to run the val loss alone without a word; the rule is the one
+    callbacks.zero_shot.limit follows in training (gptlab.runtime.option_relevance.tasks_only)."""
+    cfg = compose_config(["ckpt_path=/nonexistent.ckpt", "task_limit=5", "trainer.accelerator=cpu",
+                          f"paths.output_dir={tmp_path}"], config_name="eval")
+    with pytest.raises(ConfigError, match=r"task_limit=5 has no effect: it matters only when tasks is not empty"):
+        evaluate(cfg)
+    cfg = compose_config(["ckpt_path=/nonexistent.ckpt", "trainer.limit_val_batches=0", "trainer.accelerator=cpu",
+                          f"paths.output_dir={tmp_path}"], config_name="eval")
+    with pytest.raises(ConfigError, match=r"trainer.limit_val_batches=0 scores no validation batch, so val_loss=true "
+                                          r"would compute nothing"):  # was an IndexError after loading the model
+        evaluate(cfg)

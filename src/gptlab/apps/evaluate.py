@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.apps.build import instantiate_trainer
 from gptlab.atomic import atomic_write_text
-from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
+from gptlab.checkpoint.reader import check_tokenizer_fits, check_tokenizer_matches, load_model, recorded_tokenizer
 from gptlab.config.check import check_fields, check_node
 from gptlab.config.checks import boolean, positive_int, writable_dir
 from gptlab.config.rules import windows_fit_the_context
@@ -25,6 +25,7 @@ from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.runtime import quiet
 from gptlab.runtime.guards import check_devices
+from gptlab.runtime.option_relevance import EVAL_RULES, eval_defaults, ignored_options
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
@@ -45,17 +46,14 @@ def check_eval_config(cfg: DictConfig) -> None:
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     check_eval_config(cfg)
     tasks = check_tasks(cfg.tasks if isinstance(cfg.tasks, str) else list(cfg.tasks))
+    ignored_options(cfg, in_sweep_job=False, rules=EVAL_RULES, defaults=eval_defaults())
     if not tasks and not cfg.val_loss:
         raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
                           "or val_loss=true.")
     model, hparams = load_model(cfg.ckpt_path)
     trained_tokenizer = recorded_tokenizer(hparams)
     tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
-    if trained_tokenizer is not None and trained_tokenizer != tokenizer_cfg:
-        raise ConfigError(
-            f"the checkpoint was trained with tokenizer {trained_tokenizer} but eval has {tokenizer_cfg}; "
-            "pass the training run's tokenizer=... override."
-        )
+    check_tokenizer_matches(trained_tokenizer, tokenizer_cfg, "pass the training run's tokenizer=... override")
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     check_tokenizer_fits(tokenizer, model, "tokenizer=... override")
     # Task data first: a missing dataset fails before minutes of validation, not after.

@@ -163,6 +163,15 @@ def recorded_tokenizer(hparams: dict[str, Any]) -> Optional[dict[str, Any]]:
     return (hparams.get("run") or {}).get("tokenizer")
 
 
+def check_tokenizer_matches(recorded: Optional[dict[str, Any]], given: Optional[dict[str, Any]], fix: str) -> None:
+    """A model reads token ids, so a tokenizer other than the one it was trained with feeds it other text and decodes
+    its output to garbage (eval.py and sample.py alike). `recorded` None: the model does not say (nothing to check);
+    `given` None: the recorded one will be used. `fix` says what to pass instead."""
+    if recorded is not None and given is not None and recorded != given:
+        raise ConfigError(f"the checkpoint was trained with tokenizer {recorded} but this run has {given}: its ids "
+                          f"would stand for other text; {fix}.")
+
+
 def check_tokenizer_fits(tokenizer: Any, model: GPT, fix: str) -> None:
     """A tokenizer with more ids than the model's embedding rows would index past them; `fix` says what to pass."""
     if tokenizer.vocab_size > model.config.vocab_size:

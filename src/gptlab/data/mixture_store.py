@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from gptlab.data.mixture import FIELD, Mixture
 from gptlab.data.mixture_windows import MixedWindows
 from gptlab.data.position import TrainPosition
-from gptlab.data.stores import STORES, DataSettings, TokenStore, WindowStore
+from gptlab.data.stores import DATA_IDENTITY, STORES, DataSettings, TokenStore, WindowStore, check_same_tokens
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError
@@ -57,7 +57,7 @@ class MixtureStore(TokenStore):
             return
         s, trains = self.settings, []
         for i, (name, part) in enumerate(self.parts.items()):
-            tokens = part.load()
+            tokens = part.tokens = part.load()  # kept on the part too: its identity() reads them
             seed = int(np.random.SeedSequence([s.seed, i]).generate_state(1)[0])  # each source its own draws
             per_source = max(1, (len(tokens["train"]) - 1) // s.block_size)
             if s.sampling == "random":
@@ -91,6 +91,8 @@ class MixtureStore(TokenStore):
 
     def state_dict(self, trainer: Any) -> dict[str, Any]:
         state = self.position.state_dict(trainer)
+        if state and self.train_set is not None:
+            state[DATA_IDENTITY] = {name: part.identity() for name, part in self.parts.items()}
         return {**state, "mixture": {"weights": dict(self.mixture.weights), "windows": self.windows_seen(trainer)}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -105,4 +107,9 @@ class MixtureStore(TokenStore):
                 f"the checkpoint's mixture has weights {saved['weights']} but this run has {self.mixture.weights}; "
                 f"resume with the same {FIELD} (sources and weights), or start a new run to change the mixture."
             )
-        self.position.load_state_dict({k: v for k, v in state.items() if k != "mixture"})
+        identity = state.get(DATA_IDENTITY)  # None: a checkpoint from before it was saved
+        if identity is not None and self.train_set is not None:
+            for name, part in self.parts.items():
+                if name in identity:
+                    check_same_tokens(identity[name], part.identity(), f"the mixture's source {name!r}")
+        self.position.load_state_dict({k: v for k, v in state.items() if k not in ("mixture", DATA_IDENTITY)})

@@ -148,6 +148,11 @@ def _end_pool(pool: Any, window: deque) -> None:
 
 def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float) -> None:
     """Both splits must hold tokens: fail naming the source and the setting to change."""
+    if not tokens["train"] and tokens["val"]:
+        raise ConfigError(
+            f"no document of {what} fell into the train split: data.val_fraction={val_fraction} holds out "
+            f"(nearly) every document for validation; lower data.val_fraction (e.g. {min(0.1, val_fraction / 2):g})."
+        )
     if not tokens["train"]:
         raise ConfigError(f"the source {what} holds no text; check its paths, split and text field.")
     if not tokens["val"]:

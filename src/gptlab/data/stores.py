@@ -11,6 +11,8 @@ position saved for exact resume); streaming saves the stream's position per work
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from gptlab.data.position import TrainPosition, pin_memory
-from gptlab.data.prepare import load_prepared, prepare
+from gptlab.data.prepare import load_prepared, prepare, prepared_dir, read_json
 from gptlab.data.shards import token_dtype
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.streaming import StreamingWindows
@@ -30,6 +32,7 @@ from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
 from gptlab.errors import ConfigError
 
 SAMPLING = ("random", "epoch")
+DATA_IDENTITY = "data"  # the key of the train tokens' identity in a window store's saved state
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,19 @@ class TokenStore(ABC):
                           persistent_workers=workers > 0, pin_memory=pin_memory(trainer))
 
 
+def check_same_tokens(saved: dict[str, Any], now: dict[str, Any], what: str) -> None:
+    """A saved data position counts windows of the train tokens `saved` describes: refuse to continue it on others."""
+    if saved != now:
+        raise ConfigError(
+            f"the checkpoint's data position counts windows of other train tokens than {what} now holds "
+            f"({saved['train_tokens']} tokens, sha256 {saved['sha256'][:12]} then; {now['train_tokens']} tokens, "
+            f"sha256 {now['sha256'][:12]} now): the source was changed and tokenized again since, so continuing "
+            "would train on other text than the position says. Restore the source as it was (its data is prepared "
+            "again to the same tokens) to continue this run; or start over on the new data with resume=restart, or "
+            "with a new hydra.run.dir."
+        )
+
+
 class WindowStore(TokenStore):
     """Train and val token arrays cut into windows: random starts (nanoGPT) or an epoch of non-overlapping
     windows, dealt disjointly to ranks; the epoch and batch reached are the resume position."""
@@ -104,6 +120,7 @@ class WindowStore(TokenStore):
         super().__init__(source, tokenizer, settings)
         self.tokens: Optional[dict[str, Any]] = None
         self.position = TrainPosition()
+        self._identity: Optional[dict[str, Any]] = None
 
     @abstractmethod
     def load(self) -> dict[str, Any]:
@@ -130,8 +147,22 @@ class WindowStore(TokenStore):
     def val_dataloader(self, trainer: Any) -> DataLoader:
         return self._loader(self.val_set, trainer)
 
+    def train_digest(self) -> str:
+        """sha256 of the train tokens (the prepared store reads its shards' from the manifest)."""
+        assert self.tokens is not None
+        return hashlib.sha256(np.ascontiguousarray(self.tokens["train"])).hexdigest()
+
+    def identity(self) -> dict[str, Any]:
+        """What the train tokens are, saved beside the data position: a position counts windows of these tokens,
+        so continuing it over other ones (the sources edited and prepared again) trains on other text."""
+        if self._identity is None:
+            assert self.tokens is not None
+            self._identity = {"train_tokens": len(self.tokens["train"]), "sha256": self.train_digest()}
+        return self._identity
+
     def state_dict(self, trainer: Any) -> dict[str, Any]:
-        return self.position.state_dict(trainer)
+        position = self.position.state_dict(trainer)
+        return {**position, DATA_IDENTITY: self.identity()} if position and self.tokens is not None else position
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "stream" in state:
@@ -139,6 +170,10 @@ class WindowStore(TokenStore):
         if "mixture" in state:
             raise ConfigError("the checkpoint was trained on a mixture (data.source.sources) but this run reads one "
                               "corpus; resume with the mixture's data= config.")
+        state = dict(state)
+        saved = state.pop(DATA_IDENTITY, None)  # None: a checkpoint from before it was saved
+        if saved is not None and self.tokens is not None:
+            check_same_tokens(saved, self.identity(), f"data.store={self.name}")
         self.position.load_state_dict(state)
 
 
@@ -179,6 +214,12 @@ class PreparedStore(WindowStore):
 
     def load(self) -> dict[str, Any]:
         return load_prepared(self.settings.cache_dir, self.tokenizer, self.settings.verify_sha256)
+
+    def train_digest(self) -> str:
+        """From the manifest's shard checksums: hashing the memmapped shards again would cost a read of them all."""
+        manifest = read_json(prepared_dir(self.settings.cache_dir, self.tokenizer) / "manifest.json")
+        shards = [shard["sha256"] for shard in manifest["splits"]["train"]["shards"]]
+        return hashlib.sha256(json.dumps(shards).encode()).hexdigest()
 
 
 class StreamingStore(TokenStore):

@@ -9,14 +9,15 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.checkpoint.reader import check_tokenizer_matches, recorded_tokenizer, resolve_checkpoint
 from gptlab.checkpoint.reader import load_model as load_checkpoint_model
-from gptlab.checkpoint.reader import recorded_tokenizer, resolve_checkpoint
 from gptlab.config.checks import boolean, check_table, integer, non_negative_int, number, optional, positive_int
 from gptlab.errors import ConfigError
 from gptlab.interop import from_pretrained
 from gptlab.interop.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
 from gptlab.runtime.devices import check_device
+from gptlab.runtime.option_relevance import SAMPLE_RULES, ignored_options, sampling_defaults
 
 
 def is_hf_directory(path: str) -> bool:
@@ -34,8 +35,10 @@ def load_model(path: str) -> tuple[GPT, Any]:
 
 
 def load_tokenizer(cfg: DictConfig, recorded: Any) -> Any:
-    """The tokenizer named in cfg, else the one the model was trained with."""
+    """The tokenizer named in cfg (only the one the model was trained with, where it says), else that one."""
     if cfg.get("tokenizer") is not None:
+        check_tokenizer_matches(recorded, OmegaConf.to_container(cfg.tokenizer, resolve=True),
+                                "leave tokenizer out: sample.py then uses the one the model was trained with")
         return hydra.utils.instantiate(cfg.tokenizer)
     if recorded is None:
         raise ConfigError(f"no tokenizer for ckpt_path={cfg.ckpt_path!r}: it does not record the one it was trained "
@@ -80,6 +83,7 @@ def sample(cfg: DictConfig) -> list[str]:
         raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
     device = check_device("device", cfg.device)  # before the model is loaded: torch's own error is an assertion
     check_table("", {k: cfg.get(k) for k in SAMPLE}, SAMPLE)
+    ignored_options(cfg, in_sweep_job=False, rules=SAMPLE_RULES, defaults=sampling_defaults())
     if not is_hf_directory(cfg.ckpt_path):
         cfg.ckpt_path = str(resolve_checkpoint(cfg.ckpt_path))  # a run dir: its newest checkpoint that loads
     model, trained_with = load_model(cfg.ckpt_path)

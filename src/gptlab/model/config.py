@@ -153,11 +153,8 @@ class GPTConfig:
                 raise ConfigError(f"model.{name}={value!r} must be a number > {low}.")
             if high is not None and value > high:
                 raise ConfigError(f"model.{name}={value!r} must be in (0, {high}].")
-        if self.pos_emb == "rope" and self.rotary_dim < 2:
-            raise ConfigError(
-                f"model.rope_fraction={self.rope_fraction} of head_dim rotates {self.rotary_dim} dimensions; "
-                "RoPE rotates pairs: raise model.rope_fraction or model.head_dim."
-            )
+        if self.pos_emb == "rope":
+            self._check_rotary_dims()
         if not isinstance(self.qk_norm, bool):
             raise ConfigError(f"model.qk_norm={self.qk_norm!r} must be true or false.")
         z = self.z_loss
@@ -168,10 +165,36 @@ class GPTConfig:
             raise ConfigError(f"model.logit_softcap={cap!r} must be a positive number (Gemma 2: 30), or null.")
 
     @property
+    def qk_head_dim(self) -> int:
+        """D_K: head_dim, or n_embd / n_head when it is not set."""
+        return self.head_dim if self.head_dim is not None else self.n_embd // self.n_head
+
+    @property
     def rotary_dim(self) -> int:
-        """R: how many dimensions of each query/key head RoPE rotates, an even number (rope_fraction of D_K)."""
-        head_dim = self.head_dim if self.head_dim is not None else self.n_embd // self.n_head
-        return int(head_dim * self.rope_fraction) // 2 * 2
+        """R: how many dimensions of each query/key head RoPE rotates, exactly rope_fraction * D_K (an even number:
+        `_check_rotary_dims` refuses a fraction that lands between pairs)."""
+        return round(self.qk_head_dim * self.rope_fraction)
+
+    def _check_rotary_dims(self) -> None:
+        """RoPE rotates pairs of dims, so rope_fraction * D_K must be an even count >= 2; anything else used to be
+        rounded down in silence (0.3 of 64 rotated 18 dims, a head_dim of 7 rotated 6)."""
+        D = self.qk_head_dim
+        dims = D * self.rope_fraction
+        if abs(dims - round(dims)) < 1e-6 and round(dims) % 2 == 0 and round(dims) >= 2:
+            return
+        head = f"model.head_dim={self.head_dim}" if self.head_dim is not None else \
+            f"head_dim n_embd / n_head = {D}"
+        below, above = int(dims) // 2 * 2, int(dims) // 2 * 2 + 2
+        fractions = [f"{k / D!r} ({k} of {D} dims)" for k in (below, above) if 2 <= k <= D]
+        ways = [f"model.rope_fraction={' or '.join(fractions)}"] if fractions else []
+        if self.rope_fraction == 1.0:
+            ways.append(f"an even model.head_dim ({D - 1 if D % 2 else D - 2} or {D + 1 if D % 2 else D + 2})")
+        else:
+            ways.append("another model.head_dim")
+        raise ConfigError(
+            f"model.rope_fraction={self.rope_fraction} of {head} is {dims:g} dimensions, but RoPE rotates whole pairs: "
+            f"rope_fraction x head_dim must be an even number >= 2. Use {', or '.join(ways)}."
+        )
 
     def _validate_attention(self) -> None:
         pattern = self.attn_pattern

@@ -13,8 +13,8 @@ on CPU it has no backward); `flash` is FlashAttention's own sliding window (the 
 bf16/fp16, local layers). `auto` picks per call, see `resolve_impl`. `attend` is the one dispatcher: a
 position scheme that biases the scores (ALiBi) passes a `ScoreBias`, which each kernel adds in its own layout.
 With document masking (model/documents.py) `attend` also ANDs the pattern with "same document": on GPUs through
-FlexAttention with a per-batch block mask, elsewhere through SDPA with the explicit (B, 1, T, T) mask (exact on
-every device; the chunked kernels cut the sequence into blocks that do not follow documents, so they are not used).
+FlexAttention with a per-batch block mask; elsewhere the kernel the layer would use without documents, the chunked
+kernels with "same document" added to each block's mask (O(T*w) still), `sdpa` with the explicit (B, 1, T, T) mask.
 """
 
 from __future__ import annotations
@@ -142,11 +142,17 @@ def _attend_documents(
     dropout_p: float, bias: Optional[ScoreBias], documents: Documents, needs_grad: bool,
 ) -> torch.Tensor:
     """`attend` within documents: FlexAttention where `auto` would use it for any kind (a GPU, no dropout) or
-    attn_impl=flex asks for it; otherwise SDPA with the kind's pattern AND same document as an explicit mask."""
+    attn_impl=flex asks for it; the chunked kernel where the layer would use it without documents (attn_impl=chunked,
+    or auto's choice), with "same document" in its block masks; otherwise SDPA with the kind's pattern AND same
+    document as an explicit (B, 1, T, T) mask."""
     wants_flex = impl == "flex" or (impl == "auto" and q.device.type == "cuda" and flex_available())
     sees = ATTENTION_KINDS[kind].sees
     if wants_flex and _usable_kernel("flex", impl, dropout_p, needs_grad, q.device) == "flex":
         return flex(q, k, v, kind, window, scale, bias, block_mask=documents.block_mask(kind, window, sees))
+    chosen = resolve_impl(impl, kind, q.shape[-2], window, q.device)
+    chunked = ATTENTION_KINDS[kind].chunked
+    if chunked is not None and (chosen == "chunked" or (chosen == "flex" and impl == "auto")):
+        return chunked(q, k, v, window, scale, dropout_p, bias=bias, ids=documents.ids)
     allowed = documents.mask(kind, window, sees)  # (B, 1, T, T)
     mask = allowed
     if bias is not None:  # the bias of the whole window, with -inf also across documents
@@ -208,6 +214,7 @@ def chunked_local(
     dropout_p: float,
     bias: Optional[ScoreBias] = None,
     query_block: Optional[int] = None,
+    ids: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Local attention in blocks of c queries, each against the w + c keys that can reach it.
 
@@ -219,10 +226,12 @@ def chunked_local(
     does 1.5x the band where c = w did 2x, for keys gathered (w + c)/c times instead of twice, with one
     index_select per tensor (a view where it can be). Keys before position 0 are clamped to 0 and masked; a
     last, partial query block is padded and its padded queries are cut off, so they pass no gradient back.
-    A score bias is added to the band mask: inside a block, i - j is the same for every block.
-    On CUDA (query_block unset) the blocks are `local_block_pairs`' instead.
+    A score bias is added to the band mask: inside a block, i - j is the same for every block. With document ids
+    (B, T), keys of other documents are masked in each block too (padded queries take the last id, so every row
+    keeps a key and no NaN reaches the backward).
+    On CUDA (query_block unset, no document ids) the blocks are `local_block_pairs`' instead.
     """
-    if q.device.type == "cuda" and query_block is None:
+    if q.device.type == "cuda" and query_block is None and ids is None:
         return local_block_pairs(q, k, v, window, scale, dropout_p, bias)
     B, H, T, _ = q.shape
     w = min(window, T)  # a band wider than the sequence is plain causal attention
@@ -240,6 +249,10 @@ def chunked_local(
                          lambda: _band_mask(B, n, c, w, window, q.device, q.dtype))
     if bias is not None:
         mask = mask + bias.band(c, w, q.device, q.dtype)
+    if ids is not None:
+        q_ids = torch.cat([ids, ids[:, -1:].expand(B, n * c - T)], dim=1).view(B * n, 1, c, 1)
+        k_ids = ids.index_select(1, index).view(B * n, 1, 1, w + c)
+        mask = mask.masked_fill(q_ids != k_ids, float("-inf"))
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, dropout_p=dropout_p)
     return out.transpose(1, 2).reshape(B, n * c, H, -1)[:, :T].transpose(1, 2)  # (B, H, T, D_V)
 
@@ -354,14 +367,15 @@ def _band_mask(
 
 def chunked_strided(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: Optional[float], dropout_p: float,
-    bias: Optional[ScoreBias] = None,
+    bias: Optional[ScoreBias] = None, ids: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Strided attention as causal attention within each residue class of positions mod w.
 
     Query i sees j <= i with j ≡ i (mod w): write i = n w + r; the keys are r, w + r, ..., i, a causal
     prefix of the sequence of positions with the same r. Laying the (padded) sequence out as w sequences
     of length T/w turns the pattern into w small dense causal problems: O(T^2 / w) work. Padding goes at
-    the end, after every real position, so causal masking hides it.
+    the end, after every real position, so causal masking hides it. With document ids (B, T) the causal mask of
+    each residue class also requires the same document (padding gets an id of its own).
     """
     B, H, T, _ = q.shape
     n_rows = -(-T // window)
@@ -372,12 +386,28 @@ def chunked_strided(
         return t.flatten(1, 2)
 
     mask = None if bias is None else bias.strided(n_rows, window, q.device, q.dtype)  # causal, with the bias
+    if ids is not None:
+        mask = _strided_documents(ids, n_rows, window, H, mask)
     out = F.scaled_dot_product_attention(
         by_residue(q), by_residue(k), by_residue(v), attn_mask=mask, is_causal=mask is None, scale=scale,
         dropout_p=dropout_p,
     )
     out = out.unflatten(1, (H, window)).transpose(2, 3).flatten(2, 3)  # back to (B, H, padded T, D_V)
     return out[:, :, :T]
+
+
+def _strided_documents(ids: torch.Tensor, n_rows: int, window: int, H: int,
+                       mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """chunked_strided's (B, H w, n, n) mask: causal within each residue class AND same document; `mask`: the
+    additive causal mask with a score bias, or None for plain causal."""
+    B, T = ids.shape
+    by_residue = F.pad(ids, (0, n_rows * window - T), value=-1).view(B, n_rows, window).transpose(1, 2)
+    same = by_residue[..., :, None] == by_residue[..., None, :]  # (B, w, n, n)
+    same = same[:, None].expand(B, H, window, n_rows, n_rows).reshape(B, H * window, n_rows, n_rows)
+    if mask is None:
+        causal = torch.ones(n_rows, n_rows, dtype=torch.bool, device=ids.device).tril()
+        return same & causal
+    return mask.masked_fill(~same, float("-inf"))
 
 
 def flex_available() -> bool:

@@ -73,3 +73,22 @@ def finished_sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[dict[str, 
     summary = json.loads(path.read_text())
     max_steps = cfg.trainer.get("max_steps", -1)
     return summary if max_steps is None or max_steps < 0 or summary.get("global_step", 0) >= max_steps else None
+
+
+def check_sweep_is_multirun(config: DictConfig) -> None:
+    """A config that carries a sweep (an experiment's or hparams_search's `hydra.sweeper.params`) runs as one job
+    without -m: Hydra drops the sweep in silence. Refused unless every swept key is pinned on the command line, which
+    runs one job of the sweep on purpose (`experiment=ablate_gpt2_to_llama +rung=swiglu`)."""
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    task = list(OmegaConf.select(config, "hydra.overrides.task") or [])
+    pinned = {arg.split("=", 1)[0].lstrip("+~") for arg in task}
+    unpinned = {key: value for key, value in params.items() if key.lstrip("+~") not in pinned}
+    if not unpinned:
+        return
+    source = next((arg for arg in task if arg.split("=", 1)[0] in ("experiment", "hparams_search")),
+                  "hydra.sweeper.params")
+    swept = "; ".join(f"{key} over {value}" for key, value in unpinned.items())
+    one_job = " ".join(f"{key}={str(value).split(',')[0]}" for key, value in unpinned.items())
+    raise ConfigError(f"{source} sweeps {swept} (hydra.sweeper.params), which only a multirun launches: without -m "
+                      f"this would train one job and drop the sweep. Add -m to run the sweep, or pin the swept "
+                      f"keys to run one job of it (e.g. {one_job}).")

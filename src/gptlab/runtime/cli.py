@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -29,11 +30,27 @@ def is_rank_zero() -> bool:
 
 
 def resume_command(err: PreemptedError) -> str:
-    """The command line that continues a preempted run in its own dir."""
+    """The command line that continues a preempted run in its own dir. A sweep job's is the command of that one job:
+    its own overrides (`seed=2`, not the sweep's `seed=1,2,3`, which only -m accepts), run in its job dir."""
+    from gptlab.runs.sweep_jobs import in_sweep_job
+
     run_dir = Path(err.checkpoint).resolve().parent.parent
     dropped = ("hydra.run.dir=", "resume=", "ckpt_path=", "-m", "--multirun")
-    kept = [a for a in sys.argv[1:] if not a.startswith(dropped)]
-    return shlex.join(["python", sys.argv[0], *kept, "resume=auto", f"hydra.run.dir={run_dir}"])
+    given = sys.argv[1:]
+    if in_sweep_job():
+        from hydra.core.hydra_config import HydraConfig
+
+        given = list(HydraConfig.get().overrides.task)
+    kept = [a for a in given if not a.startswith(dropped)]
+    return shlex.join(["python", sys.argv[0], *kept, "resume=auto", f"hydra.run.dir={hydra_value(str(run_dir))}"])
+
+
+def hydra_value(text: str) -> str:
+    """`text` as a Hydra override value: quoted where Hydra's grammar would read a character of it as syntax
+    (`=`, `,`, spaces, brackets, ...), e.g. a sweep job dir named `model.norm=post`."""
+    if re.fullmatch(r"[\w./@%+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 class ArgumentParser(argparse.ArgumentParser):

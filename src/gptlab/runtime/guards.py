@@ -80,6 +80,17 @@ def check_devices(trainer_cfg: Any) -> None:
         )
 
 
+def fsdp_gpus(est: MemoryEstimate, accelerator: str, free: float) -> int:
+    """The fewest GPUs of this machine over which FSDP's sharding of the states would make the run fit (0: none
+    would: a CPU run, one GPU, or activations that alone exceed the memory, which sharding does not divide)."""
+    if accelerator == "cpu" or est.sharded_over != 1:
+        return 0
+    for gpus in range(2, gpu_count() + 1):
+        if est.states / gpus + est.activations + PROCESS_OVERHEAD_BYTES <= free:
+            return gpus
+    return 0
+
+
 def check_memory(
     model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
     activation_checkpointing: Optional[bool] = None,
@@ -94,9 +105,12 @@ def check_memory(
         knobs = [] if fits is None else \
             [f"data.batch_size={fits} (micro-batch; global_batch_tokens keeps the step)"]
         if not activation_checkpointing:
-            knobs.append("runtime.activation_checkpointing=true")
-        if est.sharded_over == 1:
-            knobs.append("trainer=fsdp (shards weights, gradients and Adam states over the GPUs)")
+            checkpointed = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, True)
+            knobs.append(f"runtime.activation_checkpointing=true (about {checkpointed.total / GB:,.1f} GB)")
+        gpus = fsdp_gpus(est, accelerator, free)
+        if gpus:
+            knobs.append(f"trainer=fsdp trainer.devices={gpus} (shards weights, gradients and Adam states over the "
+                         "GPUs)")
         knobs.append("a smaller model.block_size or model")
         raise ConfigError(
             f"this run needs about {est.total / GB:,.1f} GB but {where} is {free / GB:,.1f} GB: "

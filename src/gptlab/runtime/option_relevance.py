@@ -14,15 +14,19 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.callbacks import TextSamples, ZeroShotEval
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
+from gptlab.model.generation import SamplingOptions
 
 Get = Callable[[str], Any]  # a dotted key of the train config -> its value (None if absent)
 SPARSE = ("local", "strided")
+ALL_VAL_BATCHES = 1.0  # trainer.limit_val_batches that asks for nothing: every validation batch
+CALLBACK_SCHEMAS = {"text_samples": TextSamples, "zero_shot": ZeroShotEval}  # rows read their defaults
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class OnlyWhen:
     shown: tuple[str, ...]  # the keys the condition reads, quoted in the message
     warn: bool = False  # True: a warning even in a single run
     effect: str = "has no effect"  # what happens to the option's value when the condition does not hold
+    says: str = ""  # the whole message instead of the one made from the fields above ({value} is the option's value)
 
 
 def _sparse_layers(get: Get) -> bool:
@@ -51,6 +56,26 @@ def _warmup_ends(get: Get) -> bool:
     max_steps = get("trainer.max_steps")
     return max_steps is None or max_steps < 0 or max_steps <= SMOKE_RUN_STEPS \
         or get("scheduler.warmup_steps") < max_steps
+
+
+def _validates(get: Get) -> bool:
+    return get("trainer.limit_val_batches") != 0
+
+
+def greedy_ignores(prefix: str, options: tuple[str, ...]) -> tuple[OnlyWhen, ...]:
+    """Temperature 0 is greedy decoding (eq. 11): the argmax, which no top-k or nucleus filter changes. One rule for
+    every place that samples: the training samples (callbacks.text_samples) and sample.py."""
+    temperature = f"{prefix}temperature"
+    return tuple(OnlyWhen(f"{prefix}{name}", f"{temperature} > 0 ({temperature}=0 is greedy decoding, the argmax, "
+                          f"which {name} does not change)", lambda g: (g(temperature) or 0) > 0, (temperature,))
+                 for name in options)
+
+
+def tasks_only(prefix: str, options: tuple[str, ...]) -> tuple[OnlyWhen, ...]:
+    """Zero-shot task settings do nothing without tasks to score: one rule for eval.py and callbacks.zero_shot."""
+    tasks = f"{prefix}tasks"
+    return tuple(OnlyWhen(f"{prefix}{name}", f"{tasks} is not empty (e.g. {tasks}=[lambada])",
+                          lambda g: bool(g(tasks)), (tasks,)) for name in options)
 
 
 RULES: tuple[OnlyWhen, ...] = (
@@ -78,6 +103,23 @@ RULES: tuple[OnlyWhen, ...] = (
     OnlyWhen("scheduler.warmup_steps", f"scheduler.warmup_steps < trainer.max_steps (a run of more than "
              f"{SMOKE_RUN_STEPS} steps)", _warmup_ends,
              ("trainer.max_steps",), warn=True, effect="never ends (the lr never reaches its peak, optimizer.lr)"),
+    OnlyWhen("trainer.limit_val_batches", "trainer.limit_val_batches > 0", _validates, (), warn=True,
+             says="trainer.limit_val_batches={value!r} turns validation off: no val/loss is computed, the summary's "
+                  "best_val_loss stays null, and checkpoints are not chosen by val/loss (only last.ckpt is kept); "
+                  "leave trainer.limit_val_batches out (1.0) or give it a number of batches > 0."),
+    *greedy_ignores("callbacks.text_samples.", ("top_k",)),
+    *tasks_only("callbacks.zero_shot.", ("limit", "every_n_steps")),
+)
+
+# sample.py's options (conf/sample.yaml): the same sampling rule, refused there (a single run).
+SAMPLE_RULES: tuple[OnlyWhen, ...] = greedy_ignores("", ("top_k", "top_p"))
+
+# eval.py's options (conf/eval.yaml).
+EVAL_RULES: tuple[OnlyWhen, ...] = (
+    *tasks_only("", ("task_limit",)),
+    OnlyWhen("trainer.limit_val_batches", "val_loss=false", lambda g: not g("val_loss") or _validates(g), ("val_loss",),
+             says="trainer.limit_val_batches={value!r} scores no validation batch, so val_loss=true would compute "
+                  "nothing."),
 )
 
 
@@ -90,23 +132,39 @@ def neutral_defaults() -> dict[str, Any]:
              if f.default is not dataclasses.MISSING}
     data = {f"data.{name}": p.default for name, p in inspect.signature(GPTDataModule.__init__).parameters.items()
             if p.default is not inspect.Parameter.empty}
-    return {**model, **data, "optimizer.nesterov": False, "scheduler.warmup_steps": 0}
+    callbacks = {f"callbacks.{name}.{f.name}": f.default for name, schema in CALLBACK_SCHEMAS.items()
+                 for f in dataclasses.fields(schema) if f.default is not dataclasses.MISSING}
+    return {**model, **data, **callbacks, "optimizer.nesterov": False, "scheduler.warmup_steps": 0,
+            "trainer.limit_val_batches": ALL_VAL_BATCHES}
 
 
-def ignored_options(cfg: DictConfig, in_sweep_job: bool) -> list[str]:
-    """Raises ConfigError for the first refused row; returns the warnings (one line per ignored option)."""
+def eval_defaults() -> dict[str, Any]:
+    """eval.py's neutral values (conf/eval.yaml): no task limit, all val batches."""
+    return {"task_limit": None, "trainer.limit_val_batches": ALL_VAL_BATCHES}
+
+
+def sampling_defaults() -> dict[str, Any]:
+    """sample.py's neutral values: the decoder's own (no filter)."""
+    return {f.name: f.default for f in dataclasses.fields(SamplingOptions)}
+
+
+def ignored_options(cfg: DictConfig, in_sweep_job: bool, rules: tuple[OnlyWhen, ...] = RULES,
+                    defaults: Optional[dict[str, Any]] = None) -> list[str]:
+    """Raises ConfigError for the first refused row of `rules` (the train config's unless told); returns the
+    warnings (one line per ignored option). `defaults`: the neutral values, neutral_defaults() unless told."""
     def get(key: str) -> Any:
         value = OmegaConf.select(cfg, key, default=None)
         return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
-    defaults = neutral_defaults()
+    defaults = neutral_defaults() if defaults is None else defaults
     warnings = []
-    for rule in RULES:
+    for rule in rules:
         value = get(rule.option)
         if value is None or value == defaults.get(rule.option) or rule.holds(get):
             continue
         now = ", ".join(f"{key}={get(key)!r}" for key in rule.shown)
-        message = f"{rule.option}={value!r} {rule.effect}: it matters only when {rule.condition}; here {now}."
+        message = rule.says.format(value=value) if rule.says else \
+            f"{rule.option}={value!r} {rule.effect}: it matters only when {rule.condition}; here {now}."
         if rule.warn or in_sweep_job:
             warnings.append(message)
         else:

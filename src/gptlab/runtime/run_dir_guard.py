@@ -54,12 +54,14 @@ class GuardRunDir(Callback):
         from gptlab.checkpoint.reader import check_resumable
         from gptlab.config.checks import writable_dir
         from gptlab.runs.resume import finished_run, resume_checkpoint
+        from gptlab.runs.sweep_jobs import check_sweep_is_multirun
         from gptlab.runtime.early_checks import check_before_run
         from gptlab.runtime.strategies import uses_fsdp
 
         run_dir = Path(os.path.abspath(config.hydra.run.dir))
         task = _task_config(config, run_dir)
         try:
+            check_sweep_is_multirun(config)  # on_run_start: Hydra runs this config as one job
             writable_dir("hydra.run.dir", config.hydra.run.dir)  # as CheckOutputDir, which may run after this
             checked = check_before_run(task)
         except Exception as err:

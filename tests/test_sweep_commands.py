@@ -1,0 +1,64 @@
+"""A sweep is a multirun or nothing: a config carrying hydra.sweeper.params without -m is refused (it used to run
+one job and drop the sweep), and a preempted sweep job's "Continue with:" command is that job's, runnable as printed
+(the sweep's `seed=1,2,3` is a multirun-only value)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import CONF_DIR, TINY, run_train
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import open_dict
+
+from gptlab.errors import ConfigError, PreemptedError
+from gptlab.runs.sweep_jobs import check_sweep_is_multirun
+from gptlab.runtime.cli import resume_command
+
+
+def _with_hydra(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose("train", overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_an_experiments_sweep_without_multirun_is_refused(tmp_path: Path) -> None:
+    done = run_train(["experiment=ablate_norm", f"hydra.run.dir={tmp_path / 'run'}", *TINY])
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert ("gptlab: error: experiment=ablate_norm sweeps model.norm over pre,post (hydra.sweeper.params), which "
+            "only a multirun launches") in done.stderr
+    assert "Add -m" in done.stderr and "model.norm=pre" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_one_job_of_a_sweep_runs_when_its_swept_keys_are_pinned() -> None:
+    check_sweep_is_multirun(_with_hydra(["experiment=ablate_gpt2_to_llama", "+rung=swiglu"]))  # docs/ladder.md
+    check_sweep_is_multirun(_with_hydra(["experiment=ablate_norm", "model.norm=post"]))
+    check_sweep_is_multirun(_with_hydra([]))
+    with pytest.raises(ConfigError, match=r"sweeps \+rung over gpt2,rope"):
+        check_sweep_is_multirun(_with_hydra(["experiment=ablate_gpt2_to_llama"]))
+
+
+def test_a_preempted_sweep_jobs_continue_command_runs_as_printed(monkeypatch, tmp_path: Path) -> None:
+    job_dir = tmp_path / "sweep" / "seed=2"
+    monkeypatch.setattr(sys, "argv", ["src/train.py", "-m", "seed=1,2,3", "trainer.max_steps=3"])
+    cfg = _with_hydra(["seed=2", "trainer.max_steps=3"])  # the job's own overrides, as Hydra hands a job
+    with open_dict(cfg):
+        cfg.hydra.mode = RunMode.MULTIRUN
+    HydraConfig.instance().set_config(cfg)
+    try:
+        command = resume_command(PreemptedError(15, 3, job_dir / "checkpoints" / "preempted.ckpt"))
+    finally:
+        HydraConfig.instance().cfg = None
+    args = shlex.split(command)[2:]
+    assert args == ["seed=2", "trainer.max_steps=3", "resume=auto", f"hydra.run.dir='{job_dir.resolve()}'"]
+    assert not any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(args))
