@@ -28,9 +28,10 @@ TOKENS_PER_STEP = 128
 
 def make_job(sweep: Path, index: int, overrides: dict[str, str], losses: list[float], steps: list[int] | None = None,
              model: dict | None = None, extra: dict | None = None, walltimes: list[float] | None = None,
-             steps_done: bool = False) -> Path:
-    """A finished job as train.py leaves it: summary, Hydra overrides, resolved config and val/loss events; by
-    default as runs before gptlab.train.step_axis wrote them (Lightning's step, one behind the steps done)."""
+             steps_done: bool = False, scalars: dict[str, list[tuple[int, float]]] | None = None) -> Path:
+    """A finished job as train.py leaves it: summary, Hydra overrides, resolved config and val/loss events (and
+    any other `scalars`, {tag: [(Lightning step, value)]}); by default as runs before gptlab.train.step_axis wrote
+    them (Lightning's step, one behind the steps done)."""
     from torch.utils.tensorboard import SummaryWriter
 
     job = sweep / str(index)
@@ -43,6 +44,9 @@ def make_job(sweep: Path, index: int, overrides: dict[str, str], losses: list[fl
     writer = SummaryWriter(log_dir=str(job / "tensorboard"), filename_suffix=STEPS_DONE_SUFFIX if steps_done else "")
     for i, (step, loss) in enumerate(zip(steps, losses)):
         writer.add_scalar("val/loss", loss, global_step=step, walltime=None if walltimes is None else walltimes[i])
+    for tag, points in (scalars or {}).items():
+        for step, value in points:
+            writer.add_scalar(tag, value, global_step=step)
     writer.close()
     done = steps[-1] + (0 if steps_done else 1)
     summary = {"name": "synthetic", "parameters": 22016, "best_val_loss": min(losses), "final_val_loss": losses[-1],

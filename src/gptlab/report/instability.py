@@ -22,7 +22,7 @@ SPIKE_NATS = 1.0  # far above batch noise at any point of training (train/loss o
 DEFINITIONS = (
     f"Stability (gptlab.report.instability): **diverged** = the run stopped on a NaN/inf loss or logged one; "
     f"**unstable** = a logged train/loss rose more than {RISE_FRACTION:.0%} above the run's initial loss (its first "
-    f"logged train/loss, measured), or jumped more than {SPIKE_NATS:g} nats above the lowest train/loss logged "
+    f"logged train/loss, measured), or jumped more than {SPIKE_NATS:g} nat(s) above the lowest train/loss logged "
     f"before it (a spike), even if it recovered later; **stable** = neither."
 )
 
