@@ -186,3 +186,13 @@ def test_a_job_that_failed_for_a_reason_gptlab_did_not_record_says_why(tmp_path:
     assert ("- 4: it stopped on an error gptlab did not record as a failure; its train.log says: RuntimeError: "
             "CUDA error") in text
     json.loads((sweep / "0" / "run_summary.json").read_text())  # nothing of the sweep was rewritten
+
+
+def test_a_compute_multiplier_whose_interval_spans_one_says_no_difference_found(tmp_path: Path) -> None:
+    from test_ladder_report import synthetic_ladder
+
+    same = write_sweep_report(synthetic_ladder(tmp_path / "same", 1.0), baseline="+rung=gpt2", n_boot=50)[0]
+    rows = [r for r in same.read_text().splitlines() if r.startswith("| +rung=llama | ") and "| [" in r]
+    assert len(rows) == 5 and rows[-1].endswith(": no difference found (spans 1) |"), rows  # at the target
+    apart = write_sweep_report(synthetic_ladder(tmp_path / "apart", 2.0), baseline="+rung=gpt2", n_boot=50)[0]
+    assert "no difference found" not in apart.read_text()
