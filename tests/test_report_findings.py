@@ -196,3 +196,22 @@ def test_a_compute_multiplier_whose_interval_spans_one_says_no_difference_found(
     assert len(rows) == 5 and rows[-1].endswith(": no difference found (spans 1) |"), rows  # at the target
     apart = write_sweep_report(synthetic_ladder(tmp_path / "apart", 2.0), baseline="+rung=gpt2", n_boot=50)[0]
     assert "no difference found" not in apart.read_text()
+
+
+def test_the_ablation_report_marks_unstable_seeds_in_its_table_and_plot_legend(tmp_path: Path) -> None:
+    from gptlab.report.plot import val_loss_figure
+    from gptlab.report.runs import group_variants, load_sweep
+
+    sweep, index = tmp_path / "sweep", 0
+    for norm in ("pre", "post"):
+        for seed in (1, 2, 3):
+            rise = 8.0 if (norm, seed) == ("post", 2) else None
+            make_job(sweep, index, {"model.norm": norm, "seed": str(seed)}, [3.5, 3.0 + 0.01 * seed],
+                     scalars={"train/loss": train_curve(3.0, rise=rise)})
+            index += 1
+    text = write_report(sweep)[0].read_text()
+    assert row(text, "| model.norm=post | 3 |")[-1] == "1 of 3 unstable |"
+    assert row(text, "| model.norm=pre | 3 |")[-1] == "stable |"
+    legend = [t.get_text() for t in val_loss_figure(group_variants(load_sweep(sweep)), "tokens").axes[0]
+              .get_legend().get_texts()]
+    assert legend == ["model.norm=pre (n=3)", "model.norm=post (n=3, 1 of 3 unstable)"]

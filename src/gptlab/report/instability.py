@@ -19,10 +19,11 @@ from dataclasses import dataclass
 RISE_FRACTION = 0.01  # the loss at init barely moves batch to batch (near-uniform predictions): 1% is a real rise
 SPIKE_NATS = 1.0  # far above batch noise at any point of training (train/loss of a step varies by ~0.1 nats here)
 
+_NATS = f"{SPIKE_NATS:g} nat" + ("" if SPIKE_NATS == 1 else "s")
 DEFINITIONS = (
     f"Stability (gptlab.report.instability): **diverged** = the run stopped on a NaN/inf loss or logged one; "
     f"**unstable** = a logged train/loss rose more than {RISE_FRACTION:.0%} above the run's initial loss (its first "
-    f"logged train/loss, measured), or jumped more than {SPIKE_NATS:g} nat(s) above the lowest train/loss logged "
+    f"logged train/loss, measured), or jumped more than {_NATS} above the lowest train/loss logged "
     f"before it (a spike), even if it recovered later; **stable** = neither."
 )
 

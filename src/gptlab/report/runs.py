@@ -85,6 +85,12 @@ class Variant:
     def cost(self) -> ModelCost | None:
         return self.jobs[0].cost
 
+    @property
+    def unstable_note(self) -> str:
+        """`, 1 of 3 unstable` for the plot's legend; empty when every seed was stable or unjudged."""
+        count = stability_count(self.jobs)
+        return "" if count in ("stable", "—") else f", {count}"
+
     def curve(self, axis: str, band: str = "minmax") -> Band | None:
         return mean_curve([(job.x_values(axis), [p.loss for p in job.val_curve]) for job in self.jobs], band)
 
