@@ -40,18 +40,18 @@ def _records(job_dir: Path) -> tuple[dict[str, str] | None, dict | None, str | N
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        return None, None, f"{path.name} cannot be read ({type(err).__name__})"
+        return None, None, f"{path} cannot be read ({type(err).__name__})"
     if not isinstance(record, dict) or (path.name == SUMMARY_FILE and not isinstance(record.get("tokens_per_step"),
                                                                                        int)):
-        return None, None, f"{path.name} is not the record train.py writes"
+        return None, None, f"{path} is not the record train.py writes"
     if not (job_dir / OVERRIDES).is_file():
         return None, record, f"no {OVERRIDES}: the values it ran with are unknown"
     try:
         items = yaml.safe_load((job_dir / OVERRIDES).read_text()) or []
     except (OSError, yaml.YAMLError) as err:
-        return None, record, f"{OVERRIDES} cannot be read ({type(err).__name__})"
+        return None, record, f"{job_dir / OVERRIDES} cannot be read ({type(err).__name__})"
     if not isinstance(items, list) or not all(isinstance(i, str) and "=" in i for i in items):
-        return None, record, f"{OVERRIDES} is not a list of key=value overrides"
+        return None, record, f"{job_dir / OVERRIDES} is not a list of key=value overrides"
     return dict(item.split("=", 1) for item in items), record, None
 
 

@@ -199,7 +199,8 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
         raise ConfigError(
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
             + (f"every job failed: {'; '.join(failed)}" if failed else
-               f"left out: {'; '.join(left)}" if left else "is it a sweep dir of `train.py -m`?")
+               f"left out: {'; '.join(left)}; restore those files, or move the dirs out of the sweep dir"
+               if left else "is it a sweep dir of `train.py -m`?")
         )
     return jobs
 
