@@ -216,3 +216,14 @@ def test_the_ablation_report_marks_unstable_seeds_in_its_table_and_plot_legend(t
     legend = [t.get_text() for t in val_loss_figure(group_variants(load_sweep(sweep)), "tokens").axes[0]
               .get_legend().get_texts()]
     assert legend == ["model.norm=pre (n=3)", "model.norm=post (n=3, 1 of 3 unstable)"]
+
+
+def test_a_job_of_another_sweep_with_the_same_keys_is_told_by_the_sweeps_own_values(tmp_path: Path) -> None:
+    sweep = make_sweep(tmp_path, {"pre": [3.0, 3.01], "post": [3.5, 3.49]})
+    (sweep / "sweep_config.json").write_text(json.dumps({
+        "config": {"name": "synthetic"}, "swept": {"seed": "seed=1,2"},
+        "sweeper_params": {"model.norm": "pre,post", "experiment": "x"}}))
+    make_job(sweep, 9, {"experiment": "x", "model.norm": "rms", "seed": "1"}, [3.2, 3.1])  # from an rms sweep
+    text = write_report(sweep)[0].read_text()
+    assert "- 9: model.norm=rms is not one of this sweep's values: a run from elsewhere" in text
+    assert "4 jobs in 2 variants" in text and "model.norm=rms |" not in text

@@ -62,10 +62,11 @@ def _swept(sweep_dir: Path) -> tuple[dict[str, list | None], str | None] | None:
         identity = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    lines = [*identity.get("swept", {}).values(),
-             *(f"{k}={v}" for k, v in identity.get("sweeper_params", {}).items())]
+    params = identity.get("sweeper_params", {})
     try:
-        swept = dict(swept_values(line) for line in lines)
+        swept = dict(swept_values(line) for line in identity.get("swept", {}).values())
+        # A sweeper's params: each a sweep string (`pre,post`, `interval(...)`); anything else is checked by key.
+        swept |= {k: swept_values(f"{k}={v}")[1] if isinstance(v, str) else None for k, v in params.items()}
     except Exception:  # noqa: BLE001 - an unreadable identity: fall back to the jobs' majority
         return None
     return swept, identity.get("config", {}).get("name")
