@@ -3,6 +3,7 @@ stability verdict (report.instability) and the stability probes for the mechanis
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def series(scalars: dict[str, dict[int, tuple[float, float]]], tag: str) -> list
 def probe_peaks(scalars: dict[str, dict[int, tuple[float, float]]]) -> tuple[float | None, float | None]:
     """The largest attention logit over every layer and probed step, and the largest |log Z| (the root of the
     z-loss probe's mean log² Z); None when the job ran without probes."""
+    def peak(values: list[float]) -> float | None:  # a NaN probe (a diverging run) reads as infinite, not lost
+        return None if not values else max(v if math.isfinite(v) else math.inf for v in values)
+
     logits = [v for tag, points in scalars.items() if tag.startswith(ATTN_LOGIT_PREFIX) for _, v in points.values()]
-    z = [v for _, v in scalars.get(Z_LOSS_TAG, {}).values()]
-    return (max(logits) if logits else None), (max(z) ** 0.5 if z else None)
+    z = peak([v for _, v in scalars.get(Z_LOSS_TAG, {}).values()])
+    return peak(logits), (None if z is None else z ** 0.5)
