@@ -28,9 +28,10 @@ TOKENS_PER_STEP = 128
 
 def make_job(sweep: Path, index: int, overrides: dict[str, str], losses: list[float], steps: list[int] | None = None,
              model: dict | None = None, extra: dict | None = None, walltimes: list[float] | None = None,
-             steps_done: bool = False) -> Path:
-    """A finished job as train.py leaves it: summary, Hydra overrides, resolved config and val/loss events; by
-    default as runs before gptlab.train.step_axis wrote them (Lightning's step, one behind the steps done)."""
+             steps_done: bool = False, scalars: dict[str, list[tuple[int, float]]] | None = None) -> Path:
+    """A finished job as train.py leaves it: summary, Hydra overrides, resolved config and val/loss events (and
+    any other `scalars`, {tag: [(Lightning step, value)]}); by default as runs before gptlab.train.step_axis wrote
+    them (Lightning's step, one behind the steps done)."""
     from torch.utils.tensorboard import SummaryWriter
 
     job = sweep / str(index)
@@ -43,6 +44,9 @@ def make_job(sweep: Path, index: int, overrides: dict[str, str], losses: list[fl
     writer = SummaryWriter(log_dir=str(job / "tensorboard"), filename_suffix=STEPS_DONE_SUFFIX if steps_done else "")
     for i, (step, loss) in enumerate(zip(steps, losses)):
         writer.add_scalar("val/loss", loss, global_step=step, walltime=None if walltimes is None else walltimes[i])
+    for tag, points in (scalars or {}).items():
+        for step, value in points:
+            writer.add_scalar(tag, value, global_step=step)
     writer.close()
     done = steps[-1] + (0 if steps_done else 1)
     summary = {"name": "synthetic", "parameters": 22016, "best_val_loss": min(losses), "final_val_loss": losses[-1],
@@ -72,7 +76,7 @@ def test_identical_variants_are_not_significant(tmp_path: Path) -> None:
     table, _ = write_report(make_sweep(tmp_path, {"pre": seeds, "post": seeds}))
     text = table.read_text()
     line = verdict_line(text, "model.norm=post")
-    assert line.endswith("not significant") and "+0.000" in line
+    assert line.endswith("no difference found (the interval spans 0)") and "+0.000" in line
     assert float(line.split("p=")[1].split(",")[0]) > 0.5
     assert "Baseline: model.norm=pre" in text and "alpha = 0.05" in text and "Welch's t-test" in text
     row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
@@ -92,7 +96,8 @@ def test_alpha_decides_significance(tmp_path: Path) -> None:
     assert 0.01 < p < 0.2
     assert verdict_line(write_report(sweep, alpha=0.2)[0].read_text(), "model.norm=post").endswith(", significant")
     text = write_report(sweep, alpha=0.01)[0].read_text()
-    assert verdict_line(text, "model.norm=post").endswith("not significant") and "(99% CI)" in text
+    assert verdict_line(text, "model.norm=post").endswith("no difference found (the interval spans 0)")
+    assert "(99% CI)" in text
 
 
 def test_one_seed_gets_no_test_and_the_report_still_works(tmp_path: Path) -> None:
@@ -100,7 +105,7 @@ def test_one_seed_gets_no_test_and_the_report_still_works(tmp_path: Path) -> Non
     text = table.read_text()
     assert verdict_line(text, "model.norm=post") == "- model.norm=post: +0.200, one seed: no test"
     row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
-    assert "one seed: no test" in row and row.endswith("| — |")  # no p-value
+    assert "one seed: no test" in row and row.endswith("| — | — |")  # no p-value, no train/loss to judge
     assert "p=" not in text and plot.stat().st_size > 0
 
 
@@ -223,7 +228,7 @@ def test_bad_options_and_dirs_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         write_report(tmp_path / "nowhere")
     (sweep / "7").mkdir()  # a job that never finished
-    assert "Jobs without a finished run (left out): 7" in write_report(sweep)[0].read_text()
+    assert "## Jobs without a finished run (left out)\n\n- 7: no run summary" in write_report(sweep)[0].read_text()
 
 
 def test_old_run_without_resolved_config_still_reports(tmp_path: Path) -> None:
@@ -252,7 +257,8 @@ def test_real_seed_sweep_of_ablate_norm_reports_per_variant(tmp_path: Path) -> N
     post = next(r for r in out.splitlines() if r.startswith("| model.norm=post |")).split(" | ")
     assert post[1] == "3" and "[" in post[11]  # three seeds, a CI
     line = verdict_line(out, "model.norm=post")
-    assert "(95% CI), p=" in line and line.endswith("significant")
+    assert "(95% CI), p=" in line and (line.endswith(", significant") or line.endswith("no difference found (the "
+                                                                                          "interval spans 0)"))
     assert (sweep / "val_loss.png").stat().st_size > 5000
 
 

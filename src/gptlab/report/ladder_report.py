@@ -125,7 +125,8 @@ def _multiplier_rows(variants: list[Variant], base: Variant, rungs: dict[str, li
         for i, (c, iv) in enumerate(zip(at, intervals)):
             where = rungs[v.label][i].size if i < len(at) - 1 else f"target{' — ' + far if far else ''}"
             failed = f" ({iv.failed} of {n_boot} resamples did not fit)" if iv.failed else ""
-            interval = f"[{_fmt_m(iv.low)}, {_fmt_m(iv.high)}]{failed}"
+            same = ": no difference found (spans 1)" if iv.low <= 1 <= iv.high else ""
+            interval = f"[{_fmt_m(iv.low)}, {_fmt_m(iv.high)}]{same}{failed}"
             rows.append([v.label, where, f"{c:.3g}", _fmt_m(iv.point), interval])
     return rows
 

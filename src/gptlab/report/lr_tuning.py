@@ -26,6 +26,8 @@ class LrRun:
     seed: str
     loss: float | None
     bpb: float | None = None
+    init: float | None = None  # the run's measured initial loss, its cap; None: the report's common cap
+    stability: str = "stable"  # report.instability's kind: stable | unstable | diverged | unknown
 
     @property
     def diverged(self) -> bool:
@@ -40,11 +42,14 @@ class LrPoint:
     loss: Summary | None
     bpb: Summary | None
     diverged: int
+    unstable: int = 0  # runs that finished but whose loss rose above its initial loss or spiked
 
 
 def capped(run: LrRun, cap: float) -> float:
-    """min(loss, L0): a diverged run, or one worse than the untrained model, counts as the loss at init."""
-    return cap if run.diverged else min(run.loss, cap)
+    """min(loss, L0): a diverged run, or one worse than the untrained model, counts as the loss at init, L0 the
+    run's own measured initial loss when it has one, else `cap`."""
+    limit = cap if run.init is None else run.init
+    return limit if run.diverged else min(run.loss, limit)
 
 
 def lr_curve(runs: Sequence[LrRun]) -> list[LrPoint]:
@@ -54,7 +59,7 @@ def lr_curve(runs: Sequence[LrRun]) -> list[LrPoint]:
         at = [r for r in runs if r.lr == lr]
         ok = [r for r in at if not r.diverged]
         points.append(LrPoint(lr, Summary.of([r.loss for r in ok]), Summary.of([r.bpb for r in ok]),
-                              len(at) - len(ok)))
+                              len(at) - len(ok), sum(r.stability == "unstable" for r in ok)))
     return points
 
 
@@ -123,6 +128,9 @@ def best_lr(runs: Sequence[LrRun], seeds: Sequence[str], cap: float) -> BestLr:
     return BestLr(lr, losses[lr], edge, grid)
 
 
+GRID_EDGE = "optimum at grid edge: widen the grid"  # why two variants get no p-value
+
+
 @dataclass(frozen=True)
 class TunedResult:
     """A variant at its own best LR, tested against the baseline at the baseline's best LR on `split.test`."""
@@ -152,6 +160,11 @@ def tuned_comparison(runs: Sequence[LrRun], baseline: str, cap: float, alpha: fl
     out = []
     for v in variants:
         best, sens, test = results[v]
-        comp = None if v == baseline or not test or not base_test else compare(base_test, test, alpha)
+        if v == baseline or not test or not base_test:
+            comp = None
+        elif best.edge or results[baseline][0].edge:  # an unbracketed optimum: its true best loss is unknown
+            comp = Comparison(float(np.mean(test) - np.mean(base_test)), alpha=alpha, no_test=GRID_EDGE)
+        else:
+            comp = compare(base_test, test, alpha)
         out.append(TunedResult(v, best, sens, test, comp))
     return split, out

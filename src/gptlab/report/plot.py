@@ -36,7 +36,8 @@ def val_loss_figure(variants: list[Variant], x_axis: str, band: str = "minmax", 
         if curve is None:
             continue
         colour = colours(i % 10)
-        ax.plot(curve.x, curve.mean, marker="o", color=colour, label=f"{variant.label} (n={curve.n})")
+        unstable = getattr(variant, "unstable_note", "")  # ", 1 of 3 unstable": instability is a result too
+        ax.plot(curve.x, curve.mean, marker="o", color=colour, label=f"{variant.label} (n={curve.n}{unstable})")
         if curve.n > 1:
             ax.fill_between(curve.x, curve.low, curve.high, color=colour, alpha=0.2, linewidth=0)
     if matched_x is not None:

@@ -5,7 +5,9 @@ across-seed statistics against a baseline (gptlab.report.stats), and a val/loss 
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,9 +17,13 @@ from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
+from gptlab.report.instability import DEFINITIONS, Stability, classify
+from gptlab.report.job_scalars import probe_peaks, read_scalars, series
+from gptlab.report.membership import job_dirs, screen
+from gptlab.report.override_values import same_text, typed
 from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
-from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE, event_files, steps_done_offset
+from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.runs.sweep_failures import describe, failed_jobs
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
@@ -50,6 +56,9 @@ class JobResult:
     val_curve: list[ValPoint]
     cost: ModelCost | None = None
     cost_error: str | None = None  # why `cost` is missing (an old config that no longer builds, say)
+    stability: Stability = field(default_factory=lambda: Stability("unknown", "no train/loss logged"))
+    attn_logit_max: float | None = None  # the largest attention logit its stability probes saw (None: no probes)
+    log_z_max: float | None = None  # the largest |log Z| of the output logits they saw
 
     def x_values(self, axis: str) -> list[float]:
         if axis == "seconds":
@@ -75,6 +84,12 @@ class Variant:
     @property
     def cost(self) -> ModelCost | None:
         return self.jobs[0].cost
+
+    @property
+    def unstable_note(self) -> str:
+        """`, 1 of 3 unstable` for the plot's legend; empty when every seed was stable or unjudged."""
+        count = stability_count(self.jobs)
+        return "" if count in ("stable", "—") else f", {count}"
 
     def curve(self, axis: str, band: str = "minmax") -> Band | None:
         return mean_curve([(job.x_values(axis), [p.loss for p in job.val_curve]) for job in self.jobs], band)
@@ -108,18 +123,9 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items or [] if "=" in item)
 
 
-def _read_val_curve(job_dir: Path, tokens_per_step: int) -> list[ValPoint]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    points: dict[int, tuple[float, float]] = {}  # a resumed job's later event file wins for a step logged twice
-    start = None
-    for path in event_files(job_dir):
-        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
-        acc.Reload()
-        start = acc.FirstEventTimestamp() if start is None else start  # the job's first event: oldest file first
-        if "val/loss" in acc.Tags()["scalars"]:
-            offset = steps_done_offset(path)  # 1 for event files that log Lightning's step, one behind
-            points.update({e.step + offset: (e.wall_time, e.value) for e in acc.Scalars("val/loss")})
+def val_curve(scalars: dict, start: float | None, tokens_per_step: int) -> list[ValPoint]:
+    """The val/loss points of a job's scalars (report.job_scalars), in tokens and seconds since its first event."""
+    points = scalars.get("val/loss", {})
     return [ValPoint(step * tokens_per_step, wall - start, loss) for step, (wall, loss) in sorted(points.items())]
 
 
@@ -160,27 +166,41 @@ def failure_line(record: dict) -> str:
     return f"{describe(record)}: {record.get('kind', 'failed')}: {record.get('reason', '?')}"
 
 
+def read_job(job_dir: Path, overrides: dict[str, str], summary: dict) -> JobResult:
+    """A job with its val/loss curve, model cost, stability verdict and probe peaks, from its files."""
+    scalars, start = read_scalars(job_dir)
+    job = JobResult(job_dir, overrides, summary, val_curve(scalars, start, summary.get("tokens_per_step") or 0))
+    uniform = None
+    try:
+        gpt = job_model(job_dir)
+        uniform = math.log(gpt.padded_vocab_size)
+        job.cost = model_cost(job_dir)
+    except Exception as exc:  # noqa: BLE001 - any unreadable old config: the report goes on without the cost
+        job.cost_error = f"{type(exc).__name__}: {exc}"
+    final = summary.get("final_val_loss")
+    diverged = summary.get("diverged") or (f"final val/loss {final}" if isinstance(final, float)
+                                           and not math.isfinite(final) else None)
+    job.stability = classify(series(scalars, "train/loss"), diverged, uniform)
+    job.attn_logit_max, job.log_z_max = probe_peaks(scalars)
+    return job
+
+
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
+    """The sweep's finished jobs; foreign and damaged dirs are left out (report.membership) and named in the
+    report's closing section."""
     if not sweep_dir.is_dir():
         raise ConfigError(f"sweep dir {sweep_dir} does not exist; pass the dir a `-m` run printed.")
-    jobs = []
-    for job_dir in sorted((p for p in sweep_dir.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name)):
-        summary_path = job_dir / SUMMARY_FILE
-        if not summary_path.exists():
-            continue  # a job that failed (listed with its reason) or is still running (listed as missing)
-        summary = _read_summary(summary_path)
-        curve = _read_val_curve(job_dir, summary["tokens_per_step"])
-        job = JobResult(job_dir, read_overrides(job_dir), summary, curve)
-        try:
-            job.cost = model_cost(job_dir)
-        except Exception as exc:  # noqa: BLE001 - any unreadable old config: the report goes on without the cost
-            job.cost_error = f"{type(exc).__name__}: {exc}"
-        jobs.append(job)
+    screened = screen(sweep_dir)
+    jobs = [read_job(d, read_overrides(d), _read_summary(d / SUMMARY_FILE)) for d in screened.members
+            if (d / SUMMARY_FILE).exists()]
     if not jobs:
         failed = [failure_line(record) for record in failed_jobs(sweep_dir)]
+        left = [f"{name} ({why})" for name, why in screened.left_out]
         raise ConfigError(
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
-            + (f"every job failed: {'; '.join(failed)}" if failed else "is it a sweep dir of `train.py -m`?")
+            + (f"every job failed: {'; '.join(failed)}" if failed else
+               f"left out: {'; '.join(left)}; restore those files, or move the dirs out of the sweep dir"
+               if left else "is it a sweep dir of `train.py -m`?")
         )
     return jobs
 
@@ -230,11 +250,22 @@ def parse_baseline(spec: str) -> dict[str, str]:
 
 
 def pick_baseline(variants: list[Variant], spec: str | None) -> Variant:
-    """The first variant, or the one `--baseline` names (it must name exactly one)."""
+    """The first variant, or the one `--baseline` names (it must name exactly one); values compare as Hydra types
+    them, so `false`/`False` and `1e-3`/`0.001` name the same variant (report.override_values)."""
     if spec is None:
         return variants[0]
     wanted = parse_baseline(spec)
-    matches = [v for v in variants if all(v.jobs[0].overrides.get(k) == val for k, val in wanted.items())]
+    for key, value in wanted.items():
+        try:
+            typed(key, value)
+        except ValueError as err:
+            raise ConfigError(f"--baseline {key}={value}: {err}; spell the value as on the sweep's command line "
+                              f"(e.g. --baseline {key}=false).") from None
+    def named(v: Variant) -> bool:
+        mine = v.jobs[0].overrides
+        return all(k in mine and same_text(k, mine[k], val) for k, val in wanted.items())
+
+    matches = [v for v in variants if named(v)]
     if len(matches) != 1:
         which = "matches no variant" if not matches else f"matches {len(matches)} variants"
         raise ConfigError(f"--baseline {spec} {which}; the variants are: "
@@ -277,7 +308,8 @@ def _fmt_diff(c: Comparison | None) -> tuple[str, str]:
         return "baseline", ""
     if not c.testable:
         return f"{c.diff:+.4f} ({c.no_test}: no test)", "—"
-    return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}" + ("" if c.significant else " (n.s.)")
+    found = "" if c.significant else " (no difference found)"
+    return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}{found}"
 
 
 METRIC = "final_val_loss"  # the one compared against the baseline: every variant saw the same tokens by then
@@ -303,7 +335,7 @@ def variant_table(variants: list[Variant], comps: list[Comparison | None], at_bu
     level = f"{1 - alpha:.0%}"
     header = ["variant", "n", "best val/loss", "final val/loss", "best val bpb", "final val bpb", "tokens/s",
               "parameters", "non-embedding", "FLOPs/token", "val loss @ matched FLOPs",
-              f"Δ final val/loss ({level} CI)", "p (Welch)"]
+              f"Δ final val/loss ({level} CI)", "p (Welch)", "stability"]
     rows = []
     for v, comp, at in zip(variants, comps, at_budget):
         cost = v.cost
@@ -312,7 +344,7 @@ def variant_table(variants: list[Variant], comps: list[Comparison | None], at_bu
                fmt_summary(v.summary("final_val_loss")), fmt_summary(v.summary("best_val_bpb")),
                fmt_summary(v.summary("final_val_bpb")), fmt_summary(v.summary("tokens_per_sec"), ",.0f"),
                _fmt(cost and cost.parameters, ","), _fmt(cost and cost.non_embedding, ","),
-               _fmt(cost and cost.flops_per_token, ","), _fmt(at, ".4f"), diff, p]
+               _fmt(cost and cost.flops_per_token, ","), _fmt(at, ".4f"), diff, p, stability_count(v.jobs)]
         rows.append(row)
     return markdown(header, rows)
 
@@ -320,11 +352,38 @@ def variant_table(variants: list[Variant], comps: list[Comparison | None], at_bu
 def markdown_table(jobs: list[JobResult]) -> str:
     """One row per job, seed included: the raw numbers behind each variant's mean."""
     keys = differing_keys(jobs)
-    header = ["job", *keys, "parameters", "best val/loss", "final val/loss", "tokens/s"]
+    header = ["job", *keys, "parameters", "best val/loss", "final val/loss", "tokens/s", "initial train/loss",
+              "stability"]
     rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), _fmt(job.summary.get("parameters"), ","),
-             _fmt(job.summary["best_val_loss"], ".4f"), _fmt(job.summary["final_val_loss"], ".4f"),
-             _fmt(job.summary.get("tokens_per_sec"), ",.0f")] for job in jobs]
+             _fmt(job.summary.get("best_val_loss"), ".4f"), _fmt(job.summary.get("final_val_loss"), ".4f"),
+             _fmt(job.summary.get("tokens_per_sec"), ",.0f"), initial_cell(job.stability),
+             job.stability.label()] for job in jobs]
     return markdown(header, rows)
+
+
+def initial_cell(st: Stability) -> str:
+    """The measured initial loss and the step it was logged at."""
+    return "—" if st.initial is None else f"{st.initial:.4f} (step {st.initial_step})"
+
+
+def stability_count(jobs: list[JobResult]) -> str:
+    """`stable`, or how many of the jobs were unstable or diverged, e.g. `1 of 3 unstable`."""
+    kinds = Counter(job.stability.kind for job in jobs)
+    if kinds["unknown"] == len(jobs):
+        return "—"  # no job logged train/loss
+    bad = [f"{kinds[k]} of {len(jobs)} {k}" for k in ("diverged", "unstable", "unknown") if kinds[k]]
+    return ", ".join(bad) or "stable"
+
+
+def stability_note(jobs: list[JobResult]) -> str:
+    """The definitions, and a warning when the initial loss was logged after the first step."""
+    late = [job.job_dir.name for job in jobs if job.stability.initial is not None and not job.stability.at_init]
+    text = DEFINITIONS + "\n\n"
+    if late:
+        text += (f"Jobs {', '.join(late)} logged their first train/loss after the first step (trainer."
+                 f"log_every_n_steps > 1), so their initial loss is not the untrained model's: a rise before it goes "
+                 f"unseen. Set trainer.log_every_n_steps=1 to measure it.\n\n")
+    return text
 
 
 def jobs_section(jobs: list[JobResult], sweep_dir: Path, counted: set[str] = frozenset()) -> str:
@@ -342,17 +401,38 @@ def check_options(x: str | None, band: str, alpha: float) -> None:
 
 
 def missing_jobs_note(sweep_dir: Path, counted: set[str] = frozenset()) -> str:
-    """The failed jobs with their reasons, and the job dirs with neither a run summary nor a failure record (killed
-    or still running), but those in `counted` (a report that reads them otherwise)."""
+    """The failed jobs with their reasons, the dirs left out as foreign or damaged with theirs, and the job dirs
+    with neither a run summary nor a failure record (killed, crashed or still running) with the last word of their
+    log; but those in `counted` (a report that reads them otherwise)."""
     text = ""
-    failed = [failure_line(record) for record in failed_jobs(sweep_dir) if record["job"] not in counted]
+    screened = screen(sweep_dir)
+    members = {p.name for p in screened.members}
+    failed = [failure_line(record) for record in failed_jobs(sweep_dir)
+              if record["job"] not in counted and record["job"] in members]
     if failed:
         text += "\n## Failed jobs (left out)\n\n" + "".join(f"- {line}\n" for line in failed)
-    missing = [p.name for p in sweep_dir.iterdir() if p.is_dir() and not (p / SUMMARY_FILE).exists()
-               and not (p / FAILURE_FILE).exists() and not p.name.startswith(".") and p.name not in counted]
+    if screened.left_out:
+        text += ("\n## Not this sweep's jobs, or damaged (left out)\n\n"
+                 + "".join(f"- {name}: {why}\n" for name, why in screened.left_out))
+    missing = [p for p in job_dirs(sweep_dir) if not (p / SUMMARY_FILE).exists()
+               and not (p / FAILURE_FILE).exists() and p.name not in counted]
     if missing:
-        text += f"\nJobs without a finished run (left out): {', '.join(sorted(missing))}\n"
+        text += ("\n## Jobs without a finished run (left out)\n\n"
+                 + "".join(f"- {p.name}: {unfinished_reason(p)}\n" for p in missing))
     return text
+
+
+def unfinished_reason(job_dir: Path) -> str:
+    """Why a job dir holds neither a run summary nor a failure record, as far as its files tell."""
+    log = job_dir / "train.log"
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()] \
+        if log.is_file() else []
+    errors = [line for line in lines if "Error" in line or "error:" in line or "Traceback" in line]
+    if errors:
+        return f"it stopped on an error gptlab did not record as a failure; its train.log says: {errors[-1][:200]}"
+    if lines:
+        return f"still running, or killed (no error in its train.log, which ends: {lines[-1][:160]})"
+    return "no run summary, failure record or train.log: killed before training, or still starting"
 
 
 def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
@@ -389,6 +469,7 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
         text += "val loss @ matched FLOPs: unavailable (a variant has no val/loss curve or no readable model).\n\n"
     if repeats:
         text += "Warning: repeated runs are not independent seeds.\n" + "".join(f"- {n}\n" for n in repeats) + "\n"
+    text += stability_note(jobs)
     text += "## Verdicts (final val/loss against the baseline)\n\n"
     verdicts = [verdict(v.label, c) for v, c in zip(variants, comps) if c is not None]
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"

@@ -84,12 +84,13 @@ def compare(baseline: Sequence[float], variant: Sequence[float], alpha: float = 
 
 
 def verdict(label: str, comparison: Comparison, digits: int = 3) -> str:
-    """One line per variant, e.g. `post: +0.031 ± 0.012 (95% CI), p=0.004, significant`."""
+    """One line per variant, e.g. `post: +0.031 ± 0.012 (95% CI), p=0.004, significant`; an interval that spans 0
+    says `no difference found`, so a reader does not take the sign of the difference as a ranking."""
     diff = f"{comparison.diff:+.{digits}f}"
     if not comparison.testable:
         return f"{label}: {diff}, {comparison.no_test}: no test"
     level = f"{1 - comparison.alpha:.0%}"
-    sig = "significant" if comparison.significant else "not significant"
+    sig = "significant" if comparison.significant else "no difference found (the interval spans 0)"
     return f"{label}: {diff} ± {comparison.half_width:.{digits}f} ({level} CI), p={comparison.p:.3g}, {sig}"
 
 

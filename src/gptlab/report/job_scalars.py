@@ -1,0 +1,52 @@
+"""A job's TensorBoard scalars in one pass over its event files: val/loss for the curves, train/loss for the
+stability verdict (report.instability) and the stability probes for the mechanism plot (report.probe_plot)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from gptlab.runs.run_dir import event_files, steps_done_offset
+
+ATTN_LOGIT_PREFIX = "x_probes/attn_logit_max/"  # one tag per layer (train.callbacks.stability)
+Z_LOSS_TAG = "x_probes/z_loss"  # mean log² Z of the output logits
+
+
+def report_tag(tag: str) -> bool:
+    """The tags a report reads."""
+    return tag in ("val/loss", "train/loss", Z_LOSS_TAG) or tag.startswith(ATTN_LOGIT_PREFIX)
+
+
+def read_scalars(job_dir: Path, wanted: Callable[[str], bool] = report_tag
+                 ) -> tuple[dict[str, dict[int, tuple[float, float]]], float | None]:
+    """{tag: {optimizer steps done: (wall time, value)}} for the wanted tags, and the job's first event time; a
+    resumed job's later event file wins for a step logged twice."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars: dict[str, dict[int, tuple[float, float]]] = {}
+    start = None
+    for path in event_files(job_dir):
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        start = acc.FirstEventTimestamp() if start is None else start  # the job's first event: oldest file first
+        offset = steps_done_offset(path)  # 1 for event files that log Lightning's step, one behind
+        for tag in filter(wanted, acc.Tags()["scalars"]):
+            scalars.setdefault(tag, {}).update({e.step + offset: (e.wall_time, e.value) for e in acc.Scalars(tag)})
+    return scalars, start
+
+
+def series(scalars: dict[str, dict[int, tuple[float, float]]], tag: str) -> list[tuple[int, float]]:
+    """(step, value) of one tag, in step order."""
+    return [(step, value) for step, (_, value) in sorted(scalars.get(tag, {}).items())]
+
+
+def probe_peaks(scalars: dict[str, dict[int, tuple[float, float]]]) -> tuple[float | None, float | None]:
+    """The largest attention logit over every layer and probed step, and the largest |log Z| (the root of the
+    z-loss probe's mean log² Z); None when the job ran without probes."""
+    def peak(values: list[float]) -> float | None:  # a NaN probe (a diverging run) reads as infinite, not lost
+        return None if not values else max(v if math.isfinite(v) else math.inf for v in values)
+
+    logits = [v for tag, points in scalars.items() if tag.startswith(ATTN_LOGIT_PREFIX) for _, v in points.values()]
+    z = peak([v for _, v in scalars.get(Z_LOSS_TAG, {}).values()])
+    return peak(logits), (None if z is None else z ** 0.5)
