@@ -117,9 +117,10 @@ def kernels(shape: Shape, device: torch.device) -> list[tuple[str, str, Optional
             rows.append((f"flex {kind}", kind, None, why))
     cuda = device.type == "cuda"
     for c in (w // 2, w):  # query blocks of w/2 (1.5x the band's scores, more key copies) or w (2x, fewer)
-        name = f"chunked local c={c}" + (" (CPU default)" if c == max(1, w // 2) and not cuda else "")
+        default = c == (w if cuda else max(1, w // 2))
+        name = f"chunked local c={c}" + (f" ({'CUDA' if cuda else 'CPU'} default)" if default else "")
         rows.append((name, "local", lambda q, k, v, c=c: chunked_local(q, k, v, w, None, 0.0, query_block=c), ""))
-    rows.append(("chunked local pairs" + (" (CUDA default)" if cuda else ""), "local",
+    rows.append(("chunked local pairs", "local",
                  lambda q, k, v: local_block_pairs(q, k, v, w, None, 0.0), ""))
     rows.append(("chunked strided", "strided", lambda q, k, v: attend(q, k, v, "strided", w, "chunked"), ""))
     if device.type == "cuda" and flash_available() and shape.dtype in (torch.bfloat16, torch.float16):
