@@ -117,10 +117,16 @@ def fitting_micro_batch(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any
                         activation_checkpointing: Optional[bool], free: float) -> Optional[int]:
     """The largest micro-batch below `micro_batch` whose estimate fits in `free` bytes (None: not even 1), so a
     refusal's suggested data.batch_size is one that passes the same check."""
-    for size in range(micro_batch - 1, 0, -1):
-        if estimate_memory(model_cfg, size, trainer_cfg, accelerator, activation_checkpointing).total <= free:
-            return size
-    return None
+    def fits(size: int) -> bool:
+        return estimate_memory(model_cfg, size, trainer_cfg, accelerator, activation_checkpointing).total <= free
+
+    if micro_batch <= 1 or not fits(1):
+        return None
+    low, high = 1, micro_batch - 1  # fits(low); the estimate grows with the batch, so bisect (data.batch_size=1e8)
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
 
 
 def _per_gpu(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any) -> dict[str, float]:
