@@ -41,7 +41,7 @@ def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
                           timeout=HANG_GUARD_S, cwd=ROOT, env=CHECKOUT_ENV)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    preset = GPTConfig.from_dict(OmegaConf.to_container(compose_config(["model=gpt3_175b"]).model))
+    preset = GPTConfig.from_dict(OmegaConf.to_container(compose_config(["model=gpt3_175b"]).model, resolve=True))
     assert f"gpt3_175b: {count_parameters(preset)['total']:,} parameters" in out
     assert "total training FLOPs: 3.2" in out or "total training FLOPs: 3.1" in out
     h100 = next(line for line in out.splitlines() if line.startswith("H100"))

@@ -280,7 +280,7 @@ class Trainer:
         False, "true (or N) runs N batches of train and val, no checkpoints: a smoke test",
         c.either(c.boolean, c.positive_int, wanted="use true, false or a positive number of batches"))
     profiler: Any = setting(None, "Lightning's profiler: null = off; debug=profile sets torch's, with a trace in the "
-                            "run dir")
+                            "run dir", c.optional(c.node_with_target))
     enable_model_summary: bool = setting(
         False, "true prints Lightning's module table; the start banner already gives the parameters", c.boolean)
 

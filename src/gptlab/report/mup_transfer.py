@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gptlab.atomic import atomic_write
 from gptlab.errors import ConfigError
-from gptlab.report.lr_report import diverged_jobs, init_loss
+from gptlab.report.lr_report import common_cap, diverged_jobs
 from gptlab.report.lr_tuning import LrRun, grid_losses
 from gptlab.report.runs import SEED_KEY, JobResult, load_sweep
 
@@ -38,9 +38,10 @@ def _job_key(job: JobResult) -> tuple[str, int, float]:
 
 
 def width_curves(sweep_dir: Path) -> list[WidthCurve]:
-    """One curve per (parametrization, width); a diverged job counts at L0 = ln(vocabulary), as in lr_report."""
+    """One curve per (parametrization, width); a diverged job counts at the measured initial loss (lr_report's cap
+    for a run without its own: the others' mean, else ln(vocabulary))."""
     jobs = load_sweep(sweep_dir)
-    cap = init_loss(jobs[0])
+    cap, _ = common_cap(jobs)
     runs: dict[tuple[str, int], list[LrRun]] = {}
     for job in jobs + diverged_jobs(sweep_dir):
         param, width, lr = _job_key(job)

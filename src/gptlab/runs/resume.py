@@ -77,7 +77,8 @@ def resume_checkpoint(cfg: DictConfig, output_dir: Path, warn: bool = True) -> O
     resume, given = resume_mode(cfg), given_checkpoint(cfg)
     if given is not None:
         return given
-    if cfg.trainer.get("fast_dev_run"):  # its run dir is the launch dir (conf/debug/fast_dev_run.yaml): no run there
+    # fast_dev_run's run dir is the launch dir (conf/debug/fast_dev_run.yaml): no run there
+    if (cfg.get("trainer") or {}).get("fast_dev_run"):
         if resume is not None:
             log.info("resume=%s: debug=fast_dev_run writes no run to continue or restart; one batch from step 0",
                      resume)

@@ -130,8 +130,9 @@ def fitting_micro_batch(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any
 
 
 def _per_gpu(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any) -> dict[str, float]:
-    """estimate_memory's bytes on one GPU, without and with activation checkpointing."""
-    plain = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu", activation_checkpointing=False)
+    """estimate_memory's bytes on one GPU, as the run checkpoints (runtime.activation_checkpointing's default: on
+    under FSDP only) and with activation checkpointing."""
+    plain = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu")  # as the run checkpoints (FSDP: on)
     checkpointed = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu", activation_checkpointing=True)
     return {"states": plain.states, "activations": plain.activations,
             "activations_checkpointed": checkpointed.activations, "runtime": PROCESS_OVERHEAD_BYTES,
