@@ -20,6 +20,7 @@ kernels with "same document" added to each block's mask (O(T*w) still), `sdpa` w
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol
 
@@ -409,12 +410,16 @@ def _strided_documents(ids: torch.Tensor, n_rows: int, window: int, H: int,
     return mask.masked_fill(~same, float("-inf"))
 
 
-def flex_available() -> bool:
+def _importable(module: str) -> bool:
     try:
-        import torch.nn.attention.flex_attention  # noqa: F401
+        importlib.import_module(module)
     except ImportError:
         return False
     return True
+
+
+def flex_available() -> bool:
+    return _importable("torch.nn.attention.flex_attention")
 
 
 def flex(
@@ -476,11 +481,7 @@ FLASH_DTYPES = (torch.bfloat16, torch.float16)
 @functools.cache
 def flash_available() -> bool:
     """flash-attn is an optional package (CUDA only); gptlab never depends on it."""
-    try:
-        import flash_attn  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return _importable("flash_attn")
 
 
 def flash_window(
