@@ -73,7 +73,7 @@ def parallelize(model: GPT, runtime: Runtime, device: torch.device, *, mesh: Opt
         # dynamic=False: a run has few shapes (the micro-batch, a last partial val batch), each compiled once, and
         # static shapes give inductor the most to fuse. A function of the model, not a wrapper module: the
         # state_dict keys stay the model's (no `_orig_mod.`).
-        loss_fn = functools.partial(model_loss, model)
+        loss_fn = eager_loss_fn(model)
         if runtime.compile:
             loss_fn = torch.compile(loss_fn, dynamic=False)
     return loss_fn
