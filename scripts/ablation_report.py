@@ -16,9 +16,9 @@ import argparse
 from pathlib import Path
 
 from gptlab.errors import ConfigError
+from gptlab.launch.cli import ArgumentParser, user_errors_exit
 from gptlab.report.runs import BANDS, X_AXES
 from gptlab.report.sweep import write_sweep_report
-from gptlab.runtime.cli import ArgumentParser, user_errors_exit
 
 
 @user_errors_exit

@@ -8,7 +8,7 @@
 from omegaconf import DictConfig
 
 from gptlab.config.entry import main as gptlab_main
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.launch.cli import user_errors_exit
 from gptlab.tools.benchmarks.generate import report, run
 
 

@@ -65,8 +65,8 @@ def main_gpu(args: argparse.Namespace) -> None:
 
     from gptlab.tools.benchmarks.gpu_train import bench_bound, bench_fit, bench_gpu_steps, bench_typed
 
-    logging.getLogger("gptlab.runtime").addHandler(logging.StreamHandler())  # the attention kernel chosen
-    logging.getLogger("gptlab.runtime").setLevel(logging.INFO)
+    logging.getLogger("gptlab.execution").addHandler(logging.StreamHandler())  # the attention kernel chosen
+    logging.getLogger("gptlab.execution").setLevel(logging.INFO)
     device = torch.device("cuda")
     parts = args.parts or ["step", "compile", "bound", "fit", "typed"]
     started = time.perf_counter()

@@ -9,9 +9,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config.entry import main as gptlab_main
+from gptlab.launch.cli import user_errors_exit
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import parameter_table
-from gptlab.runtime.cli import user_errors_exit
 
 
 @gptlab_main(config_name="count_params")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
-from gptlab.runtime.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.cli import ArgumentParser, user_errors_exit
 from gptlab.tools.doctor import run
 
 

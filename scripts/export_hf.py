@@ -13,13 +13,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import load_model, recorded_tokenizer
-from gptlab.config.checks import boolean, writable_dir
 from gptlab.config.entry import main as gptlab_main
+from gptlab.config.ranges import boolean, writable_dir
 from gptlab.errors import ConfigError
 from gptlab.interop import save_pretrained
 from gptlab.interop.hf_export import export_tokenizer
+from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.write_targets import check_new_dir
-from gptlab.runtime.cli import user_errors_exit
 
 WRITES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 

@@ -5,9 +5,9 @@ Usage: python scripts/fetch_gpt2_ranks.py [--cache-dir DIR]   (default data/cach
 
 from pathlib import Path
 
-from gptlab.config.checks import writable_dir
+from gptlab.config.ranges import writable_dir
 from gptlab.data.ranks import DEFAULT_CACHE, fetch_gpt2_ranks
-from gptlab.runtime.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.cli import ArgumentParser, user_errors_exit
 
 
 @user_errors_exit

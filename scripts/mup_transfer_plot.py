@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gptlab.launch.cli import user_errors_exit
 from gptlab.report.mup_transfer import plot_transfer, transfer_table, transfer_verdicts, width_curves
-from gptlab.runtime.cli import user_errors_exit
 
 
 @user_errors_exit

@@ -11,12 +11,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from gptlab.config.checks import number, positive_int
 from gptlab.config.entry import main as gptlab_main
+from gptlab.config.ranges import number, positive_int
 from gptlab.errors import ConfigError
+from gptlab.launch.cli import user_errors_exit
 from gptlab.model import GPTConfig
-from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.planning import format_plan, is_fsdp, make_plan
+from gptlab.preflight.planning import format_plan, is_fsdp, make_plan
 
 
 def parse_tokens(value: object) -> float:

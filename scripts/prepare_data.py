@@ -10,9 +10,9 @@ import logging
 from omegaconf import DictConfig
 
 from gptlab.apps.prepare_data import prepare_from_config
-from gptlab.config.check import check_node
 from gptlab.config.entry import main as gptlab_main
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.config.validate import check_node
+from gptlab.launch.cli import user_errors_exit
 
 
 @gptlab_main(config_name="prepare_data")

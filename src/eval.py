@@ -8,8 +8,8 @@ from omegaconf import DictConfig
 
 from gptlab.apps.evaluate import evaluate
 from gptlab.config.entry import main as gptlab_main
+from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.run_dir import discard_on_early_error
-from gptlab.runtime.cli import user_errors_exit
 
 
 @gptlab_main(config_name="eval")

@@ -4,7 +4,7 @@ from omegaconf import DictConfig
 
 from gptlab.config.entry import main as gptlab_main
 from gptlab.eval.sampling import sample
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.launch.cli import user_errors_exit
 
 
 @gptlab_main(config_name="sample")

@@ -11,7 +11,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from gptlab.apps.train import train  # noqa: E402
 from gptlab.config.entry import main as gptlab_main  # noqa: E402
-from gptlab.runtime.cli import user_errors_exit  # noqa: E402
+from gptlab.launch.cli import user_errors_exit  # noqa: E402
 
 # conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
 # `hydra/launcher=submitit_slurm` maps devices and nodes to SLURM tasks; Hydra warns about the name match.

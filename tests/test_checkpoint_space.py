@@ -13,10 +13,10 @@ from helpers import compose_config, compose_tiny, load_checkpoint, train_in_proc
 
 from gptlab.errors import ConfigError, PreemptedError
 from gptlab.model.accounting import count_parameters
-from gptlab.runtime import checkpoint_plan
-from gptlab.runtime.checkpoint_plan import check_checkpoint_space, checkpoint_slots, need
-from gptlab.runtime.early_checks import build_model_config
-from gptlab.runtime.preflight import checkpoint_bytes
+from gptlab.preflight import checkpoint_plan
+from gptlab.preflight.checkpoint_plan import check_checkpoint_space, checkpoint_slots, need
+from gptlab.preflight.early_checks import build_model_config
+from gptlab.preflight.preflight import checkpoint_bytes
 
 GIB = 2**30
 DISK = 16 * 2**20  # the small_disk fixture's tmpfs

@@ -9,7 +9,7 @@ from helpers import compose_config, run_train
 
 from gptlab.config.suggest import compose_message
 from gptlab.errors import ConfigError
-from gptlab.runtime.early_checks import check_before_run
+from gptlab.preflight.early_checks import check_before_run
 
 CASES = [
     (["model.norm=sideways"], "model.norm"),

@@ -1,4 +1,4 @@
-"""runtime.compile=true: the model and its loss compiled as one graph (runtime/parallelize.py) compute the eager
+"""runtime.compile=true: the model and its loss compiled as one graph (execution/parallelize.py) compute the eager
 model's loss and gradients (to float tolerance), compile once per shape and grad mode (never per step), keep the
 model's state_dict keys, and sampling never goes through them."""
 
@@ -8,9 +8,9 @@ import torch
 from torch._dynamo.utils import counters
 
 from gptlab.config.schemas import Runtime
+from gptlab.execution.parallelize import parallelize
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.loss import model_loss
-from gptlab.runtime.parallelize import parallelize
 from gptlab.train.module import GPTLitModule
 
 CFG = dict(vocab_size=61, block_size=16, n_layer=1, n_head=2, n_embd=32, pad_vocab_to=64, z_loss=1e-3)

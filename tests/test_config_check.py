@@ -11,9 +11,9 @@ import pytest
 from helpers import TINY, compose_config, run_train
 
 from gptlab.apps.train import train
-from gptlab.config.check import check
 from gptlab.config.entry import exit_if_compose_error
-from gptlab.runtime.cli import user_errors_exit
+from gptlab.config.validate import check
+from gptlab.launch.cli import user_errors_exit
 
 # (override, the field the message must name). Each override alone makes the config invalid. Unwritable paths are
 # below /dev/null (a file), since root, which CI may run as, may write anywhere else.
@@ -144,7 +144,7 @@ def test_the_table_is_big_and_spans_every_group() -> None:
 
 @pytest.mark.parametrize("override,field", BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
 def test_bad_value_exits_2_naming_the_field(tmp_path, capsys, monkeypatch, override: str, field: str) -> None:
-    monkeypatch.setattr("gptlab.runtime.guards.gpu_count", lambda: 0)
+    monkeypatch.setattr("gptlab.preflight.guards.gpu_count", lambda: 0)
 
     def fit(*args, **kwargs):
         raise AssertionError(f"{override} passed every check and reached Trainer.fit")
@@ -156,7 +156,7 @@ def test_bad_value_exits_2_naming_the_field(tmp_path, capsys, monkeypatch, overr
     keys = [o.split("=")[0].lstrip("+~") for o in overrides]
     base = [t for t in TINY if not any(k.startswith(t.split("=")[0]) for k in keys)]  # the override's own value wins
     overrides = [*base, f"paths.log_dir={log_dir}", *overrides]
-    monkeypatch.setattr("gptlab.config.check.hydra_overrides", lambda: overrides)  # what Hydra records of them
+    monkeypatch.setattr("gptlab.config.validate.hydra_overrides", lambda: overrides)  # what Hydra records of them
     with pytest.raises(SystemExit) as exit_info:
         try:
             cfg = compose_config(overrides, run_dir)

@@ -18,10 +18,10 @@ from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, ROOT, TINY, TRAIN_SCRI
 import gptlab.config.callbacks as cb
 import gptlab.config.schemas as s
 from gptlab.checkpoint.reader import load_model
-from gptlab.config.check import check
 from gptlab.config.fields import check_of, help_of, schema_fields
 from gptlab.config.reference import GROUP_FIELDS, page
 from gptlab.config.suggest import compose_message
+from gptlab.config.validate import check
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
 
@@ -221,8 +221,8 @@ def test_reference_page_is_generated_from_the_schemas() -> None:
 def test_runtime_flags_reach_the_model_and_module(tmp_path) -> None:
     """runtime.* is wired to the GPT and its LightningModule, and never enters the model config checkpoints keep."""
     from gptlab.apps.build import build_run
-    from gptlab.runtime.early_checks import check_before_run
-    from gptlab.runtime.parallelize import parallelize
+    from gptlab.execution.parallelize import parallelize
+    from gptlab.preflight.early_checks import check_before_run
 
     cfg = compose_config([*TINY, "runtime.activation_checkpointing=true", "runtime.compile=true"], tmp_path)
     run = build_run(cfg, check_before_run(cfg), None)

@@ -19,11 +19,11 @@ from gptlab.data import ByteTokenizer, GPTDataModule
 from gptlab.data.documents import document_ids
 from gptlab.data.sources import BuiltinSource, TextFiles
 from gptlab.errors import ConfigError
+from gptlab.execution.parallelize import checkpoint_blocks
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.alibi import ALiBi
 from gptlab.model.documents import Documents, positions_in_documents
 from gptlab.model.sparse_attention import attend
-from gptlab.runtime.parallelize import checkpoint_blocks
 
 EOT = 256
 T = 24

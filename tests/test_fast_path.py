@@ -12,9 +12,9 @@ from helpers import compose_config
 
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
+from gptlab.execution.attention_backend import choose_attention_backend
+from gptlab.execution.peak_flops import dense_peak, device_peak, lookup, mfu
 from gptlab.model import GPT, GPTConfig
-from gptlab.runtime.attention_backend import choose_attention_backend
-from gptlab.runtime.peak_flops import dense_peak, device_peak, lookup, mfu
 
 
 def resolved(overrides: list[str], tmp_path: Path) -> tuple[bool, object, str]:
@@ -54,7 +54,7 @@ def test_each_switch_turns_its_part_off(cuda_machine: None, tmp_path: Path) -> N
 
 
 def test_the_checkpoint_records_the_resolved_vocabulary(cuda_machine: None, tmp_path: Path) -> None:
-    from gptlab.runtime.early_checks import build_model_config
+    from gptlab.preflight.early_checks import build_model_config
 
     cfg = compose_config(["model=gpt2_small", "trainer=gpu"], tmp_path)
     model_cfg = build_model_config(cfg.model, 50257)

@@ -161,7 +161,7 @@ def test_progress_bar_counts_optimizer_steps_of_the_whole_run(tmp_path, capsys) 
 def test_a_sweep_announces_its_dir(capsys) -> None:
     from omegaconf import OmegaConf
 
-    from gptlab.runtime.hydra_callbacks import AnnounceSweepDir
+    from gptlab.launch.hydra_callbacks import AnnounceSweepDir
 
     cfg = OmegaConf.create({"hydra": {"sweep": {"dir": "outputs/multiruns/x/2026-01-01/00-00-00"}}})
     AnnounceSweepDir().on_multirun_start(cfg)
@@ -187,7 +187,7 @@ def test_truncated_manifest_is_named_not_a_traceback(corpus, tmp_path) -> None:
 def test_unwritable_run_dir_is_one_line_before_hydra_creates_it(capsys, tmp_path) -> None:
     from omegaconf import OmegaConf
 
-    from gptlab.runtime.hydra_callbacks import CheckOutputDir
+    from gptlab.launch.hydra_callbacks import CheckOutputDir
 
     bad = OmegaConf.create({"hydra": {"run": {"dir": "/dev/null/run"}, "sweep": {"dir": "/dev/null/sweep"}}})
     for hook in (CheckOutputDir().on_run_start, CheckOutputDir().on_multirun_start):
@@ -203,7 +203,7 @@ def test_unwritable_run_dir_is_one_line_before_hydra_creates_it(capsys, tmp_path
 def test_console_drops_known_noise_and_keeps_other_stop_reasons() -> None:
     import warnings
 
-    from gptlab.runtime import quiet
+    from gptlab.launch import quiet
 
     quiet.install()
     lightning_log = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # Lightning's rank_zero_info

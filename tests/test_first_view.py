@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_MODEL, run_script, run_train, train_in_process
 
-from gptlab.runtime.continuation import expected_warnings_silenced
+from gptlab.runs.continuation import expected_warnings_silenced
 
 # The bar redrawn every step, validation every 2 steps; the default throughput window (20) never fills.
 RUN = [*TINY_MODEL, "data.batch_size=4", "trainer.accelerator=cpu", "trainer.val_check_interval=2",

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from gptlab.errors import ConfigError
+from gptlab.execution.float8 import apply_float8, check_float8, converts
 from gptlab.model import GPT, GPTConfig
-from gptlab.runtime.float8 import apply_float8, check_float8, converts
 
 MODEL = dict(vocab_size=97, block_size=32, n_layer=2, n_head=4, n_embd=64)
 

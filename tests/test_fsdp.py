@@ -106,12 +106,12 @@ def test_converted_checkpoint_gives_the_sharded_models_logits(sharded: Path, tmp
 
 
 def test_sharded_checkpoint_outside_fsdp_and_fsdp1_keys_are_refused(sharded: Path, tmp_path: Path) -> None:
-    from gptlab.runtime.early_checks import check_before_run
+    from gptlab.preflight.early_checks import check_before_run
 
     cfg = compose_config(RUN + [f"ckpt_path={sharded / 'checkpoints' / 'last.ckpt'}"], tmp_path)
     with pytest.raises(ConfigError, match="is a sharded checkpoint.*trainer=fsdp.*convert_checkpoint.py"):
         check_before_run(cfg)
-    from gptlab.config.check import check
+    from gptlab.config.validate import check
 
     old = compose_config(["trainer=fsdp", "+trainer.strategy.sharding_strategy=FULL_SHARD"], tmp_path)
     with pytest.raises(ConfigError, match="sharding_strategy is gone.*reshard_after_forward"):
@@ -123,7 +123,7 @@ def test_sharded_checkpoint_outside_fsdp_and_fsdp1_keys_are_refused(sharded: Pat
 
 def test_a_partial_or_damaged_folder_is_never_taken_as_whole(sharded: Path, tmp_path: Path) -> None:
     from gptlab.checkpoint.reader import newest_loadable_checkpoint
-    from gptlab.runtime.fsdp_strategy import partial_name
+    from gptlab.execution.fsdp_strategy import partial_name
 
     checkpoints = tmp_path / "checkpoints"
     shutil.copytree(sharded / "checkpoints", checkpoints)
@@ -186,8 +186,8 @@ def test_plan_one_unit_per_block_and_bf16_gathers(tmp_path: Path) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
 
+    from gptlab.execution.fsdp2 import shard_gpt
     from gptlab.model import GPT, GPTConfig
-    from gptlab.runtime.fsdp2 import shard_gpt
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:

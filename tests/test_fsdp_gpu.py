@@ -13,7 +13,7 @@ from helpers import compose_config, run_train, scalars
 from omegaconf import OmegaConf
 
 from gptlab.model import GPTConfig
-from gptlab.runtime.planning import make_plan
+from gptlab.preflight.planning import make_plan
 
 pytestmark = pytest.mark.gpu
 MICRO_BATCH = 4

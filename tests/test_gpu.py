@@ -83,7 +83,7 @@ def test_attention_backend_auto_puts_the_measured_fastest_first() -> None:
     priority; the model's outputs are the same whichever runs."""
     from torch.nn.attention import SDPBackend
 
-    from gptlab.runtime.attention_backend import BACKENDS, choose_attention_backend, fastest_backend
+    from gptlab.execution.attention_backend import BACKENDS, choose_attention_backend, fastest_backend
 
     device = torch.device("cuda")
     best, times = fastest_backend(12, 1024, 64, device)
@@ -102,11 +102,11 @@ def test_attention_backend_auto_puts_the_measured_fastest_first() -> None:
 
 
 def test_compiled_model_and_loss_on_cuda_match_eager_and_keep_no_fp32_logits() -> None:
-    """The GPU fast path's one graph (runtime/parallelize.py): the same loss and gradients as eager, and a memory
+    """The GPU fast path's one graph (execution/parallelize.py): the same loss and gradients as eager, and a memory
     peak below eager's, whose loss holds an fp32 copy of the logits."""
     from gptlab.config.schemas import Runtime
+    from gptlab.execution.parallelize import parallelize
     from gptlab.model.loss import model_loss
-    from gptlab.runtime.parallelize import parallelize
 
     cfg = GPTConfig(vocab_size=50257, pad_vocab_to=64, block_size=256, n_layer=2, n_head=4, n_embd=128)
     torch.manual_seed(0)

@@ -14,9 +14,9 @@ import pytest
 from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, TESTS, TINY_RUN, run_train
 
 from gptlab.errors import ConfigError
+from gptlab.launch.gpu_launcher import device_pool
 from gptlab.report.runs import write_report
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE
-from gptlab.runtime.gpu_launcher import device_pool
 
 APP = TESTS / "fixtures" / "gpu_pool_app" / "app.py"
 

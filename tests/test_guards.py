@@ -7,9 +7,9 @@ from helpers import compose_config, run_train
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.runtime import guards
-from gptlab.runtime.guards import check_devices, check_memory, estimate_memory
-from gptlab.runtime.planning import activation_bytes
+from gptlab.preflight import guards
+from gptlab.preflight.guards import check_devices, check_memory, estimate_memory
+from gptlab.preflight.planning import activation_bytes
 
 GB = 1e9
 

@@ -12,12 +12,12 @@ import pytest
 from helpers import compose_config, run_script
 from test_report_stats import MODEL, TOKENS_PER_STEP, make_job
 
+from gptlab.config.ladder_steps import non_embedding_parameters
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.report.ladder_fit import PowerLaw
 from gptlab.report.sweep import write_sweep_report
-from gptlab.runtime.ladder_steps import non_embedding_parameters
 
 SIZES = {"w16": (1, 16), "w24": (1, 24), "w32": (2, 32), "w48": (2, 48)}
 STEPS = {"w16": 20, "w24": 60, "w32": 200, "w48": 600}  # a growing token budget, as the ladder rule gives

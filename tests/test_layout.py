@@ -9,12 +9,14 @@ packages on the same layer do not import each other:
     1  model                               the GPT as a plain nn.Module
     2  data | checkpoint | config          corpora and batches; the checkpoint file; typed config schemas
     3  runs                                run dirs and sweep jobs: files, the one-run lock, resume, failures
-    4  runtime                             launch, signals, DDP glue, config checks, device and memory guards
-    5  interop                             Hugging Face in and out
-    6  eval                                zero-shot tasks, scoring, sampling
-    7  train                               the LightningModule, optimizers, callbacks that do science
-    8  apps                                what the entry scripts call
-    9  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
+    4  execution                           how the model runs: parallelize (compile, checkpointing, FSDP), kernels
+    5  preflight                           the checks made once before anything is built: machine, memory, disk
+    6  launch                              entry scripts' errors, Hydra callbacks, DDP rank launch, GPU launcher
+    7  interop                             Hugging Face in and out
+    8  eval                                zero-shot tasks, scoring, sampling
+    9  train                               the LightningModule, optimizers, callbacks
+   10  apps                                what the entry scripts call
+   11  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ import pytest
 from helpers import CHECKOUT_ENV, ROOT
 
 PACKAGE = ROOT / "src" / "gptlab"
-LAYER = {"gptlab": 0, "model": 1, "data": 2, "checkpoint": 2, "config": 2, "runs": 3, "runtime": 4, "interop": 5,
-         "eval": 6, "train": 7, "apps": 8, "report": 9, "tools": 9}
+LAYER = {"gptlab": 0, "model": 1, "data": 2, "checkpoint": 2, "config": 2, "runs": 3, "execution": 4, "preflight": 5,
+         "launch": 6, "interop": 7, "eval": 8, "train": 9, "apps": 10, "report": 11, "tools": 11}
 FRAMEWORKS = ("lightning", "pytorch_lightning", "hydra", "omegaconf")
 MAX_FUNCTION_LINES = 60
 MAX_PACKAGE_SHARE = 0.20

@@ -1,4 +1,4 @@
-"""Every private Lightning/torch name gptlab uses (one list: gptlab.runtime.lightning_internals) still resolves,
+"""Every private Lightning/torch name gptlab uses (one list: gptlab.launch.lightning_internals) still resolves,
 and the Lightning pin in pyproject covers the installed version. An upgrade that removes one fails here, by name."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from helpers import ROOT
 from packaging.version import Version
 
-from gptlab.runtime.lightning_internals import PRIVATE, resolve
+from gptlab.launch.lightning_internals import PRIVATE, resolve
 
 
 @pytest.mark.parametrize("entry", PRIVATE, ids=[e.path for e in PRIVATE])
@@ -30,7 +30,7 @@ def test_every_private_use_in_the_code_is_listed() -> None:
             names = match.group(1) or match.group(0)
             missing = [n for n in names.split(".") if n not in listed]
             found += 1
-            assert not missing, f"{path}: {match.group(0)} uses {missing}, not in gptlab.runtime.lightning_internals"
+            assert not missing, f"{path}: {match.group(0)} uses {missing}, not in gptlab.launch.lightning_internals"
     assert found >= 4  # the scan sees the known uses (hydra_ddp, hparams, throughput, position)
 
 

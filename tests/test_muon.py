@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 
 from gptlab.errors import ConfigError, PreemptedError
 from gptlab.model import GPT, GPTConfig
-from gptlab.runtime.early_checks import check_config
+from gptlab.preflight.early_checks import check_config
 from gptlab.train.muon import MuonAdamW, muon_groups
 from gptlab.train.optim import param_groups
 

@@ -18,8 +18,8 @@ from helpers import compose_config, compose_tiny, load_checkpoint, scalars, trai
 from gptlab.config.rules import check_rules
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
+from gptlab.preflight.early_checks import check_config
 from gptlab.report.mup_transfer import WidthCurve, grid_steps, transfer_table, transfer_verdicts
-from gptlab.runtime.early_checks import check_config
 from gptlab.tools.coord_check import CoordSetup, coord_check, slopes
 from gptlab.train.optim import adamw, param_groups, scale_group_lrs
 

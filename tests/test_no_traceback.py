@@ -15,8 +15,8 @@ from helpers import ROOT, compose_config
 from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.data.sources import TextFiles
 from gptlab.errors import ConfigError
+from gptlab.preflight.early_checks import check_config
 from gptlab.runs import sweep_failures
-from gptlab.runtime.early_checks import check_config
 
 
 @pytest.mark.parametrize("overrides, words", [

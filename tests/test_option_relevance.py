@@ -8,8 +8,8 @@ import pytest
 from helpers import TINY, compose_config
 
 from gptlab.errors import ConfigError
-from gptlab.runtime.early_checks import check_config
-from gptlab.runtime.option_relevance import RULES
+from gptlab.preflight.early_checks import check_config
+from gptlab.preflight.option_relevance import RULES
 
 # (overrides, the message's start). One per row of RULES, each the smallest config that sets the option in vain.
 IGNORED = [

@@ -10,7 +10,7 @@ from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
 from omegaconf import OmegaConf
 
 from gptlab.model import GPTConfig, count_parameters
-from gptlab.runtime.planning import GPUS, activation_bytes, make_plan
+from gptlab.preflight.planning import GPUS, activation_bytes, make_plan
 
 GPT3_175B = dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, head_dim=128)
 
@@ -60,8 +60,8 @@ def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
 def test_the_plan_counts_the_bytes_trains_memory_check_counts(overrides: list[str]) -> None:
     """The planner's column for the run's own strategy is train's check at the run's micro-batch and precision
     (the planner used to count micro-batch 1: "DDP fits (2.3 GB)" where train refused 42.9 GB)."""
-    from gptlab.runtime.guards import estimate_memory
-    from gptlab.runtime.planning import is_fsdp
+    from gptlab.preflight.guards import estimate_memory
+    from gptlab.preflight.planning import is_fsdp
 
     train = compose_config(overrides, "/tmp/plan-run")
     model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(train.model, resolve=True), 256)
@@ -77,7 +77,7 @@ def test_the_plan_counts_the_bytes_trains_memory_check_counts(overrides: list[st
 
 
 def test_a_short_plan_says_hours_or_minutes_not_zero_days() -> None:
-    from gptlab.runtime.planning import duration
+    from gptlab.preflight.planning import duration
 
     assert duration(2.5) == "2.5 days" and duration(0.5) == "12.0 hours" and duration(0.01) == "14.4 minutes"
     assert duration(1e-9) == "0.1 minutes"

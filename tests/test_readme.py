@@ -30,10 +30,10 @@ import pytest
 import yaml
 from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config, write_corpus
 
-from gptlab.config.check import check as check_config
 from gptlab.config.suggest import compose_message
+from gptlab.config.validate import check as check_config
 from gptlab.errors import ConfigError
-from gptlab.runtime import guards
+from gptlab.preflight import guards
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"

@@ -19,7 +19,7 @@ from gptlab.data.mixture import Mixture
 from gptlab.data.sources import BuiltinSource
 from gptlab.data.windows import EpochWindows
 from gptlab.errors import ConfigError
-from gptlab.runtime.relayout import relayout_loops
+from gptlab.runs.relayout import relayout_loops
 
 
 def trainer(world_size: int, accumulate: int = 1, processed: int = 3, rank: int = 0) -> SimpleNamespace:

@@ -1,7 +1,7 @@
 """Every way out a machine or run-dir refusal offers works when followed: the suggested overrides are applied to the
 refused command and the same check runs again; it passes, or refuses with a new, true message whose own way out is
 followed in turn (more GPUs than present -> a CPU DDP test -> too little RAM -> the data.batch_size that fits).
-In-process: the checks are the ones train's launcher runs (gptlab.runtime.guards, gptlab.runs.resume)."""
+In-process: the checks are the ones train's launcher runs (gptlab.preflight.guards, gptlab.runs.resume)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.runtime import guards
+from gptlab.preflight import guards
 
 GB = 1e9
 SUGGESTION = re.compile(r"(?<![\w.])((?:trainer|data|runtime|resume)[\w.]*=[\w.-]+)")

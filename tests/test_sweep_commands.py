@@ -18,8 +18,8 @@ from hydra.types import RunMode
 from omegaconf import open_dict
 
 from gptlab.errors import ConfigError, PreemptedError
+from gptlab.launch.cli import resume_command
 from gptlab.runs.sweep_jobs import check_sweep_is_multirun
-from gptlab.runtime.cli import resume_command
 
 
 def _with_hydra(overrides: list[str]):

@@ -9,7 +9,7 @@ from gptlab.data.ranks import GPT2_RANKS_SHA256
 from gptlab.data.sources import BuiltinSource, stdlib_files
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer
 from gptlab.errors import ConfigError
-from gptlab.runtime.early_checks import build_model_config
+from gptlab.preflight.early_checks import build_model_config
 
 
 def test_ranks_file_is_the_checked_one(gpt2_ranks):

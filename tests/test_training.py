@@ -13,7 +13,7 @@ from helpers import TINY_RUN, compose_config, run_train, scalars
 from gptlab.apps.train import train
 from gptlab.data import ByteTokenizer, GPTDataModule
 from gptlab.model import GPT, next_token_loss
-from gptlab.runtime.early_checks import build_model_config
+from gptlab.preflight.early_checks import build_model_config
 
 
 def _val_loss(model: GPT, dm: GPTDataModule, batches: int) -> float:

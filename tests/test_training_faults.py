@@ -11,9 +11,9 @@ import pytest
 from helpers import compose_tiny, load_checkpoint, train_in_process
 
 from gptlab.errors import ConfigError, NonFiniteLossError
-from gptlab.runtime.checkpoint_plan import check_checkpoint_space
-from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.preflight import check_output_dirs
+from gptlab.launch.cli import user_errors_exit
+from gptlab.preflight.checkpoint_plan import check_checkpoint_space
+from gptlab.preflight.preflight import check_output_dirs
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from helpers import compose_tiny, load_checkpoint, train_in_process
 
 from gptlab.apps.build import gradient_accumulation
 from gptlab.errors import ConfigError
+from gptlab.execution.parallelize import checkpoint_blocks
 from gptlab.model import GPT, GPTConfig, next_token_loss
-from gptlab.runtime.parallelize import checkpoint_blocks
 from gptlab.train.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups
 
 PEAK = 1.0

@@ -14,8 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from gptlab.model import training_flops_per_token
+from gptlab.preflight.early_checks import build_model_config
 from gptlab.runs.run_dir import event_files
-from gptlab.runtime.early_checks import build_model_config
 
 PEAK_FLOPS = 1e12  # the override a user sets for a device gptlab's table lacks: here the CPU, so the MFU path runs
 RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "global_batch_tokens=256",  # 2 x 4 x 32

@@ -219,7 +219,7 @@ def test_callback_is_off_without_tasks_and_checks_its_settings() -> None:
 
 def test_eval_settings_that_would_do_nothing_are_refused(tmp_path: Path) -> None:
     """eval.py task_limit=5 with no tasks used to run the val loss alone without a word; the rule is the one
-    callbacks.zero_shot.limit follows in training (gptlab.runtime.option_relevance.tasks_only)."""
+    callbacks.zero_shot.limit follows in training (gptlab.preflight.option_relevance.tasks_only)."""
     cfg = compose_config(["ckpt_path=/nonexistent.ckpt", "task_limit=5", "trainer.accelerator=cpu",
                           f"paths.output_dir={tmp_path}"], config_name="eval")
     with pytest.raises(ConfigError, match=r"task_limit=5 has no effect: it matters only when tasks is not empty"):

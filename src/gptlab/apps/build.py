@@ -16,10 +16,10 @@ from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError, find_config_error, is_int
 from gptlab.model import GPT
+from gptlab.preflight.early_checks import Checked
 from gptlab.runs import sweep_jobs
-from gptlab.runtime.early_checks import Checked
-from gptlab.runtime.preemption import PreemptionCheckpoint
 from gptlab.train.callbacks.final_validation import FinalValidation
+from gptlab.train.callbacks.preemption import PreemptionCheckpoint
 from gptlab.train.callbacks.training_clock import TrainingClock
 from gptlab.train.module import GPTLitModule
 from gptlab.train.step_axis import log_at_steps_done

@@ -17,15 +17,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from gptlab.apps.build import instantiate_trainer
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_tokenizer_fits, check_tokenizer_matches, load_model, recorded_tokenizer
-from gptlab.config.check import check_fields, check_node
-from gptlab.config.checks import boolean, positive_int, writable_dir
+from gptlab.config.ranges import boolean, positive_int, writable_dir
 from gptlab.config.rules import windows_fit_the_context
 from gptlab.config.schemas import Trainer
+from gptlab.config.validate import check_fields, check_node
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
-from gptlab.runtime import quiet
-from gptlab.runtime.guards import check_devices
-from gptlab.runtime.option_relevance import EVAL_RULES, eval_defaults, ignored_options
+from gptlab.launch import quiet
+from gptlab.preflight.guards import check_devices
+from gptlab.preflight.option_relevance import EVAL_RULES, eval_defaults, ignored_options
 from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)

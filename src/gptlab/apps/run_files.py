@@ -13,12 +13,12 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.apps.banner import banner_lines, vocab_warning
 from gptlab.apps.build import Run
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
+from gptlab.preflight.checkpoint_plan import check_checkpoint_space
+from gptlab.preflight.early_checks import Checked
+from gptlab.preflight.preflight import check_output_dirs, checkpoint_bytes
 from gptlab.runs.resume import start_over
 from gptlab.runs.run_dir import RESOLVED_CONFIG
-from gptlab.runtime.checkpoint_plan import check_checkpoint_space
-from gptlab.runtime.early_checks import Checked
-from gptlab.runtime.preemption import PreemptionCheckpoint
-from gptlab.runtime.preflight import check_output_dirs, checkpoint_bytes
+from gptlab.train.callbacks.preemption import PreemptionCheckpoint
 
 log = logging.getLogger(__name__)
 

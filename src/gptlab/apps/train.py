@@ -19,19 +19,17 @@ from gptlab.apps.build import Run, build_run
 from gptlab.apps.run_files import write_setup_files
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import check_resumable, read_checkpoint
+from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
+from gptlab.execution.strategies import uses_fsdp
+from gptlab.launch import quiet
+from gptlab.launch.hydra_ddp import ddp_job_scope
+from gptlab.launch.rank_watch import WATCH
 from gptlab.model.accounting import padding_parameters
+from gptlab.preflight.early_checks import Checked, check_before_run
 from gptlab.runs import sweep_failures, sweep_jobs
+from gptlab.runs.continuation import expected_warnings_silenced
 from gptlab.runs.resume import finished_run, resume_checkpoint, resume_mode
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE, Progress, discard_on_early_error
-from gptlab.runtime import (
-    ladder_steps,  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
-    quiet,
-)
-from gptlab.runtime.continuation import expected_warnings_silenced
-from gptlab.runtime.early_checks import Checked, check_before_run
-from gptlab.runtime.hydra_ddp import ddp_job_scope
-from gptlab.runtime.rank_watch import WATCH
-from gptlab.runtime.strategies import uses_fsdp
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.training_clock import TrainingClock
 
@@ -104,9 +102,9 @@ def _fit(run: Run) -> float:
     """trainer.fit, in seconds."""
     started = time.perf_counter()
     # Lightning's SIGTERM handling would replace gptlab's flag with its own, which hangs DDP jobs (see
-    # runtime/preemption.py); the flag installed by train() stays in force for the whole fit.
+    # train/callbacks/preemption.py); the flag installed by train() stays in force for the whole fit.
     run.trainer._signal_connector.register_signal_handlers = lambda: None
-    WATCH.start(run.trainer)  # the step a lost rank's message names (gptlab.runtime.rank_watch)
+    WATCH.start(run.trainer)  # the step a lost rank's message names (gptlab.launch.rank_watch)
     checkpoint_dirs = [c.dirpath for c in run.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
     with expected_warnings_silenced(run.ckpt_path, checkpoint_dirs):
         # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.

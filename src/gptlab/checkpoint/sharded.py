@@ -2,7 +2,7 @@
 Lightning's ModelParallelStrategy write, one `__<rank>_0.distcp` file per rank, DCP's `.metadata` index, and
 Lightning's `meta.pt` (everything but the weights and optimizer states: loops, callbacks, hyperparameters).
 
-The folder is renamed into place whole (runtime/fsdp_strategy.py); these checks still name what is missing in one
+The folder is renamed into place whole (execution/fsdp_strategy.py); these checks still name what is missing in one
 that was copied or damaged afterwards, so resume=auto skips it like a truncated file.
 """
 

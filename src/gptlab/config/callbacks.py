@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import gptlab.config.checks as c
+import gptlab.config.ranges as c
 from gptlab.config.fields import setting
 
 
@@ -33,7 +33,7 @@ class ModelCheckpoint:
 
 @dataclass
 class PreemptionCheckpoint:
-    _target_: str = "gptlab.runtime.preemption.PreemptionCheckpoint"
+    _target_: str = "gptlab.train.callbacks.preemption.PreemptionCheckpoint"
     dirpath: str = setting(help="where the preemption checkpoint goes", check=c.text)
     filename: str = setting("last", "its file name, without .ckpt; last replaces last.ckpt", c.text)
 

@@ -1,6 +1,6 @@
 """`gptlab.config.main`: `hydra.main` whose compose errors are one `gptlab: error:` line and exit 2.
 
-Hydra composes before the task function runs, so gptlab.runtime.cli.user_errors_exit never sees a misspelt key or a
+Hydra composes before the task function runs, so gptlab.launch.cli.user_errors_exit never sees a misspelt key or a
 wrong type: Hydra prints its own multi-line report (or a traceback) and exits 1. Hydra re-raises instead when
 HYDRA_FULL_ERROR is set (hydra/_internal/utils.py run_and_report), which is the one public switch; `main` sets
 it for the call and words the exceptions raised before the task started. Exceptions from the task itself pass

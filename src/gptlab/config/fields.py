@@ -6,7 +6,7 @@ import copy
 from dataclasses import Field, field, fields, is_dataclass
 from typing import Any, Optional
 
-from gptlab.config.checks import Check
+from gptlab.config.ranges import Check
 
 
 def setting(default: Any = "???", help: str = "", check: Optional[Check] = None) -> Any:

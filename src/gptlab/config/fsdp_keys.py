@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-FSDP_TARGET = "gptlab.runtime.strategies.fsdp"
+FSDP_TARGET = "gptlab.execution.strategies.fsdp"
 FSDP_KEYS = {
     "reshard_after_forward": "free each block's gathered weights after forward (ZeRO-3); false keeps them (ZeRO-2)",
     "timeout": "collective timeout (a datetime.timedelta), handed to Lightning's ModelParallelStrategy",

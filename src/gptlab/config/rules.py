@@ -7,8 +7,8 @@ from typing import Callable, Optional
 
 from omegaconf import DictConfig
 
-from gptlab.config.checks import logged_metric
 from gptlab.config.fsdp_keys import fsdp_strategy_keys
+from gptlab.config.ranges import logged_metric
 from gptlab.errors import ConfigError
 
 Rule = Callable[[DictConfig], Optional[str]]  # None = fine, else the message

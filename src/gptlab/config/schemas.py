@@ -3,7 +3,7 @@
 Registered in Hydra's ConfigStore (gptlab.config.store) and named in each YAML's `defaults`, so Hydra refuses
 a wrong type or an unknown key while it composes. Groups whose node is a constructor call (`_target_`) list the
 constructor's keyword arguments that gptlab ships; others a user may append with `+group.key=value` are
-checked against the constructor's signature (gptlab.config.check). The model's schema is GPTConfig itself.
+checked against the constructor's signature (gptlab.config.validate). The model's schema is GPTConfig itself.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-import gptlab.config.checks as c
+import gptlab.config.ranges as c
 from gptlab.config.fields import setting
 
 # Lightning also names "transformer-engine": it needs NVIDIA Transformer Engine, which gptlab neither installs nor
@@ -22,7 +22,7 @@ PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true",
 @dataclass
 class Runtime:
     """How the model runs, not what it computes: the same weights and outputs either way. Applied to the plain
-    model in one place, gptlab.runtime.parallelize."""
+    model in one place, gptlab.execution.parallelize."""
 
     compile: bool = setting(
         "${gptlab.on_cuda:true,false}", "torch.compile the model together with its loss (per block under "

@@ -28,8 +28,8 @@ from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import score_pairs, score_texts
-from gptlab.runtime.cli import user_errors_exit
-from gptlab.runtime.devices import check_device, default_device
+from gptlab.launch.cli import user_errors_exit
+from gptlab.preflight.devices import check_device, default_device
 
 GENERATION_CHUNK = 32  # new tokens per generate() call between checks for a stop string
 

@@ -11,13 +11,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import check_tokenizer_matches, recorded_tokenizer, resolve_checkpoint
 from gptlab.checkpoint.reader import load_model as load_checkpoint_model
-from gptlab.config.checks import boolean, check_table, integer, non_negative_int, number, optional, positive_int
+from gptlab.config.ranges import boolean, check_table, integer, non_negative_int, number, optional, positive_int
 from gptlab.errors import ConfigError
 from gptlab.interop import from_pretrained
 from gptlab.interop.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
-from gptlab.runtime.devices import check_device
-from gptlab.runtime.option_relevance import SAMPLE_RULES, ignored_options, sampling_defaults
+from gptlab.preflight.devices import check_device
+from gptlab.preflight.option_relevance import SAMPLE_RULES, ignored_options, sampling_defaults
 
 
 def is_hf_directory(path: str) -> bool:

@@ -72,7 +72,7 @@ class GPT(nn.Module):
         positions = documents.positions if documents is not None else None
         x = self.embed(idx, start_pos=caches[0].length if caches else 0, positions=positions)
         for i, block in enumerate(self.blocks):  # how each block runs (checkpointed, sharded, compiled) is
-            x = block(x, caches[i] if caches else None, documents)  # applied from outside: runtime/parallelize.py
+            x = block(x, caches[i] if caches else None, documents)  # applied from outside: execution/parallelize.py
         if last_only:
             x = x[:, -1:]
         logits = self.head(self.final_norm(x))

@@ -3,7 +3,7 @@ and how fast one real training step runs (scripts/doctor.py prints it).
 
 On a GPU: CUDA/NCCL/bf16, flex vs chunked vs sdpa local attention (equality and fwd+bwd time), one bf16-mixed
 train step of gpt2_small eager and compiled (tokens/s, MFU against the GPU's dense bf16 peak), its memory peak
-against gptlab.runtime.planning's estimate, float8 training's loss against bf16's over a few hundred steps (GPUs of
+against gptlab.preflight.planning's estimate, float8 training's loss against bf16's over a few hundred steps (GPUs of
 compute capability >= 8.9 with torchao), and a 2-rank NCCL DDP step when two GPUs are present. On a CPU the parts
 that need a GPU are listed as skipped, with why.
 """
@@ -22,13 +22,13 @@ import torch.nn.functional as F
 
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
+from gptlab.execution.float8 import apply_float8, check_float8, torchao_available
+from gptlab.execution.parallelize import parallelize
+from gptlab.execution.peak_flops import device_peak
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
 from gptlab.model.sparse_attention import FLASH_DTYPES, attend, flash_available, flex_available
-from gptlab.runtime.devices import check_device
-from gptlab.runtime.float8 import apply_float8, check_float8, torchao_available
-from gptlab.runtime.parallelize import parallelize
-from gptlab.runtime.peak_flops import device_peak
-from gptlab.runtime.planning import activation_bytes, memory_per_gpu
+from gptlab.preflight.devices import check_device
+from gptlab.preflight.planning import activation_bytes, memory_per_gpu
 from gptlab.tools.benchmarks.attention_speed import timed_ms
 from gptlab.train.optim import adamw, weight_decay_groups
 
@@ -223,7 +223,7 @@ def float8_loss_curves(cfg: GPTConfig, device: torch.device, steps: int, batch: 
 
 def float8_parity(report: Report, device: torch.device, steps: int = 300) -> None:
     """Train the same model from the same init on the same batches in bf16 autocast and with runtime.float8's
-    conversion (gptlab.runtime.float8.apply_float8): the final losses must agree within FLOAT8_PARITY."""
+    conversion (gptlab.execution.float8.apply_float8): the final losses must agree within FLOAT8_PARITY."""
     check = f"float8 loss parity ({steps} steps)"
     if device.type != "cuda":
         report.skip(check, "no CUDA device (float8 matmuls need a GPU of compute capability >= 8.9)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gptlab.runtime.cli import ArgumentParser
+from gptlab.launch.cli import ArgumentParser
 
 
 def drill_parser(doc: str) -> argparse.ArgumentParser:

@@ -15,10 +15,10 @@ from torchmetrics import MeanMetric, SumMetric
 from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.config.schemas import Runtime
 from gptlab.errors import NonFiniteLossError, require_int
+from gptlab.execution.parallelize import LossFn, eager_loss_fn, parallelize
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts
-from gptlab.runtime.parallelize import LossFn, eager_loss_fn, parallelize
-from gptlab.runtime.relayout import relayout_loops
+from gptlab.runs.relayout import relayout_loops
 from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.source_metrics import ValidationSums
 

@@ -19,7 +19,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 def log_at_steps_done(trainer: L.Trainer) -> None:
     """While fitting, every metrics dict Lightning logs without a step goes to the loggers at `global_step`."""
-    connector = trainer._logger_connector  # private: see gptlab.runtime.lightning_internals
+    connector = trainer._logger_connector  # private: see gptlab.launch.lightning_internals
     lightning_log_metrics = connector.log_metrics
 
     def log_metrics(metrics: Mapping[str, Any], step: Optional[int] = None) -> None:

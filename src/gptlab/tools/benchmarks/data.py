@@ -16,7 +16,7 @@ from gptlab.data.ranks import fetch_gpt2_ranks
 from gptlab.data.sources import BuiltinSource
 from gptlab.data.tokenizers import TiktokenTokenizer
 from gptlab.model import GPT, next_token_loss
-from gptlab.runtime.early_checks import build_model_config
+from gptlab.preflight.early_checks import build_model_config
 
 REPO = Path(__file__).resolve().parents[4]  # the checkout: conf/ and data/cache/ live there
 

@@ -25,8 +25,8 @@ from omegaconf import DictConfig
 import gptlab.config  # noqa: F401  (registers the schemas conf/train.yaml names)
 from gptlab.apps.train import train
 from gptlab.model import GPT, next_token_loss
+from gptlab.preflight.early_checks import build_model_config
 from gptlab.runs.run_dir import SUMMARY_FILE
-from gptlab.runtime.early_checks import build_model_config
 from gptlab.train.optim import weight_decay_groups
 
 

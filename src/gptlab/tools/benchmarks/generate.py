@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.interop import save_pretrained
 from gptlab.model import GPT, GPTConfig
-from gptlab.runtime.devices import check_device
+from gptlab.preflight.devices import check_device
 
 
 def _timed(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[float, torch.Tensor]:

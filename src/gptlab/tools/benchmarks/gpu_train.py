@@ -31,9 +31,9 @@ import lightning as L
 import torch
 
 from gptlab.config.schemas import Runtime
+from gptlab.execution.parallelize import parallelize
+from gptlab.execution.peak_flops import device_peak, mfu
 from gptlab.model import GPT, GPTConfig, training_flops_per_token
-from gptlab.runtime.parallelize import parallelize
-from gptlab.runtime.peak_flops import device_peak, mfu
 from gptlab.tools.benchmarks.reference_gpt import ReferenceGPT
 from gptlab.train.optim import weight_decay_groups
 
@@ -292,7 +292,7 @@ def plain_fit_window(cfg: Any, device: torch.device) -> Window:
     """The same run as a researcher writes it by hand: gptlab's model function, data and optimizer config."""
     import hydra
 
-    from gptlab.runtime.early_checks import build_model_config
+    from gptlab.preflight.early_checks import build_model_config
 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision(cfg.float32_matmul_precision)

@@ -13,7 +13,7 @@ import logging
 import lightning as L
 import torch
 
-from gptlab.runtime.fsdp_strategy import shards_weights
+from gptlab.execution.fsdp_strategy import shards_weights
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from gptlab.execution.fsdp_strategy import shards_weights
 from gptlab.model import GPT
-from gptlab.runtime.fsdp_strategy import shards_weights
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ import torch
 from torch.optim import Optimizer
 
 from gptlab.errors import require_int
+from gptlab.execution.fsdp_strategy import shards_weights
 from gptlab.model import GPT
 from gptlab.model.loss import z_loss_term
-from gptlab.runtime.fsdp_strategy import shards_weights
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Tokens seen, tokens/s and MFU, on top of Lightning Fabric's windowed `Throughput`, against gptlab's dense peak table
-(runtime/peak_flops.py; Lightning's has no entry for the name an H200 reports, and lists sparse rates).
+(execution/peak_flops.py; Lightning's has no entry for the name an H200 reports, and lists sparse rates).
 
 Lightning's own ThroughputMonitor logs samples and batches under its own names and only to the logger; this
 callback logs the token-level numbers a language-model run is judged by, and shows tokens/s on the progress bar.
@@ -14,8 +14,8 @@ from typing import Any, Optional
 import lightning as L
 from lightning.fabric.utilities.throughput import Throughput
 
+from gptlab.execution.peak_flops import device_peak
 from gptlab.model import training_flops_per_token
-from gptlab.runtime.peak_flops import device_peak
 from gptlab.train.module import logging_step
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class TokenThroughput(L.Callback):
 
     def __init__(self, window_size: int = 20, peak_flops: Optional[float] = None) -> None:
         self.window_size = window_size
-        self.peak_flops = peak_flops  # FLOP/s per device; None = gptlab's table for the GPU (runtime/peak_flops.py)
+        self.peak_flops = peak_flops  # FLOP/s per device; None = gptlab's table for the GPU (execution/peak_flops.py)
         self._throughput: Optional[Throughput] = None
         self._flops_per_token = 0
         self._start = 0.0

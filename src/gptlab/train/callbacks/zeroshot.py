@@ -10,7 +10,7 @@ import lightning as L
 from gptlab.errors import require_int
 from gptlab.eval.tasks import Example
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, load_examples
-from gptlab.runtime.fsdp_strategy import shards_weights
+from gptlab.execution.fsdp_strategy import shards_weights
 
 log = logging.getLogger(__name__)
 

@@ -66,7 +66,7 @@ def device_pool(device_ids: Optional[Sequence[Any]], devices_per_job: Any) -> li
 
 
 def entry_command() -> str:
-    """How this program was started, for a job's DDP ranks > 0 (runtime/hydra_ddp.py)."""
+    """How this program was started, for a job's DDP ranks > 0 (launch/hydra_ddp.py)."""
     import __main__
 
     if __main__.__spec__ is not None:
@@ -104,7 +104,7 @@ class LocalGPULauncher(BaseSubmititLauncher):
         except ConfigError as err:
             print(f"gptlab: error: {err}", file=sys.stderr)
             sys.exit(2)
-        from gptlab.runtime.hydra_ddp import JOB_ENTRY_ENV  # Lightning: imported when a sweep starts, not at scan
+        from gptlab.launch.hydra_ddp import JOB_ENTRY_ENV  # Lightning: imported when a sweep starts, not at scan
 
         os.environ[JOB_ENTRY_ENV] = entry_command()  # inherited by each job's process
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)

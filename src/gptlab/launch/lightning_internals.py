@@ -21,10 +21,10 @@ class Private:
 
 PRIVATE = (
     Private("lightning.pytorch.strategies.launchers.subprocess_script:_hydra_subprocess_cmd",
-            "gptlab/runtime/hydra_ddp.py", "the only hook that chooses the command DDP ranks > 0 are started with"),
+            "gptlab/launch/hydra_ddp.py", "the only hook that chooses the command DDP ranks > 0 are started with"),
     Private("lightning.pytorch.strategies.launchers.subprocess_script:_launch_process_observer",
-            "gptlab/runtime/hydra_ddp.py", "the watcher of DDP ranks > 0, which SIGKILLs the whole job silently when "
-            "one exits non-zero; gptlab.runtime.rank_watch replaces it"),
+            "gptlab/launch/hydra_ddp.py", "the watcher of DDP ranks > 0, which SIGKILLs the whole job silently when "
+            "one exits non-zero; gptlab.launch.rank_watch replaces it"),
     Private("trainer:_signal_connector.register_signal_handlers",
             "gptlab/apps/train.py", "switched off: Lightning's SIGTERM handler broadcasts inside the handler and hangs "
             "DDP jobs; gptlab.signals and callbacks/preemption.py replace it"),
@@ -42,7 +42,7 @@ PRIVATE = (
             "gptlab/train/step_axis.py", "the one call through which Lightning logs, wrapped to give it the step: "
             "Lightning's own step is one behind the optimizer steps done"),
     Private("model_parallel_strategy:_data_parallel_size",
-            "gptlab/runtime/fsdp_strategy.py", "trainer=fsdp shards over every rank, not only across nodes"),
+            "gptlab/execution/fsdp_strategy.py", "trainer=fsdp shards over every rank, not only across nodes"),
     Private("lightning.fabric.strategies.model_parallel:_METADATA_FILENAME",
             "gptlab/checkpoint/sharded.py", "the name of Lightning's meta.pt in a sharded checkpoint folder"),
     Private("torch.distributed.checkpoint.state_dict_loader:_load_state_dict_from_keys",

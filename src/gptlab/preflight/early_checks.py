@@ -16,19 +16,19 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import check_resumable
-from gptlab.config.check import check
 from gptlab.config.schemas import Runtime
+from gptlab.config.validate import check
 from gptlab.errors import ConfigError
+from gptlab.execution.float8 import check_float8_here
+from gptlab.execution.strategies import check_optimizer_fits_strategy, uses_fsdp
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
+from gptlab.preflight.checkpoint_plan import check_checkpoint_space
+from gptlab.preflight.guards import check_devices, check_memory, resolve_accelerator
+from gptlab.preflight.option_relevance import ignored_options
+from gptlab.preflight.preflight import checkpoint_bytes
 from gptlab.runs import sweep_jobs
 from gptlab.runs.resume import given_checkpoint, resume_mode
-from gptlab.runtime.checkpoint_plan import check_checkpoint_space
-from gptlab.runtime.float8 import check_float8_here
-from gptlab.runtime.guards import check_devices, check_memory, resolve_accelerator
-from gptlab.runtime.option_relevance import ignored_options
-from gptlab.runtime.preflight import checkpoint_bytes
-from gptlab.runtime.strategies import check_optimizer_fits_strategy, uses_fsdp
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Compute and memory plan for a training run, from the model's own parameter and FLOPs count; the memory estimate
-here is the one train's memory check compares with the machine (gptlab.runtime.guards), so the planner and the
+here is the one train's memory check compares with the machine (gptlab.preflight.guards), so the planner and the
 check give the same bytes for the same config.
 
 Memory follows the usual mixed-precision accounting (ZeRO, Rajbhandari et al. 2020): 16 bytes per parameter of
@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from gptlab.execution.peak_flops import lookup
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
-from gptlab.runtime.peak_flops import lookup
 
-# The GPUs a plan is priced on: dense bf16 peak and memory from the one peak table MFU uses (runtime/peak_flops.py).
+# The GPUs a plan is priced on: dense bf16 peak and memory from the one peak table MFU uses (execution/peak_flops.py).
 GPUS = {kind: {"peak_flops": lookup(f"NVIDIA {kind}").bf16, "memory_bytes": lookup(f"NVIDIA {kind}").memory_bytes}
         for kind in ("A100", "H100", "H200")}
 BYTES_PER_PARAM = {"weights": 2, "gradients": 2, "optimizer": 12}  # bf16, bf16, fp32 master + m + v (doctor's split)

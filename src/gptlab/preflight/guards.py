@@ -15,7 +15,7 @@ import torch
 
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.runtime.planning import (  # noqa: F401  (the estimate lives with the planner: one accounting for both)
+from gptlab.preflight.planning import (  # noqa: F401  (the estimate lives with the planner: one accounting for both)
     PROCESS_OVERHEAD_BYTES,
     STATE_BYTES_PER_PARAM,
     MemoryEstimate,

@@ -3,7 +3,7 @@ knows nothing of how it is sharded, and the sharding knows only its block list.
 
 One FSDP unit per Block (gathered for its own forward and backward, freed after) and one root unit for the rest
 (token/position embeddings, final norm, head: they share the tied weight, so they must be one unit). Activation
-checkpointing (runtime/parallelize.py) wraps each block's forward before it is sharded here, so FSDP's hooks sit
+checkpointing (execution/parallelize.py) wraps each block's forward before it is sharded here, so FSDP's hooks sit
 outside the recomputed code, as in torchtitan.
 """
 

@@ -50,8 +50,6 @@ def checkpoint_slots(callbacks: Optional[Mapping[str, Any]]) -> list[Slot]:
     """What the configured callbacks keep on disk (not counting the one being written)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from gptlab.runtime.preemption import PreemptionCheckpoint
-
     named: dict[tuple[Path, str], list[str]] = {}
     slots = []
     for name, node in (callbacks or {}).items():
@@ -68,7 +66,7 @@ def checkpoint_slots(callbacks: Optional[Mapping[str, Any]]) -> list[Slot]:
                                   _glob(node.get("filename"))))
             if save_last and not (save_last == "link" and top_k != 0):  # "link": a symbolic link, no bytes
                 named.setdefault((directory, ModelCheckpoint.CHECKPOINT_NAME_LAST + ".ckpt"), []).append(name)
-        elif issubclass(cls, PreemptionCheckpoint):
+        elif getattr(cls, "keeps_one_named_file", False):  # the preemption checkpoint
             named.setdefault((directory, f"{node.get('filename', 'last')}.ckpt"), []).append(name)
     return [Slot(what, directory, tuple(names)) for (directory, what), names in named.items()] + slots
 

@@ -25,11 +25,11 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.checkpoint import checkpoint
 
 from gptlab.config.schemas import Runtime
+from gptlab.execution.attention_backend import choose_attention_backend
+from gptlab.execution.float8 import apply_float8
+from gptlab.execution.fsdp2 import shard_gpt
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts, loss_parts, model_loss
-from gptlab.runtime.attention_backend import choose_attention_backend
-from gptlab.runtime.float8 import apply_float8
-from gptlab.runtime.fsdp2 import shard_gpt
 
 LossFn = Callable[..., LossParts]  # (idx, targets, doc_ids=None, label_smoothing=0.0, z_loss=0.0) -> LossParts
 

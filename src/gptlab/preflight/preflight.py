@@ -16,7 +16,7 @@ def checkpoint_bytes(num_parameters: int, optimizer_states_per_param: int = 2) -
 
 
 def check_output_dirs(run_dir: Path, checkpoint_dirs: Iterable[Path]) -> None:
-    """Every dir can be created and written (their free space: runtime/checkpoint_plan.py)."""
+    """Every dir can be created and written (their free space: preflight/checkpoint_plan.py)."""
     for directory in [run_dir, *checkpoint_dirs]:
         try:
             directory.mkdir(parents=True, exist_ok=True)

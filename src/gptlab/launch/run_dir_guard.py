@@ -3,7 +3,7 @@
 Hydra makes `hydra.run.dir` and writes `.hydra/` and the job log before `train()` sees the config, so every
 refusal made in `train()` used to leave a run dir behind (or, in a dir given with `hydra.run.dir`, overwrite the
 earlier run's `.hydra/`). `on_run_start` runs before all of that, in this order:
-1. the config and machine checks (gptlab.runtime.early_checks): a refusal there creates nothing at all;
+1. the config and machine checks (gptlab.preflight.early_checks): a refusal there creates nothing at all;
 2. the run dir's lock (gptlab.runs.run_dir_lock): a second run into a dir in use is refused, naming the holder;
 3. what the dir holds (gptlab.runs.resume): a finished run is left as it was (exit 0), unreadable checkpoints or
    an earlier run without resume=auto/restart are refused; what step 2 created is removed again, and said.
@@ -52,11 +52,11 @@ class GuardRunDir(Callback):
         if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
             return
         from gptlab.checkpoint.reader import check_resumable
-        from gptlab.config.checks import writable_dir
+        from gptlab.config.ranges import writable_dir
+        from gptlab.execution.strategies import uses_fsdp
+        from gptlab.preflight.early_checks import check_before_run
         from gptlab.runs.resume import finished_run, resume_checkpoint
         from gptlab.runs.sweep_jobs import check_sweep_is_multirun
-        from gptlab.runtime.early_checks import check_before_run
-        from gptlab.runtime.strategies import uses_fsdp
 
         run_dir = Path(os.path.abspath(config.hydra.run.dir))
         task = _task_config(config, run_dir)
@@ -101,7 +101,7 @@ class GuardRunDir(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not owns_run_dir():
             return
-        from gptlab.config.checks import writable_dir
+        from gptlab.config.ranges import writable_dir
 
         sweep_dir = Path(os.path.abspath(config.hydra.sweep.dir))
         try:

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from gptlab.config.fsdp_keys import fsdp_key_problem
 from gptlab.errors import ConfigError
-from gptlab.runtime.fsdp_strategy import GPTFSDPStrategy
+from gptlab.execution.fsdp_strategy import GPTFSDPStrategy
 
 
 def fsdp(reshard_after_forward: bool = True, **kwargs: Any) -> GPTFSDPStrategy:

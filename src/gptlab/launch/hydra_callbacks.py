@@ -73,7 +73,7 @@ class CheckOutputDir(Callback):
 
     @staticmethod
     def _check(field: str, value: str) -> None:
-        from gptlab.config.checks import writable_dir
+        from gptlab.config.ranges import writable_dir
 
         try:
             writable_dir(field, value)

@@ -1,7 +1,7 @@
 """trainer=fsdp: Lightning's ModelParallelStrategy (FSDP2, `fully_shard`) with gptlab's sharding plan and checkpoints
 that are whole or absent. ModelParallelStrategy leaves the parallelism to the LightningModule's `configure_model`,
 which calls the one `runtime.parallelize` with this strategy's mesh and `layout` below; the sharding plan is
-runtime/fsdp2.py. Checkpoints are sharded (torch.distributed.checkpoint): a folder with one `__<rank>_0.distcp` file
+execution/fsdp2.py. Checkpoints are sharded (torch.distributed.checkpoint): a folder with one `__<rank>_0.distcp` file
 per rank, `.metadata` and Lightning's `meta.pt` (loops, callbacks, hyperparameters). Lightning writes that folder in
 place, so a kill mid-save would leave a folder that looks like a checkpoint; here every rank writes into a hidden
 temp folder beside it which rank 0 renames into place once all ranks are done.

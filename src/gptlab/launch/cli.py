@@ -88,7 +88,7 @@ def user_errors_exit(fn: F) -> F:
         except Exception as err:
             user_error = find_config_error(err)
             if user_error is None:
-                from gptlab.runtime.rank_watch import collective_failure_message
+                from gptlab.launch.rank_watch import collective_failure_message
 
                 lost = collective_failure_message(err)  # another DDP rank is gone: one line, no traceback
                 if lost is None:

@@ -30,6 +30,8 @@ class PreemptionCheckpoint(L.Callback):
     preemption signal, then raises PreemptedError on every rank. Any other exception saves nothing: the state may
     be broken, and the checkpoints already written stay the last good ones."""
 
+    keeps_one_named_file = True  # the disk planner (preflight/checkpoint_plan.py) counts <dirpath>/<filename>.ckpt once
+
     def __init__(self, dirpath: str, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self._pending: Optional[tuple[torch.Tensor, Any]] = None  # an all-reduce in flight

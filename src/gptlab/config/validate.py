@@ -14,8 +14,8 @@ from typing import Any, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gptlab.config.callbacks import BY_TARGET
-from gptlab.config.checks import fail
 from gptlab.config.fields import check_of, schema_fields
+from gptlab.config.ranges import fail
 from gptlab.config.rules import check_rules
 from gptlab.config.schemas import Runtime
 from gptlab.config.store import SCHEMAS

@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import lightning.pytorch.strategies.launchers.subprocess_script as pl_launcher
 import torch.distributed as dist
 
-from gptlab.runtime.rank_watch import watch_ranks
+from gptlab.launch.rank_watch import watch_ranks
 
 # Set in the launching process by Lightning's DDP launcher; left behind, they make the next job of a
 # sweep believe it is a child rank of an already running group.
@@ -79,7 +79,7 @@ def _route_ddp_ranks_into_job_dir() -> None:
     if not hasattr(pl_launcher, "_hydra_subprocess_cmd"):
         raise RuntimeError(
             "this Lightning version no longer has subprocess_script._hydra_subprocess_cmd; "
-            "gptlab.runtime.hydra_ddp must be updated before DDP runs under Hydra."
+            "gptlab.launch.hydra_ddp must be updated before DDP runs under Hydra."
         )
     pl_launcher._hydra_subprocess_cmd = job_subprocess_cmd
     pl_launcher._launch_process_observer = watch_ranks  # a lost rank: one message, not a silent SIGKILL of all
