@@ -44,7 +44,8 @@ SCALARS_JS = """() => {
   } };
   walk(document);
   return views.map(v => ({name: v.category.name, expanded: !!v.opened,
-    cards: cards.filter(c => v.category.items.some(i => i.tag === c.tag)).map(c => [c.tag, c.getBoundingClientRect().top])}));
+    cards: cards.filter(c => v.category.items.some(i => i.tag === c.tag))
+      .map(c => [c.tag, c.getBoundingClientRect().top])}));
 }"""
 
 
