@@ -1,6 +1,6 @@
 """What TensorBoard shows first, read from a real browser: starts `tensorboard --logdir DIR`, opens it in headless
 Chromium (1920x1080) and prints the tab it opens on and, in its Time Series and Scalars tabs, the tag groups in order,
-each expanded or collapsed, with the charts on the first screen.
+each expanded or collapsed, with the charts on the first screen, and the columns of its HParams table.
 
     python scripts/check_tensorboard_view.py <run dir or sweep dir> [--screenshots DIR]
 
@@ -47,6 +47,17 @@ SCALARS_JS = """() => {
     cards: cards.filter(c => v.category.items.some(i => i.tag === c.tag))
       .map(c => [c.tag, c.getBoundingClientRect().top])}));
 }"""
+# HParams (Polymer): a vaadin-grid; its first cells, one per column, are the headers.
+HPARAMS_JS = """() => {
+  const columns = [], cells = [];
+  const walk = root => { for (const el of root.querySelectorAll('*')) {
+    if (el.tagName === 'VAADIN-GRID-COLUMN') columns.push(el);
+    if (el.tagName === 'VAADIN-GRID-CELL-CONTENT') cells.push(el.textContent.trim());
+    if (el.shadowRoot) walk(el.shadowRoot);
+  } };
+  walk(document);
+  return cells.slice(0, columns.length);
+}"""
 
 
 def free_port() -> int:
@@ -71,8 +82,8 @@ def start_tensorboard(logdir: Path, port: int) -> subprocess.Popen:
     raise SystemExit("tensorboard did not answer within 120 s")
 
 
-def read_groups(page, script: str) -> list[dict]:
-    """The groups once the page has drawn them and they stopped changing (charts load after the group list)."""
+def read_stable(page, script: str) -> list:
+    """What `script` reads once the page has drawn it and it stopped changing (charts load after the group list)."""
     last, stable = None, 0
     for _ in range(60):
         groups = page.evaluate(script)
@@ -124,7 +135,7 @@ def main() -> None:
             print(f"TensorBoard {tensorboard.__version__}, Chromium {browser.version}, "
                   f"playwright {metadata.version('playwright')}, viewport {VIEWPORT['width']}x{VIEWPORT['height']}")
             page.goto(f"http://127.0.0.1:{port}/", wait_until="networkidle")
-            time_series = read_groups(page, TIME_SERIES_JS)
+            time_series = read_stable(page, TIME_SERIES_JS)
             tab = page.locator(".active-plugin-list .mdc-tab--active").first.inner_text().strip()
             print(f"opens on: {tab} ({page.url.rsplit('/', 1)[-1]})")
             shots = [("Time Series", time_series, "time_series.png")]
@@ -132,10 +143,12 @@ def main() -> None:
                 args.screenshots.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=args.screenshots / "time_series.png")
             page.goto(f"http://127.0.0.1:{port}/#scalars", wait_until="networkidle")
-            scalars = read_groups(page, SCALARS_JS)
+            scalars = read_stable(page, SCALARS_JS)
             shots.append(("Scalars", scalars, "scalars.png"))
             if args.screenshots:
                 page.screenshot(path=args.screenshots / "scalars.png")
+            page.goto(f"http://127.0.0.1:{port}/#hparams", wait_until="networkidle")
+            hparams_columns = read_stable(page, HPARAMS_JS)
             browser.close()
     finally:
         server.terminate()
@@ -145,6 +158,7 @@ def main() -> None:
         print("\n".join(describe(tab, groups)))
         if not first_groups_ok(groups):
             failed.append(tab)
+    print("HParams: table columns shown: " + (", ".join(hparams_columns) or "none"))
     if failed:
         print(f"NOT as documented: {', '.join(failed)} does not open with {'/ and '.join(DOCUMENTED)}/ expanded first")
         sys.exit(1)
