@@ -41,7 +41,7 @@ def _events(run_dir: Path) -> EventAccumulator:
 def test_scalars_are_logged(run_dir: Path) -> None:
     logged = scalars(run_dir)
     expected = {"train/loss", "val/loss", "val/ppl", "train/lr", "train/grad_norm", "x_throughput/tokens_seen",
-                "x_throughput/tokens_per_sec", "x_throughput/mfu", "val_best/loss", "val/bpb", "val_best/bpb"}
+                "x_throughput/tokens_per_sec", "x_throughput/mfu", "val-best/loss", "val/bpb", "val-best/bpb"}
     assert expected <= set(logged)
     # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
     flops_per_token = training_flops_per_token(build_model_config(compose_tiny(run_dir, *RUN).model, 257))["total"]
@@ -53,7 +53,7 @@ def test_scalars_are_logged(run_dir: Path) -> None:
     assert logged["x_throughput/tokens_seen"][10] == 10 * 256
     for step, loss in logged["val/loss"].items():
         assert logged["val/ppl"][step] == pytest.approx(math.exp(loss), rel=1e-5)
-    assert logged["val_best/loss"][10] == pytest.approx(min(logged["val/loss"].values()))
+    assert logged["val-best/loss"][10] == pytest.approx(min(logged["val/loss"].values()))
     assert all(v > 0 for v in logged["train/grad_norm"].values())
     assert logged["train/lr"][1] < logged["train/lr"][10]  # still warming up (30 warmup steps)
 
@@ -68,7 +68,7 @@ def test_text_samples_and_hparams(run_dir: Path) -> None:
 
     content = acc.PluginTagToContent("hparams")
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
-    assert [m.name.tag for m in experiment.metric_infos] == ["val_best/loss", "val_best/bpb"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["val-best/loss", "val-best/bpb"]
     hparams = {h.name for h in experiment.hparam_infos}
     expected = {"model.n_layer", "optimizer.lr", "optimizer._target_", "scheduler.warmup_steps", "data.batch_size"}
     assert expected <= hparams
@@ -107,7 +107,7 @@ def test_val_bpb_counts_the_bytes_of_the_evaluated_targets(run_dir: Path) -> Non
     best_step = min(logged["val/loss"], key=logged["val/loss"].get)
     assert summary["best_val_bpb"] == pytest.approx(logged["val/bpb"][best_step], rel=1e-6)
     assert summary["final_val_bpb"] == pytest.approx(logged["val/bpb"][10], rel=1e-6)
-    assert logged["val_best/bpb"][10] == pytest.approx(summary["best_val_bpb"], rel=1e-6)
+    assert logged["val-best/bpb"][10] == pytest.approx(summary["best_val_bpb"], rel=1e-6)
 
 
 def test_the_last_step_is_logged_whatever_log_every_n_steps(tmp_path) -> None:

@@ -98,7 +98,7 @@ class TensorBoardLogger:
     name: str = setting("tensorboard", "subdir of save_dir", c.text)
     version: Any = setting("", "\"\" = no version_N subdir: the run dir is already unique")
     default_hp_metric: bool = setting(
-        True, "log Lightning's placeholder hp_metric (gptlab logs val_best/loss)", c.boolean)
+        True, "log Lightning's placeholder hp_metric (gptlab logs val-best/loss)", c.boolean)
 
 
 BY_TARGET: dict[str, type] = {schema._target_: schema for schema in (  # type: ignore[attr-defined]

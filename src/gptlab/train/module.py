@@ -70,7 +70,7 @@ class GPTLitModule(L.LightningModule):
         hparams = {"model": model.config.to_dict(), "label_smoothing": label_smoothing}
         self.save_hyperparameters(hparams | ({"run": run_config} if run_config else {}))
         self.val_loss = MeanMetric()
-        self.best_val_loss = math.inf  # for val_best/loss; kept in checkpoints so it survives a resume
+        self.best_val_loss = math.inf  # for val-best/loss; kept in checkpoints so it survives a resume
         # Bits per byte, comparable across tokenizers: the summed NLL (nats) of every evaluated target over ln 2
         # times the UTF-8 bytes those same targets stand for (`token_bytes[id]`, Tokenizer.token_byte_lengths:
         # end-of-text counts 0 bytes, its loss is kept). Counted per target, so it is exact for whatever validation
@@ -78,7 +78,7 @@ class GPTLitModule(L.LightningModule):
         # whole. Not persistent: a table derived from the tokenizer, not state, and old checkpoints lack it.
         self.register_buffer("token_bytes", token_bytes, persistent=False)
         self.val_nats, self.val_bytes = SumMetric(), SumMetric()
-        self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (val_best/bpb)
+        self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (val-best/bpb)
         self.val_sources: list[str] = []  # a mixture's sources (setup): val/loss/<name>, val/bpb/<name>
         self.per_source = torch.nn.ModuleList()
 
@@ -246,9 +246,9 @@ class GPTLitModule(L.LightningModule):
                 self.best_val_bpb = math.nan if bpb is None else float(bpb)
             # The HParams tab's metrics (callbacks.hparams). Equal on every rank (from synced metrics); sync_dist
             # costs one scalar all-reduce per validation and spares Lightning's per-rank warning under DDP.
-            self.log("val_best/loss", self.best_val_loss, sync_dist=True)
+            self.log("val-best/loss", self.best_val_loss, sync_dist=True)
             if bpb is not None:
-                self.log("val_best/bpb", self.best_val_bpb, sync_dist=True)
+                self.log("val-best/bpb", self.best_val_bpb, sync_dist=True)
 
     def configure_optimizers(self) -> Any:
         if self.optimizer_factory is None:

@@ -1,4 +1,4 @@
-"""The run's hyperparameters with `val_best/loss` and `val_best/bpb`, so TensorBoard's HParams tab lines up
+"""The run's hyperparameters with `val-best/loss` and `val-best/bpb`, so TensorBoard's HParams tab lines up
 the runs of a sweep."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from gptlab.runs.flat_config import flatten
 from gptlab.train.tensorboard_summaries import hparams_summaries
 
-METRICS = ("val_best/loss", "val_best/bpb")  # bpb: at the best val/loss, comparable across tokenizers
+METRICS = ("val-best/loss", "val-best/bpb")  # bpb: at the best val/loss, comparable across tokenizers
 # The parts of the run config that describe the experiment (paths, callbacks and logging do not).
 GROUPS = ("model", "optimizer", "scheduler", "data", "tokenizer", "trainer")
 
