@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from gptlab.errors import ConfigError
-from gptlab.runtime.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.cli import ArgumentParser, user_errors_exit
 
 DOCUMENTED = ["train", "val"]  # docs/run-outputs.md#tensorboard: the first two groups, expanded, in both tabs
 VIEWPORT = {"width": 1920, "height": 1080}
