@@ -12,9 +12,12 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab import lightning_internals
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError, find_config_error, is_int
+from gptlab.launch.hydra_ddp import job_subprocess_cmd
+from gptlab.launch.rank_watch import watch_ranks
 from gptlab.model import GPT
 from gptlab.preflight.early_checks import Checked
 from gptlab.runs import sweep_jobs
@@ -22,7 +25,7 @@ from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.callbacks.preemption import PreemptionCheckpoint
 from gptlab.train.callbacks.training_clock import TrainingClock
 from gptlab.train.module import GPTLitModule
-from gptlab.train.step_axis import log_at_steps_done
+from gptlab.train.step_axis import steps_done_axis
 
 
 @dataclass
@@ -79,7 +82,10 @@ def build_trainer(cfg: DictConfig, callbacks: list[Any]) -> L.Trainer:
         else {"enable_progress_bar": False}
     trainer = instantiate_trainer(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
         cfg.get("logger"), str(cfg.name)), plugins=[AtomicCheckpointIO()], **no_bar)
-    log_at_steps_done(trainer)  # scalars at the step the progress bar and the checkpoint names show
+    # Every patch of Lightning, in one place: scalars at the step the progress bar and the checkpoint names show,
+    # gptlab's signal handling, and DDP ranks > 0 started in the Hydra job and watched by gptlab.launch.rank_watch.
+    lightning_internals.install(trainer, logged_step=steps_done_axis(trainer), rank_command=job_subprocess_cmd,
+                                rank_watcher=watch_ranks)
     return trainer
 
 

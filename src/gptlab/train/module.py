@@ -16,18 +16,12 @@ from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.config.schemas import Runtime
 from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.execution.parallelize import LossFn, eager_loss_fn, parallelize
+from gptlab.lightning_internals import attached_trainer, logs_this_step
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts
 from gptlab.runs.relayout import relayout_loops
 from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.source_metrics import ValidationSums
-
-
-def logging_step(trainer: L.Trainer) -> bool:
-    """Whether this training step's on_step metrics reach the loggers (every trainer.log_every_n_steps); the
-    others are dropped, so computing and self.log-ing them (~0.1-1 ms of Python each) is wasted work."""
-    return trainer._logger_connector.should_update_logs  # Lightning's own test, so the two never disagree
-
 
 OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
 SchedulerFactory = Callable[..., LRScheduler]  # a Hydra `_partial_` scheduler: called with (optimizer, total_steps)
@@ -113,7 +107,7 @@ class GPTLitModule(L.LightningModule):
         parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss)
         loss = parts.ce
         self._remember_loss(loss.detach())
-        if logging_step(self.trainer):
+        if logs_this_step(self.trainer):
             # Only on the steps whose metrics reach the logger: a self.log costs ~0.2 ms of Lightning's Python
             # (it walks its result object every call), a few % of a GPU step, and Lightning drops the other steps'
             # values anyway. The progress bar reads the step's loss from training_step's output instead.
@@ -191,7 +185,7 @@ class GPTLitModule(L.LightningModule):
         # Called after backward (and AMP unscaling) and before clipping: the norm that clipping compares to 1.0.
         # Only on the steps whose metrics reach the logger: on the others Lightning would drop the value, and the
         # norm is a pass over every gradient (Lightning's clipping makes its own).
-        if not logging_step(self.trainer):
+        if not logs_this_step(self.trainer):
             return
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads)
@@ -280,8 +274,9 @@ class GPTLitModule(L.LightningModule):
             checkpoint["last_step_scalars"] = {k: float(v) for k, v in self._step_scalars.items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self._trainer is not None:  # resumed by fit, maybe on another number of ranks
-            relayout_loops(checkpoint, self._trainer)
+        trainer = attached_trainer(self)
+        if trainer is not None:  # resumed by fit, maybe on another number of ranks
+            relayout_loops(checkpoint, trainer)
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
