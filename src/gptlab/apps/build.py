@@ -22,7 +22,9 @@ from gptlab.model import GPT
 from gptlab.preflight.early_checks import Checked
 from gptlab.runs import sweep_jobs
 from gptlab.train.callbacks.final_validation import FinalValidation
+from gptlab.train.callbacks.nonfinite import NonFiniteLossCheck
 from gptlab.train.callbacks.preemption import PreemptionCheckpoint
+from gptlab.train.callbacks.relog import RelogLastStep
 from gptlab.train.callbacks.training_clock import TrainingClock
 from gptlab.train.module import GPTLitModule
 from gptlab.train.step_axis import steps_done_axis
@@ -63,14 +65,17 @@ def build_module(cfg: DictConfig, model: GPT, tokenizer: Any, runtime: Runtime) 
         scheduler=hydra.utils.instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
         run_config=OmegaConf.to_container(cfg, resolve=True),
-        nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
         token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
         runtime=runtime,  # handed to runtime.parallelize when Lightning configures the model
     )
 
 
 def build_callbacks(cfg: DictConfig) -> list[Any]:
-    callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation(), TrainingClock()]
+    # The always-on ones around the configured ones: the non-finite check first, so that it holds a step's loss
+    # before any other callback can save that step; the re-logging of a resumed run's last step after the others.
+    configured = instantiate_dict(cfg.get("callbacks")).values()
+    callbacks = [NonFiniteLossCheck(cfg.get("nonfinite_check_every", 10)), *configured, FinalValidation(),
+                 TrainingClock(), RelogLastStep()]
     if cfg.trainer.get("fast_dev_run"):  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files
         callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
     return callbacks
