@@ -111,8 +111,7 @@ def test_a_checkpoint_from_before_the_steps_done_axis_relogs_its_last_step_where
     from one in its own dir logs them at the steps done, as train/lr, like everything else in its new event file."""
     from types import SimpleNamespace
 
-    from gptlab.model import GPT, GPTConfig
-    from gptlab.train.module import GPTLitModule
+    from gptlab.train.callbacks.relog import RelogLastStep
 
     class Recorder:
         save_dir = str(tmp_path)
@@ -125,11 +124,11 @@ def test_a_checkpoint_from_before_the_steps_done_axis_relogs_its_last_step_where
 
     for saved, step in (({"step": 3.0, "train/loss": 2.5, "lr": 1e-3}, 4),
                         ({"steps_done": 4.0, "train/loss": 2.5, "train/lr": 1e-3}, 4)):
-        module = GPTLitModule(GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=1, n_embd=8)))
-        module.on_load_checkpoint({"last_step_scalars": saved})
+        relog = RelogLastStep()
         recorder = Recorder()
-        module._trainer = SimpleNamespace(ckpt_path=str(tmp_path / "checkpoints" / "last.ckpt"), loggers=[recorder])
-        module.on_train_start()
+        trainer = SimpleNamespace(ckpt_path=str(tmp_path / "checkpoints" / "last.ckpt"), loggers=[recorder])
+        relog.on_load_checkpoint(trainer, None, {"last_step_scalars": saved})
+        relog.on_train_start(trainer, None)
         assert recorder.logged == [({"train/loss": 2.5, "train/lr": 1e-3}, step)], saved
 
 

@@ -10,8 +10,7 @@ import torch
 from helpers import scalars, train_in_process
 
 from gptlab.errors import ConfigError, NonFiniteLossError
-from gptlab.model import GPT, GPTConfig
-from gptlab.train.module import GPTLitModule
+from gptlab.train.callbacks.nonfinite import NonFiniteLossCheck
 
 
 def test_periodic_check_names_the_first_nonfinite_step(tmp_path: Path) -> None:
@@ -33,19 +32,18 @@ def test_periodic_check_names_the_first_nonfinite_step(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", [0, -1, True, 2.5])
 def test_bad_check_interval_names_the_field(value: object) -> None:
-    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8))
     with pytest.raises(ConfigError, match="nonfinite_check_every"):
-        GPTLitModule(model, nonfinite_check_every=value)  # type: ignore[arg-type]
+        NonFiniteLossCheck(every=value)  # type: ignore[arg-type]
 
 
 def test_first_nonfinite_loss_is_found_among_finite_ones_and_stays_found() -> None:
-    module = GPTLitModule(GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)))
-    assert module._first_nonfinite() == (-1, 0.0)  # nothing recorded yet
+    check = NonFiniteLossCheck()
+    assert check.first_nonfinite() == (-1, 0.0)  # nothing recorded yet
     for value in (2.0, 1.5):
-        module._remember_loss(torch.tensor(value))
-    assert module._first_nonfinite() == (-1, 0.0)
+        check.remember(0, torch.tensor(value))
+    assert check.first_nonfinite() == (-1, 0.0)
     for value in (1.2, float("inf"), float("nan")):
-        module._remember_loss(torch.tensor(value))
-    assert module._first_nonfinite() == (0, float("inf"))  # the first bad one (no trainer: step 0), not the NaN
-    module._remember_loss(torch.tensor(1.0))
-    assert module._first_nonfinite() == (0, float("inf"))  # later checks refuse too, e.g. a checkpoint on the way out
+        check.remember(0, torch.tensor(value))
+    assert check.first_nonfinite() == (0, float("inf"))  # the first bad one, not the NaN
+    check.remember(0, torch.tensor(1.0))
+    assert check.first_nonfinite() == (0, float("inf"))  # later checks refuse too, e.g. a checkpoint on the way out

@@ -12,17 +12,22 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab import lightning_internals
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError, find_config_error, is_int
+from gptlab.launch.hydra_ddp import job_subprocess_cmd
+from gptlab.launch.rank_watch import watch_ranks
 from gptlab.model import GPT
 from gptlab.preflight.early_checks import Checked
 from gptlab.runs import sweep_jobs
 from gptlab.train.callbacks.final_validation import FinalValidation
+from gptlab.train.callbacks.nonfinite import NonFiniteLossCheck
 from gptlab.train.callbacks.preemption import PreemptionCheckpoint
+from gptlab.train.callbacks.relog import RelogLastStep
 from gptlab.train.callbacks.training_clock import TrainingClock
 from gptlab.train.module import GPTLitModule
-from gptlab.train.step_axis import log_at_steps_done
+from gptlab.train.step_axis import steps_done_axis
 
 
 @dataclass
@@ -60,14 +65,17 @@ def build_module(cfg: DictConfig, model: GPT, tokenizer: Any, runtime: Runtime) 
         scheduler=hydra.utils.instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         label_smoothing=cfg.label_smoothing,
         run_config=OmegaConf.to_container(cfg, resolve=True),
-        nonfinite_check_every=cfg.get("nonfinite_check_every", 10),
         token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
         runtime=runtime,  # handed to runtime.parallelize when Lightning configures the model
     )
 
 
 def build_callbacks(cfg: DictConfig) -> list[Any]:
-    callbacks = [*instantiate_dict(cfg.get("callbacks")).values(), FinalValidation(), TrainingClock()]
+    # The always-on ones around the configured ones: the non-finite check first, so that it holds a step's loss
+    # before any other callback can save that step; the re-logging of a resumed run's last step after the others.
+    configured = instantiate_dict(cfg.get("callbacks")).values()
+    callbacks = [NonFiniteLossCheck(cfg.get("nonfinite_check_every", 10)), *configured, FinalValidation(),
+                 TrainingClock(), RelogLastStep()]
     if cfg.trainer.get("fast_dev_run"):  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files
         callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
     return callbacks
@@ -79,7 +87,10 @@ def build_trainer(cfg: DictConfig, callbacks: list[Any]) -> L.Trainer:
         else {"enable_progress_bar": False}
     trainer = instantiate_trainer(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
         cfg.get("logger"), str(cfg.name)), plugins=[AtomicCheckpointIO()], **no_bar)
-    log_at_steps_done(trainer)  # scalars at the step the progress bar and the checkpoint names show
+    # Every patch of Lightning, in one place: scalars at the step the progress bar and the checkpoint names show,
+    # gptlab's signal handling, and DDP ranks > 0 started in the Hydra job and watched by gptlab.launch.rank_watch.
+    lightning_internals.install(trainer, logged_step=steps_done_axis(trainer), rank_command=job_subprocess_cmd,
+                                rank_watcher=watch_ranks)
     return trainer
 
 

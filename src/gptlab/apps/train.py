@@ -101,9 +101,6 @@ def _continue_from(cfg: DictConfig, output_dir: Path, checked: Checked) -> Optio
 def _fit(run: Run) -> float:
     """trainer.fit, in seconds."""
     started = time.perf_counter()
-    # Lightning's SIGTERM handling would replace gptlab's flag with its own, which hangs DDP jobs (see
-    # train/callbacks/preemption.py); the flag installed by train() stays in force for the whole fit.
-    run.trainer._signal_connector.register_signal_handlers = lambda: None
     WATCH.start(run.trainer)  # the step a lost rank's message names (gptlab.launch.rank_watch)
     checkpoint_dirs = [c.dirpath for c in run.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
     with expected_warnings_silenced(run.ckpt_path, checkpoint_dirs):

@@ -10,20 +10,20 @@ checkpoint-sized file in $TMPDIR. Here the checkpoint is serialised straight int
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from torch.utils._pytree import tree_leaves
 
 from gptlab.atomic import atomic_write
+from gptlab.lightning_internals import tensor_leaves
 
 
 def tensor_bytes(obj: Any) -> int:
     """Bytes of the tensors in a (nested) checkpoint: what its file will roughly take."""
-    return sum(t.numel() * t.element_size() for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in tensor_leaves(obj) if isinstance(t, torch.Tensor))
 
 
 def save_whole(obj: dict[str, Any], path: Path, disk_full_advice: str = "Free some space and run again.") -> None:
@@ -39,7 +39,8 @@ def save_whole(obj: dict[str, Any], path: Path, disk_full_advice: str = "Free so
 class AtomicCheckpointIO(TorchCheckpointIO):
     """TorchCheckpointIO whose save is gptlab.atomic's temp file + fsync + rename in the checkpoint's own dir."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
+                        storage_options: Optional[Any] = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         path = Path(path)

@@ -15,7 +15,9 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint import FileSystemReader
 
-META_FILE = "meta.pt"  # lightning.fabric.strategies.model_parallel._METADATA_FILENAME
+from gptlab.lightning_internals import SHARDED_META_FILE, load_sharded_keys
+
+META_FILE = SHARDED_META_FILE  # Lightning's meta.pt: the checkpoint without weights and optimizer states
 INDEX_FILE = ".metadata"  # DCP's index of which file holds which tensor chunk
 
 
@@ -46,8 +48,6 @@ def read_meta(path: Path) -> dict[str, Any]:
 def read_full_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The LightningModule's whole state dict (the `model.`-prefixed weights), gathered from every rank's shard in
     this one process: DCP reads each tensor's chunks and joins them, whatever the world size that wrote them."""
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
-
     with warnings.catch_warnings():  # "torch.distributed is unavailable...": one process reading is what we want
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
-        return _load_state_dict_from_keys(keys={"state_dict"}, checkpoint_id=str(path))["state_dict"]
+        return load_sharded_keys({"state_dict"}, str(path))["state_dict"]

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from gptlab.data.windows import EpochSampler
 from gptlab.errors import ConfigError
+from gptlab.lightning_internals import batches_this_epoch
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,7 @@ class TrainPosition:
 
     def windows_done(self, trainer: Optional[L.Trainer]) -> int:
         """Positions of the current epoch trained on by all ranks together."""
-        progress = trainer.fit_loop.epoch_loop.batch_progress.current  # type: ignore[union-attr]
-        return progress.processed * self.batch_size * layout(trainer, self.batch_size)["world_size"]
+        return batches_this_epoch(trainer) * self.batch_size * layout(trainer, self.batch_size)["world_size"]
 
     def state_dict(self, trainer: Optional[L.Trainer]) -> dict[str, Any]:
         if trainer is None or self.sampler is None:

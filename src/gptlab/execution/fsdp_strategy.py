@@ -9,14 +9,15 @@ temp folder beside it which rank 0 renames into place once all ranks are done.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from gptlab.atomic import remove, replace_folder
+from gptlab.lightning_internals import set_data_parallel_size
 
 
 def partial_name(path: Path) -> Path:
@@ -33,7 +34,7 @@ class GPTFSDPStrategy(ModelParallelStrategy):
 
     def setup_environment(self) -> None:
         # Lightning sets data_parallel_size="auto" to the node count (HSDP's layout); gptlab shards over every rank.
-        self._data_parallel_size = self.num_nodes * self.num_processes
+        set_data_parallel_size(self, self.num_nodes * self.num_processes)
         super().setup_environment()
 
     def layout(self) -> dict[str, Any]:
@@ -43,7 +44,7 @@ class GPTFSDPStrategy(ModelParallelStrategy):
         return {"mesh": self.device_mesh["data_parallel"], "param_dtype": torch.bfloat16 if bf16 else None,
                 "reshard_after_forward": self.reshard_after_forward}
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH,
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str | os.PathLike[str],
                         storage_options: Optional[Any] = None) -> None:
         path = Path(self.broadcast(str(filepath)))
         partial = partial_name(path)

@@ -6,8 +6,9 @@ sweep of its own in a fresh sweep dir (lightning-hydra-template #393). The fix: 
 of the command line — the job's own overrides (`hydra.overrides.task`, which already holds this job's
 sweep values) in single-run mode, with the job's output dir as run dir.
 
-This replaces a private Lightning function (`_hydra_subprocess_cmd`); nothing public lets us choose the
-children's command, and subclassing the launcher would copy all of its environment set-up.
+`job_subprocess_cmd` replaces a private Lightning function (`_hydra_subprocess_cmd`, patched by
+gptlab.lightning_internals.install); nothing public lets us choose the children's command, and subclassing the
+launcher would copy all of its environment set-up.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-import lightning.pytorch.strategies.launchers.subprocess_script as pl_launcher
 import torch.distributed as dist
-
-from gptlab.launch.rank_watch import watch_ranks
 
 # Set in the launching process by Lightning's DDP launcher; left behind, they make the next job of a
 # sweep believe it is a child rank of an already running group.
@@ -59,9 +57,9 @@ def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
 
 @contextmanager
 def ddp_job_scope() -> Iterator[None]:
-    """One sweep job's distributed life: children are routed into its dir, and afterwards the process
-    group and the launcher's environment are torn down so the next job in this process starts clean."""
-    _route_ddp_ranks_into_job_dir()
+    """One sweep job's distributed life: afterwards the process group and the launcher's environment are torn
+    down so the next job in this process starts clean (its children are routed into its dir by `job_subprocess_cmd`,
+    installed with the trainer)."""
     saved = {key: os.environ.get(key) for key in LAUNCHER_ENV}
     try:
         yield
@@ -74,12 +72,3 @@ def ddp_job_scope() -> Iterator[None]:
             else:
                 os.environ[key] = value
 
-
-def _route_ddp_ranks_into_job_dir() -> None:
-    if not hasattr(pl_launcher, "_hydra_subprocess_cmd"):
-        raise RuntimeError(
-            "this Lightning version no longer has subprocess_script._hydra_subprocess_cmd; "
-            "gptlab.launch.hydra_ddp must be updated before DDP runs under Hydra."
-        )
-    pl_launcher._hydra_subprocess_cmd = job_subprocess_cmd
-    pl_launcher._launch_process_observer = watch_ranks  # a lost rank: one message, not a silent SIGKILL of all

@@ -3,7 +3,7 @@
 Lightning's launcher watches the ranks it started and, when one exits non-zero, SIGKILLs every process, rank 0
 included: the job dies silently with exit -9, also when the rank only stopped the way all ranks were stopping (a
 preemption, a non-finite loss, which every rank reports at the same step and rank 0 prints). gptlab's watcher
-(`watch_ranks`, installed in its place by gptlab.launch.hydra_ddp) tells the two apart: a rank killed by a signal, or
+(`watch_ranks`, installed in its place by gptlab.lightning_internals) tells the two apart: a rank killed by a signal, or
 one still gone after a grace period while rank 0 runs on, is lost: it prints the message, kills the other ranks
 and ends rank 0 with exit code 1. The checkpoints written before are whole (gptlab.checkpoint.atomic_io).
 """

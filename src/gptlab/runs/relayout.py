@@ -14,6 +14,7 @@ from typing import Any
 
 from gptlab.data.position import layout
 from gptlab.errors import ConfigError
+from gptlab.lightning_internals import CHECKPOINT_BATCH_COUNTERS, checkpoint_batch_counters
 
 PROGRESS = ("ready", "started", "processed", "completed")
 
@@ -30,11 +31,11 @@ def relayout_loops(checkpoint: dict[str, Any], trainer: Any) -> None:
     old, new = saved["world_size"] * saved["batch_size"], now["world_size"] * now["batch_size"]
     if old == new:
         return
-    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+    progress = checkpoint_batch_counters(checkpoint)
     if progress is None:  # a Lightning whose checkpoints keep these counters elsewhere: never continue miscounted
         raise ConfigError(
-            "the checkpoint holds no Lightning batch counters (loops.fit_loop['epoch_loop.batch_progress']) to move "
-            f"to this layout; resume with the checkpoint's {saved['world_size']} rank(s) x data.batch_size="
+            f"the checkpoint holds no Lightning batch counters ({CHECKPOINT_BATCH_COUNTERS}) to move to this layout; "
+            f"resume with the checkpoint's {saved['world_size']} rank(s) x data.batch_size="
             f"{saved['batch_size']}, or with the Lightning version that wrote it."
         )
     for scope in ("current", "total"):

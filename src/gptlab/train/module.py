@@ -1,33 +1,26 @@
-"""The LightningModule: the training recipe around a plain `GPT`, and nothing about its architecture."""
+"""The LightningModule: the training recipe around a plain `GPT` (the step, the loss, the optimizer), and nothing about
+its architecture. The watch for a non-finite loss and the re-logging of a resumed run's last step are always-on
+callbacks (train/callbacks/nonfinite.py, relog.py, registered by apps/build.py)."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import lightning as L
 import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
-from torchmetrics import MeanMetric, SumMetric
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.config.schemas import Runtime
-from gptlab.errors import NonFiniteLossError, require_int
 from gptlab.execution.parallelize import LossFn, eager_loss_fn, parallelize
+from gptlab.lightning_internals import attached_trainer, logs_this_step
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts
 from gptlab.runs.relayout import relayout_loops
 from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.source_metrics import ValidationSums
-
-
-def logging_step(trainer: L.Trainer) -> bool:
-    """Whether this training step's on_step metrics reach the loggers (every trainer.log_every_n_steps); the
-    others are dropped, so computing and self.log-ing them (~0.1-1 ms of Python each) is wasted work."""
-    return trainer._logger_connector.should_update_logs  # Lightning's own test, so the two never disagree
-
 
 OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
 SchedulerFactory = Callable[..., LRScheduler]  # a Hydra `_partial_` scheduler: called with (optimizer, total_steps)
@@ -41,7 +34,6 @@ class GPTLitModule(L.LightningModule):
         scheduler: Optional[SchedulerFactory] = None,
         label_smoothing: float = 0.0,
         run_config: Optional[dict[str, Any]] = None,
-        nonfinite_check_every: int = 10,
         token_bytes: Optional[torch.Tensor] = None,
         runtime: Optional[Runtime] = None,
     ) -> None:
@@ -53,23 +45,15 @@ class GPTLitModule(L.LightningModule):
         self.runtime = runtime or Runtime(compile=False)
         self.loss_fn: LossFn = eager_loss_fn(model)
         self._parallelized = False  # Lightning calls configure_model on every fit and validate
-        require_int("nonfinite_check_every", nonfinite_check_every, 1, "a positive integer (steps)")
-        self.nonfinite_check_every = nonfinite_check_every
-        # (step, loss) of every training step since the last check_finite: the losses stay on the device until then
-        self._unchecked_losses: list[tuple[int, torch.Tensor]] = []
-        self._first_bad: Optional[tuple[int, float]] = None
-        # The newest logging step's own scalars (tensors, read only when a checkpoint is written). Lightning writes
-        # a step's metrics after the checkpoint callbacks of that step ran: a kill in between would leave the step
-        # saved but its train/loss never logged. The checkpoint carries them and a resumed run logs them again.
-        self._step_scalars: dict[str, Any] = {}
-        self._scalars_to_relog: Optional[dict[str, Any]] = None
+        # The newest logging step's own scalars (tensors, read only when a checkpoint is written): the checkpoint
+        # carries them and a run resumed from it logs them again (train/callbacks/relog.py).
+        self.step_scalars: dict[str, Any] = {}
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.label_smoothing = label_smoothing
         # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra; the
         # resolved run config (plain data) goes along for the HParams tab and for eval to check the tokenizer.
         hparams = {"model": model.config.to_dict(), "label_smoothing": label_smoothing}
         self.save_hyperparameters(hparams | ({"run": run_config} if run_config else {}))
-        self.val_loss = MeanMetric()
         self.best_val_loss = math.inf  # for val-best/loss; kept in checkpoints so it survives a resume
         # Bits per byte, comparable across tokenizers: the summed NLL (nats) of every evaluated target over ln 2
         # times the UTF-8 bytes those same targets stand for (`token_bytes[id]`, Tokenizer.token_byte_lengths:
@@ -77,7 +61,7 @@ class GPTLitModule(L.LightningModule):
         # evaluates (limit_val_batches, the window layout, a DDP sampler's padding), never the split's text as a
         # whole. Not persistent: a table derived from the tokenizer, not state, and old checkpoints lack it.
         self.register_buffer("token_bytes", token_bytes, persistent=False)
-        self.val_nats, self.val_bytes = SumMetric(), SumMetric()
+        self.val_sums = ValidationSums()  # the whole validation set; per_source: each of a mixture's sources
         self.best_val_bpb = math.nan  # val/bpb of the validation with the best val/loss (val-best/bpb)
         self.val_sources: list[str] = []  # a mixture's sources (setup): val/loss/<name>, val/bpb/<name>
         self.per_source = torch.nn.ModuleList()
@@ -107,96 +91,43 @@ class GPTLitModule(L.LightningModule):
         x, y, *documents = batch
         return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss)
 
-    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
         # The objective adds model.z_loss * log^2 Z (PaLM); train/loss stays the cross-entropy alone, comparable
         # across runs with and without it, and train/z_loss logs the unscaled log^2 Z.
         parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss)
         loss = parts.ce
-        self._remember_loss(loss.detach())
-        if logging_step(self.trainer):
+        if logs_this_step(self.trainer):
             # Only on the steps whose metrics reach the logger: a self.log costs ~0.2 ms of Lightning's Python
             # (it walks its result object every call), a few % of a GPU step, and Lightning drops the other steps'
             # values anyway. The progress bar reads the step's loss from training_step's output instead.
-            self.log("train/loss", loss, on_step=True, on_epoch=False)
+            # At the step count after this step (gptlab.train.step_axis), as Lightning will log them.
+            self.step_scalars = {"steps_done": self.global_step + 1}
+            self.log_step_scalar("train/loss", loss.detach())
             # Logged here rather than by LearningRateMonitor, which splits it per parameter group
             # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule; under train/ so that
             # TensorBoard opens on train/ and val/ (see docs/run-outputs.md).
             lr = base_lr(self.trainer.optimizers[0].param_groups[0])  # muP's hidden group: without its 1/r
-            self.log("train/lr", lr, on_step=True, on_epoch=False)
-            # At the step count after this step (gptlab.train.step_axis), as Lightning will log them.
-            self._step_scalars = {"steps_done": self.global_step + 1, "train/loss": loss.detach(), "train/lr": lr}
+            self.log_step_scalar("train/lr", lr)
             if parts.z is not None:
                 self.log_step_scalar("train/z_loss", parts.z.detach())
-        return parts.objective
+        # train_loss: the cross-entropy alone, for the non-finite check (train/callbacks/nonfinite.py)
+        return {"loss": parts.objective, "train_loss": loss.detach()}
 
     def log_step_scalar(self, name: str, value: float) -> None:
         """self.log for a callback's per-step scalar on a logging step, kept with the step's own scalars so that a
         checkpoint written before Lightning logs them carries it too (see __init__)."""
         self.log(name, value, on_step=True, on_epoch=False)
-        self._step_scalars[name] = value
-
-    def _remember_loss(self, loss: torch.Tensor) -> None:
-        """Keeps the step's loss, on its device, for `check_finite`, which reads the kept losses every
-        `nonfinite_check_every` steps, before every checkpoint and validation, and at the end of training. A list
-        append: no host sync (which would stall a GPU's queue every step) and no kernel launched per step."""
-        self._unchecked_losses.append((self.global_step, loss))
-
-    def check_finite(self) -> None:
-        """Raises NonFiniteLossError naming the first step whose loss was NaN or inf (one host sync). Under DDP every
-        rank calls it at the same points and they agree on the earliest (step, rank), so all ranks stop together,
-        naming the rank, instead of one rank stopping and the others failing in their next collective."""
-        step, loss = self._first_nonfinite()
-        rank, world = self.trainer.global_rank, self.trainer.world_size
-        if world > 1 and torch.distributed.is_initialized():
-            never = float(2**52)  # "no bad step" sorts after every real (step, rank)
-            key = torch.tensor([step * world + rank if step >= 0 else never, loss if step >= 0 else 0.0],
-                               dtype=torch.float64, device=self.device)
-            keys = [torch.zeros_like(key) for _ in range(world)]
-            torch.distributed.all_gather(keys, key)
-            first = min(keys, key=lambda k: float(k[0]))
-            if float(first[0]) >= never:
-                return
-            step, rank, loss = float(first[0]) // world, int(float(first[0]) % world), float(first[1])
-        if step >= 0:
-            where = f" on rank {rank} of {world}" if world > 1 else ""
-            raise NonFiniteLossError(
-                f"train/loss is {loss} at step {int(step) + 1} (the step that made it, as TensorBoard and the "
-                f"progress bar count){where}; "
-                "the checkpoints written before it are kept. Lower optimizer.lr, raise scheduler.warmup_steps, "
-                "or use trainer.precision=bf16-mixed instead of 16-mixed."
-            )
-
-    def _first_nonfinite(self) -> tuple[int, float]:
-        """(step, loss) of the first non-finite training loss, or (-1, 0.0); one host sync. Once found it stays, so
-        every later check (a checkpoint written while the error unwinds, say) refuses too."""
-        recorded, self._unchecked_losses = self._unchecked_losses, []
-        if recorded and self._first_bad is None:
-            losses = torch.stack([loss for _, loss in recorded]).float()
-            bad = (~torch.isfinite(losses)).nonzero().flatten().tolist()
-            if bad:
-                self._first_bad = (recorded[bad[0]][0], float(losses[bad[0]]))
-        return self._first_bad or (-1, 0.0)
-
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.trainer.global_step % self.nonfinite_check_every == 0:
-            self.check_finite()
-
-    def on_validation_start(self) -> None:
-        self.check_finite()
-
-    def on_train_end(self) -> None:
-        self.check_finite()
+        self.step_scalars[name] = value
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         # Called after backward (and AMP unscaling) and before clipping: the norm that clipping compares to 1.0.
         # Only on the steps whose metrics reach the logger: on the others Lightning would drop the value, and the
         # norm is a pass over every gradient (Lightning's clipping makes its own).
-        if not logging_step(self.trainer):
+        if not logs_this_step(self.trainer):
             return
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads)
-        self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
-        self._step_scalars["train/grad_norm"] = norm.detach()
+        self.log_step_scalar("train/grad_norm", norm.detach())
 
     def configure_gradient_clipping(self, optimizer: Optimizer, gradient_clip_val: Optional[float] = None,
                                     gradient_clip_algorithm: Optional[str] = None) -> None:
@@ -216,24 +147,16 @@ class GPTLitModule(L.LightningModule):
         y = batch[1]
         # Plain NLL (eq. 13), without label smoothing, so val/loss is comparable across runs.
         loss = self._loss(batch).ce
-        self.val_loss.update(loss, weight=y.numel())
-        if self.token_bytes is not None:
-            self.val_nats.update(loss * y.numel())
-            self.val_bytes.update(self.token_bytes[y].sum())
+        self.val_sums.update(loss, y, self.token_bytes)
         if self.val_sources:
             self.per_source[dataloader_idx].update(loss, y, self.token_bytes)
 
     def on_validation_epoch_end(self) -> None:
-        loss = self.val_loss.compute()  # synchronised across ranks
-        self.val_loss.reset()
-        # Already reduced over ranks by the metric; sync_dist only keeps Lightning's bookkeeping in step.
+        loss, bpb = self.val_sums.compute(with_bpb=self.token_bytes is not None)  # synchronised across ranks
+        # Already reduced over ranks by the metrics; sync_dist only keeps Lightning's bookkeeping in step.
         self.log("val/loss", loss, prog_bar=True, sync_dist=True)
         self.log("val/ppl", torch.exp(loss), sync_dist=True)
-        bpb = None
-        if self.token_bytes is not None:
-            bpb = self.val_nats.compute() / (math.log(2) * self.val_bytes.compute())  # both summed over ranks
-            self.val_nats.reset()
-            self.val_bytes.reset()
+        if bpb is not None:
             self.log("val/bpb", bpb, sync_dist=True)
         for name, sums in zip(self.val_sources, self.per_source):
             source_loss, source_bpb = sums.compute(with_bpb=self.token_bytes is not None)
@@ -271,35 +194,16 @@ class GPTLitModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.check_finite()  # never write a checkpoint of weights a non-finite loss has already updated
         # Lightning does not save the RNGs; dropout draws from them, so exact resume needs them.
         checkpoint["rng_states"] = rng_states()
         checkpoint["best_val_loss"] = self.best_val_loss
         checkpoint["best_val_bpb"] = self.best_val_bpb
-        if self._step_scalars:
-            checkpoint["last_step_scalars"] = {k: float(v) for k, v in self._step_scalars.items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self._trainer is not None:  # resumed by fit, maybe on another number of ranks
-            relayout_loops(checkpoint, self._trainer)
+        trainer = attached_trainer(self)
+        if trainer is not None:  # resumed by fit, maybe on another number of ranks
+            relayout_loops(checkpoint, trainer)
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
         self.best_val_bpb = checkpoint.get("best_val_bpb", math.nan)
-        self._scalars_to_relog = checkpoint.get("last_step_scalars")
-
-    def on_train_start(self) -> None:
-        """A run resumed in its own run dir first logs the checkpoint's last step again (see __init__): the same
-        values at the same step, so where they were logged before nothing changes, and where a kill lost them they
-        are back. A run continued into a new dir starts its log after the checkpoint, as before."""
-        scalars, self._scalars_to_relog = dict(self._scalars_to_relog or {}), None
-        if not scalars or self.trainer.ckpt_path is None:
-            return
-        # A checkpoint written before gptlab.train.step_axis holds Lightning's step ("step"), one behind.
-        step = int(scalars.pop("steps_done")) if "steps_done" in scalars else int(scalars.pop("step")) + 1
-        if "lr" in scalars:  # such a checkpoint's name for train/lr
-            scalars["train/lr"] = scalars.pop("lr")
-        checkpoint = Path(self.trainer.ckpt_path).resolve()
-        for logger in self.loggers:
-            if logger.save_dir is not None and Path(logger.save_dir).resolve() in checkpoint.parents:
-                logger.log_metrics(scalars, step=step)

@@ -1,5 +1,6 @@
-"""Validation loss and bits per byte of one part of the validation set (a mixture's source), beside the overall
-ones GPTLitModule keeps: the same sums (token-weighted NLL, nats, bytes), synchronised across ranks by torchmetrics."""
+"""Validation loss and bits per byte of the whole validation set or of one part of it (a mixture's source): the
+token-weighted NLL, nats and bytes that GPTLitModule sums once for the set and once per source, synchronised across
+ranks by torchmetrics."""
 
 from __future__ import annotations
 

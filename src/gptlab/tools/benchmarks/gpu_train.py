@@ -33,6 +33,7 @@ import torch
 from gptlab.config.schemas import Runtime
 from gptlab.execution.parallelize import parallelize
 from gptlab.execution.peak_flops import device_peak, mfu
+from gptlab.lightning_internals import sdpa_priority_order
 from gptlab.model import GPT, GPTConfig, training_flops_per_token
 from gptlab.tools.benchmarks.reference_gpt import ReferenceGPT
 from gptlab.train.optim import weight_decay_groups
@@ -59,7 +60,7 @@ def torch_default_sdpa() -> Iterator[None]:
 
 
 # torch's shipped priority, read at import, before gptlab's runtime puts its measured choice first.
-TORCH_SDPA_ORDER = [torch.nn.attention.SDPBackend(b) for b in torch._C._get_sdp_priority_order()]
+TORCH_SDPA_ORDER = [torch.nn.attention.SDPBackend(b) for b in sdpa_priority_order()]
 
 
 def contender(which: str, cfg: GPTConfig, batch: int, compile: bool, device: torch.device, seed: int = 0

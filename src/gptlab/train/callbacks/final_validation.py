@@ -14,10 +14,12 @@ from typing import Any
 
 import lightning as L
 
+from gptlab.lightning_internals import completes_optimizer_step
+
 
 class FinalValidation(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        last = 0 < trainer.max_steps <= trainer.global_step + 1 and not trainer.fit_loop._should_accumulate()
+        last = 0 < trainer.max_steps <= trainer.global_step + 1 and completes_optimizer_step(trainer)
         if last and not trainer.fast_dev_run:
             trainer.should_stop = True
 

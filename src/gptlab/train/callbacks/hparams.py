@@ -9,6 +9,7 @@ import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from gptlab.lightning_internals import tensorboard_file_writer
 from gptlab.runs.flat_config import flatten
 from gptlab.train.tensorboard_summaries import hparams_summaries
 
@@ -29,6 +30,6 @@ class HParamsSummary(L.Callback):
         summaries = hparams_summaries(params, METRICS)  # names the metrics; their values are the logged scalars
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
-                writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does
+                writer = tensorboard_file_writer(logger.experiment)  # as TensorBoardLogger.log_hyperparams does
                 for summary in summaries:
                     writer.add_summary(summary)

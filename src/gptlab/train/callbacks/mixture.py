@@ -14,7 +14,8 @@ from typing import Any
 
 import lightning as L
 
-from gptlab.train.module import GPTLitModule, logging_step
+from gptlab.lightning_internals import logs_this_step
+from gptlab.train.module import GPTLitModule
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class MixtureTokens(L.Callback):
             return
         if trainer.is_global_zero:
             self._announce_passes(seen, getattr(datamodule.store, "train_windows", {}))
-        if logging_step(trainer):
+        if logs_this_step(trainer):
             for name, windows in seen.items():
                 pl_module.log_step_scalar(f"x_data/tokens/{name}", float(windows * datamodule.block_size))
 

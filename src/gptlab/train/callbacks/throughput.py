@@ -15,8 +15,8 @@ import lightning as L
 from lightning.fabric.utilities.throughput import Throughput
 
 from gptlab.execution.peak_flops import device_peak
+from gptlab.lightning_internals import logs_this_step, micro_batches_trained
 from gptlab.model import training_flops_per_token
-from gptlab.train.module import logging_step
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,9 @@ class TokenThroughput(L.Callback):
             lengths=self._batches * tokens_per_batch,
             flops=self._flops_per_token * tokens_per_batch,
         )
-        if not logging_step(trainer):  # the values would be dropped; the progress bar keeps the last ones
+        if not logs_this_step(trainer):  # the values would be dropped; the progress bar keeps the last ones
             return
-        # total_batch_idx is restored from the checkpoint, so the count continues across a resume.
-        micro_batches = trainer.fit_loop.epoch_loop.total_batch_idx + 1
+        micro_batches = micro_batches_trained(trainer)  # continues across a resume
         pl_module.log("x_throughput/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
         metrics = self._throughput.compute()
         if "device/items_per_sec" in metrics:  # only once the window is full
