@@ -50,11 +50,11 @@ class TokenThroughput:
 @dataclass
 class TextSamples:
     _target_: str = "gptlab.train.callbacks.TextSamples"
-    prompts: list[str] = setting(["\n"], "each continued separately", c.list_of_text)
+    prompts: list[str] = setting(["\n", "The "], "each continued separately", c.list_of_text)
     max_new_tokens: int = setting(64, "tokens generated per prompt", c.non_negative_int)
     temperature: float = setting(0.8, "0 = greedy", c.number(0.0))
     top_k: Optional[int] = setting(40, "null = sample from the whole vocabulary", c.optional(c.positive_int))
-    seed: int = setting(0, "the sampling RNG, the same text each validation for the same weights", c.seed)
+    seed: int = setting("${seed}", "the sampling RNG, the same text each validation for the same weights", c.seed)
 
 
 @dataclass
@@ -88,7 +88,8 @@ class ZeroShotEval:
     every_n_steps: int = setting(500, "optimizer steps between evaluations", c.positive_int)
     limit: Optional[int] = setting(500, "first N examples of each task; null = all", c.optional(c.positive_int))
     batch_size: int = setting(16, "rows per forward pass", c.positive_int)
-    data: Any = setting(None, "a Hub dataset or a local .jsonl file (or dir of them) per task")
+    data: Any = setting({"lambada": "EleutherAI/lambada_openai", "hellaswag": "Rowan/hellaswag"},
+                        "a Hub dataset or a local .jsonl file (or dir of them) per task")
 
 
 @dataclass
@@ -98,7 +99,7 @@ class TensorBoardLogger:
     name: str = setting("tensorboard", "subdir of save_dir", c.text)
     version: Any = setting("", "\"\" = no version_N subdir: the run dir is already unique")
     default_hp_metric: bool = setting(
-        True, "log Lightning's placeholder hp_metric (gptlab logs val_best/loss)", c.boolean)
+        False, "log Lightning's placeholder hp_metric (gptlab logs val_best/loss)", c.boolean)
 
 
 BY_TARGET: dict[str, type] = {schema._target_: schema for schema in (  # type: ignore[attr-defined]

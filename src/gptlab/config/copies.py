@@ -1,0 +1,139 @@
+"""Where an option's default is written besides its schema, and whether each of those copies still equals it.
+
+The schema field (`setting(default, help, check)`) is the one source of an option's type, default, range and
+help. Two kinds of copy remain, each held to it here (tests/test_config_schemas.py runs `disagreements()`):
+- a value written in a YAML file that lists a schema's defaults (BASE_FILES; a preset or an experiment changes
+  values on purpose and is not listed), and its trailing comment, which must be the field's help;
+- a default in the signature of the gptlab function the node builds (its `_target_`, or CONSUMERS), kept for
+  Python callers and for callback nodes, which are not typed, so a key their YAML leaves out gets it.
+An interpolation (`${seed}`) is config wiring: the YAML must write the same text as the schema. A schema default
+that is an interpolation or required (`???`) has no value a constructor could copy, so a constructor's default for
+it is not compared (the config always passes it). Library constructors (torch, Lightning) keep their own
+defaults: a typed node passes every field, and a callback's schema that documents a library class (ModelCheckpoint)
+is compared with that class's signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+import gptlab.config.callbacks as cb
+import gptlab.config.schemas as s
+from gptlab.config.fields import default_of, help_of, schema_fields
+from gptlab.model import GPTConfig
+
+REQUIRED = "???"
+# conf/ file -> the schema whose defaults it lists (its top-level keys).
+BASE_FILES: dict[str, type] = {
+    "model/base.yaml": GPTConfig, "train.yaml": s.Train, "data/base.yaml": s.Data,
+    "trainer/default.yaml": s.Trainer, "paths/default.yaml": s.Paths, "optimizer/adamw.yaml": s.AdamW,
+    "optimizer/sgd.yaml": s.SGD, "optimizer/adafactor.yaml": s.Adafactor, "optimizer/muon.yaml": s.Muon,
+    "scheduler/cosine.yaml": s.Cosine, "scheduler/wsd.yaml": s.WarmupStableDecay, "scheduler/constant.yaml": s.Constant,
+}
+# conf/ files of named constructor nodes (not typed): each node is compared with the schema of its `_target_`.
+NODE_FILES = ("callbacks/default.yaml", "logger/tensorboard.yaml")
+# (file, key) whose YAML value differs from the schema's on purpose, with the reason in the field's help.
+CONF_CHOICES = {
+    # GPTConfig is also the Python API, whose default keeps the exact vocabulary; conf/ pads it on CUDA GPUs.
+    ("model/base.yaml", "pad_vocab_to"),
+}
+# Schemas whose options reach a gptlab function other than their node's `_target_`: "module:attribute" names.
+CONSUMERS: dict[type, tuple[str, ...]] = {
+    s.Muon: ("gptlab.train.muon:MuonAdamW",),  # muon(params, **kwargs) passes them on
+    s.Train: ("gptlab.train.module:GPTLitModule",),  # label_smoothing, nonfinite_check_every
+}
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal as config values: 1 == 1.0, but true is not 1, and a tuple default equals the YAML's list."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def is_wiring(value: Any) -> bool:
+    """An interpolation, a required value or a nested node (a schema of its own): no value a constructor could copy."""
+    return value == REQUIRED or (isinstance(value, str) and "${" in value) or dataclasses.is_dataclass(value)
+
+
+def yaml_disagreements(where: str, node: DictConfig, schema: type, commented: Optional[str] = None) -> Iterator[str]:
+    """Each key of `node` (read unresolved) whose value differs from `schema`'s default, and, given the file's
+    text, each trailing comment that differs from the field's help."""
+    fields = schema_fields(schema)
+    comments = yaml_comments(commented) if commented is not None else {}
+    for key in node:
+        f = fields.get(key)
+        if f is None or key in ("_target_", "_partial_"):
+            continue
+        written = OmegaConf.to_container(node, resolve=False)[key]
+        default = default_of(f)
+        if default != REQUIRED and (where.split(":")[0], key) not in CONF_CHOICES and not same(written, default):
+            yield f"conf/{where}: {key}: {written!r} but {schema.__name__}.{key} defaults to {default!r}"
+        if key in comments and comments[key] != help_of(f):
+            yield f"conf/{where}: {key}'s comment differs from {schema.__name__}.{key}'s help"
+
+
+def signature_disagreements(where: str, target: Callable, schema: type) -> Iterator[str]:
+    """Each parameter of `target` that is a field of `schema` and has a default other than the field's."""
+    fields = schema_fields(schema)
+    for name, p in inspect.signature(target).parameters.items():
+        f = fields.get(name)
+        if f is None or p.default is inspect.Parameter.empty or is_wiring(default_of(f)):
+            continue
+        if not same(p.default, default_of(f)):
+            yield f"{where}({name}={p.default!r}) but {schema.__name__}.{name} defaults to {default_of(f)!r}"
+
+
+def targets_of(schema: type) -> Iterator[tuple[str, Callable]]:
+    """The gptlab functions and classes that take `schema`'s options as keyword arguments."""
+    from hydra.utils import get_object
+
+    target = getattr(schema, "_target_", None)
+    names = ([target] if isinstance(target, str) and target.startswith("gptlab.") else []) + \
+        [name.replace(":", ".") for name in CONSUMERS.get(schema, ())]
+    for name in names:
+        yield name, get_object(name)
+
+
+def disagreements(conf_dir: Path) -> list[str]:
+    """Every copy of an option's default or help in conf/ and in gptlab's signatures that differs from its schema."""
+    found: list[str] = []
+    for name, schema in BASE_FILES.items():
+        text = (conf_dir / name).read_text(encoding="utf-8")
+        found += yaml_disagreements(name, OmegaConf.load(conf_dir / name), schema, text)
+    for name in NODE_FILES:
+        nodes = OmegaConf.load(conf_dir / name)
+        targets = [node.get("_target_") for node in nodes.values() if isinstance(node, DictConfig)]
+        for key, node in nodes.items():
+            schema = cb.BY_TARGET.get(node.get("_target_")) if isinstance(node, DictConfig) else None
+            # A schema several nodes share documents its class; each node states its own values.
+            if schema is not None and sum(cb.BY_TARGET.get(t) is schema for t in targets) == 1:
+                found += yaml_disagreements(f"{name}:{key}", node, schema)
+    schemas = {*BASE_FILES.values(), *cb.BY_TARGET.values(), s.TiktokenTokenizer, s.Runtime}
+    for schema in sorted(schemas, key=lambda x: x.__name__):
+        for where, target in targets_of(schema):
+            found += signature_disagreements(where, target, schema)
+    return found
+
+
+def yaml_comments(text: str) -> dict[str, str]:
+    """A top-level key's trailing comment, with the indented comment lines that continue it."""
+    comments: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        top = re.match(r"^(\w+):.*?\s#\s?(.*)$", line)
+        more = re.match(r"^\s+#\s?(.*)$", line)
+        if top:
+            key = top.group(1)
+            comments[key] = top.group(2).strip()
+        elif more and key:
+            comments[key] += " " + more.group(1).strip()
+        else:
+            key = None
+    return comments
