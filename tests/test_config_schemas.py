@@ -197,10 +197,10 @@ def example(steps: int = 20, seed: int = 0, names: tuple[str, ...] = ("a",)) -> 
 
 def test_the_copy_checker_finds_each_kind_of_disagreement() -> None:
     agreeing = OmegaConf.create("steps: 20      # optimizer steps\nseed: ${seed}  # the RNG\nnames: [a]\n")
-    assert not [*yaml_disagreements("x.yaml", agreeing, Example, "steps: 20      # optimizer steps\n")]
+    assert not [*yaml_disagreements("x.yaml", agreeing, Example, yaml_comments("steps: 20  # optimizer steps\n"))]
     assert not [*signature_disagreements("example", example, Example)]
     found = [*yaml_disagreements("x.yaml", OmegaConf.create({"steps": 30, "seed": 0, "names": ["a", "b"]}), Example,
-                                 "steps: 30   # optimizer steps between saves\n")]
+                                 {"steps": "optimizer steps between saves"})]
     assert found == ["conf/x.yaml: steps: 30 but Example.steps defaults to 20",
                      "conf/x.yaml: steps's comment differs from Example.steps's help",
                      "conf/x.yaml: seed: 0 but Example.seed defaults to '${seed}'",

@@ -1,11 +1,13 @@
 """Where an option's default is written besides its schema, and whether each of those copies still equals it.
 
 The schema field (`setting(default, help, check)`) is the one source of an option's type, default, range and
-help. Two kinds of copy remain, each held to it here (tests/test_config_schemas.py runs `disagreements()`):
-- a value written in a YAML file that lists a schema's defaults (BASE_FILES; a preset or an experiment changes
-  values on purpose and is not listed), and its trailing comment, which must be the field's help;
+help. The copies that remain are each held to it here (tests/test_config_schemas.py runs `disagreements()`):
+- a value written in a YAML file that lists a schema's defaults (BASE_FILES, and the callback and logger nodes
+  of NODE_FILES; a preset or an experiment changes values on purpose and is not listed), and its trailing comment,
+  which must be the field's help;
 - a default in the signature of the gptlab function the node builds (its `_target_`, or CONSUMERS), kept for
-  Python callers and for callback nodes, which are not typed, so a key their YAML leaves out gets it.
+  Python callers and for callback nodes, which are not typed, so a key their YAML leaves out gets it;
+- a value an untyped config restates under another name (RESTATED: eval.yaml's task_data).
 An interpolation (`${seed}`) is config wiring: the YAML must write the same text as the schema. A schema default
 that is an interpolation or required (`???`) has no value a constructor could copy, so a constructor's default for
 it is not compared (the config always passes it). Library constructors (torch, Lightning) keep their own
@@ -43,10 +45,12 @@ CONF_CHOICES = {
     # GPTConfig is also the Python API, whose default keeps the exact vocabulary; conf/ pads it on CUDA GPUs.
     ("model/base.yaml", "pad_vocab_to"),
 }
-# Schemas whose options reach a gptlab function other than their node's `_target_`: "module:attribute" names.
+# (file, key) of an untyped config that restates a schema field's default under another name: (schema, field).
+RESTATED = {("eval.yaml", "task_data"): (cb.ZeroShotEval, "data")}
+# Schemas whose options reach a gptlab function other than their node's `_target_` (named as a `_target_` is).
 CONSUMERS: dict[type, tuple[str, ...]] = {
-    s.Muon: ("gptlab.train.muon:MuonAdamW",),  # muon(params, **kwargs) passes them on
-    s.Train: ("gptlab.train.module:GPTLitModule",),  # label_smoothing, nonfinite_check_every
+    s.Muon: ("gptlab.train.muon.MuonAdamW",),  # muon(params, **kwargs) passes them on
+    s.Train: ("gptlab.train.module.GPTLitModule",),  # label_smoothing, nonfinite_check_every
 }
 
 
@@ -62,11 +66,12 @@ def is_wiring(value: Any) -> bool:
     return value == REQUIRED or (isinstance(value, str) and "${" in value) or dataclasses.is_dataclass(value)
 
 
-def yaml_disagreements(where: str, node: DictConfig, schema: type, commented: Optional[str] = None) -> Iterator[str]:
-    """Each key of `node` (read unresolved) whose value differs from `schema`'s default, and, given the file's
-    text, each trailing comment that differs from the field's help."""
+def yaml_disagreements(where: str, node: DictConfig, schema: type, comments: Optional[dict[str, str]] = None
+                       ) -> Iterator[str]:
+    """Each key of `node` (read unresolved) whose value differs from `schema`'s default, and each of its trailing
+    `comments` (yaml_comments) that differs from the field's help."""
     fields = schema_fields(schema)
-    comments = yaml_comments(commented) if commented is not None else {}
+    comments = comments or {}
     for key in node:
         f = fields.get(key)
         if f is None or key in ("_target_", "_partial_"):
@@ -96,39 +101,63 @@ def targets_of(schema: type) -> Iterator[tuple[str, Callable]]:
 
     target = getattr(schema, "_target_", None)
     names = ([target] if isinstance(target, str) and target.startswith("gptlab.") else []) + \
-        [name.replace(":", ".") for name in CONSUMERS.get(schema, ())]
+        list(CONSUMERS.get(schema, ()))
     for name in names:
         yield name, get_object(name)
 
 
 def disagreements(conf_dir: Path) -> list[str]:
     """Every copy of an option's default or help in conf/ and in gptlab's signatures that differs from its schema."""
-    found: list[str] = []
+    return [*base_file_copies(conf_dir), *node_copies(conf_dir), *restated_copies(conf_dir), *signature_copies()]
+
+
+def base_file_copies(conf_dir: Path) -> Iterator[str]:
     for name, schema in BASE_FILES.items():
         text = (conf_dir / name).read_text(encoding="utf-8")
-        found += yaml_disagreements(name, OmegaConf.load(conf_dir / name), schema, text)
+        yield from yaml_disagreements(name, OmegaConf.load(conf_dir / name), schema, yaml_comments(text))
+
+
+def node_copies(conf_dir: Path) -> Iterator[str]:
     for name in NODE_FILES:
         nodes = OmegaConf.load(conf_dir / name)
-        targets = [node.get("_target_") for node in nodes.values() if isinstance(node, DictConfig)]
-        for key, node in nodes.items():
-            schema = cb.BY_TARGET.get(node.get("_target_")) if isinstance(node, DictConfig) else None
-            # A schema several nodes share documents its class; each node states its own values.
-            if schema is not None and sum(cb.BY_TARGET.get(t) is schema for t in targets) == 1:
-                found += yaml_disagreements(f"{name}:{key}", node, schema)
-    schemas = {*BASE_FILES.values(), *cb.BY_TARGET.values(), s.TiktokenTokenizer, s.Runtime}
+        text = (conf_dir / name).read_text(encoding="utf-8")
+        schemas = {key: cb.BY_TARGET.get(node.get("_target_")) for key, node in nodes.items()
+                   if isinstance(node, DictConfig)}
+        for key, schema in schemas.items():
+            # A schema several nodes share documents its class; each node states its own values and why.
+            if schema is not None and list(schemas.values()).count(schema) == 1:
+                yield from yaml_disagreements(f"{name}:{key}", nodes[key], schema, yaml_comments(text, key))
+
+
+def restated_copies(conf_dir: Path) -> Iterator[str]:
+    for (name, key), (schema, field) in RESTATED.items():
+        written = OmegaConf.to_container(OmegaConf.load(conf_dir / name), resolve=False)[key]
+        default = default_of(schema_fields(schema)[field])
+        if not same(written, default):
+            yield f"conf/{name}: {key}: {written!r} but {schema.__name__}.{field} defaults to {default!r}"
+
+
+def signature_copies() -> Iterator[str]:
+    schemas = {*BASE_FILES.values(), *cb.BY_TARGET.values(), s.TiktokenTokenizer}
     for schema in sorted(schemas, key=lambda x: x.__name__):
         for where, target in targets_of(schema):
-            found += signature_disagreements(where, target, schema)
-    return found
+            yield from signature_disagreements(where, target, schema)
 
 
-def yaml_comments(text: str) -> dict[str, str]:
-    """A top-level key's trailing comment, with the indented comment lines that continue it."""
+def yaml_comments(text: str, under: Optional[str] = None) -> dict[str, str]:
+    """Each top-level key's trailing comment (or, `under` a top-level node, each of its keys'), with the more
+    indented comment lines that continue it."""
     comments: dict[str, str] = {}
     key = None
+    indent = "" if under is None else "  "
+    inside = under is None
     for line in text.splitlines():
-        top = re.match(r"^(\w+):.*?\s#\s?(.*)$", line)
-        more = re.match(r"^\s+#\s?(.*)$", line)
+        if under is not None and re.match(r"^\w", line):
+            inside = line.startswith(f"{under}:")
+            key = None
+            continue
+        top = re.match(rf"^{indent}(\w+):.*?\s#\s?(.*)$", line) if inside else None
+        more = re.match(rf"^{indent}\s+#\s?(.*)$", line)
         if top:
             key = top.group(1)
             comments[key] = top.group(2).strip()

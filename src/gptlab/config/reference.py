@@ -67,6 +67,8 @@ def yaml_value(value: Any) -> str:
         return "required"
     if isinstance(value, list):
         return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {yaml_value(v)}" for k, v in value.items()) + "}"
     return repr(value) if isinstance(value, str) and value.strip() != value or value == "" else str(value)
 
 
