@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import gptlab.config.callbacks as cb
 import gptlab.config.schemas as s
-from gptlab.config.fields import default_of, help_of, schema_fields
+from gptlab.config.fields import help_of, schema_fields
 from gptlab.model import GPTConfig
 
 REQUIRED = "???"
@@ -52,6 +52,15 @@ CONSUMERS: dict[type, tuple[str, ...]] = {
     s.Muon: ("gptlab.train.muon.MuonAdamW",),  # muon(params, **kwargs) passes them on
     s.Train: ("gptlab.train.module.GPTLitModule",),  # label_smoothing, nonfinite_check_every
 }
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """A schema field's default as the config sees it: a value, an interpolation, or "???" (the YAML gives one)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return REQUIRED
 
 
 def same(a: Any, b: Any) -> bool:

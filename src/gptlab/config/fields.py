@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import MISSING, Field, field, fields, is_dataclass
+from dataclasses import Field, field, fields, is_dataclass
 from typing import Any, Optional
 
 from gptlab.config.ranges import Check
@@ -31,12 +31,3 @@ def help_of(f: Field) -> str:
 
 def check_of(f: Field) -> Optional[Check]:
     return f.metadata.get("check")
-
-
-def default_of(f: Field) -> Any:
-    """The field's default as the config sees it: a value, an interpolation, or "???" (the YAML must give one)."""
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return "???"

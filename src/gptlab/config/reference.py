@@ -9,7 +9,8 @@ from typing import Any, Iterator
 
 import gptlab.config.callbacks as cb
 import gptlab.config.schemas as s
-from gptlab.config.fields import default_of, help_of
+from gptlab.config.copies import default_of
+from gptlab.config.fields import help_of
 from gptlab.config.suggest import describe
 from gptlab.model import GPTConfig
 

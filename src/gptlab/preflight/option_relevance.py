@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config.callbacks import TextSamples, ZeroShotEval
-from gptlab.config.fields import default_of, schema_fields
+from gptlab.config.copies import default_of
+from gptlab.config.fields import schema_fields
 from gptlab.config.schemas import Data, Trainer
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
