@@ -16,9 +16,9 @@ from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, ROOT, TINY, TRAIN_SCRI
 from omegaconf import OmegaConf
 
 import gptlab.config.callbacks as cb
+import gptlab.config.copies as copies
 import gptlab.config.schemas as s
 from gptlab.checkpoint.reader import load_model
-from gptlab.config.copies import BASE_FILES, disagreements, signature_disagreements, yaml_comments, yaml_disagreements
 from gptlab.config.fields import check_of, help_of, schema_fields, setting
 from gptlab.config.reference import GROUP_FIELDS, page
 from gptlab.config.suggest import compose_message
@@ -175,11 +175,11 @@ def test_every_field_is_documented_and_range_checked() -> None:
 def test_every_copy_of_an_option_equals_its_schema() -> None:
     """The schema is an option's one source: each value a base YAML file or a callback node writes, each of its
     trailing comments, and each default of the gptlab function a node builds, equals the schema's."""
-    assert disagreements(CONF_DIR) == []
-    compared = sum(key in schema_fields(schema) for name, schema in BASE_FILES.items()
-                   for key in yaml_comments((CONF_DIR / name).read_text()))
+    assert copies.disagreements(CONF_DIR) == []
+    compared = sum(key in schema_fields(schema) for name, schema in copies.BASE_FILES.items()
+                   for key in copies.yaml_comments((CONF_DIR / name).read_text()))
     assert compared >= 80
-    assert set(yaml_comments((CONF_DIR / "model" / "base.yaml").read_text())) == {
+    assert set(copies.yaml_comments((CONF_DIR / "model" / "base.yaml").read_text())) == {
         f.name for f in dataclasses.fields(GPTConfig)}, "conf/model/base.yaml lists every GPTConfig field"
 
 
@@ -196,21 +196,27 @@ def example(steps: int = 20, seed: int = 0, names: tuple[str, ...] = ("a",)) -> 
 
 
 def test_the_copy_checker_finds_each_kind_of_disagreement() -> None:
-    agreeing = OmegaConf.create("steps: 20      # optimizer steps\nseed: ${seed}  # the RNG\nnames: [a]\n")
-    assert not [*yaml_disagreements("x.yaml", agreeing, Example, yaml_comments("steps: 20  # optimizer steps\n"))]
-    assert not [*signature_disagreements("example", example, Example)]
-    found = [*yaml_disagreements("x.yaml", OmegaConf.create({"steps": 30, "seed": 0, "names": ["a", "b"]}), Example,
-                                 {"steps": "optimizer steps between saves"})]
+    """Each kind of copy, made to disagree on purpose, is reported; agreeing copies are not."""
+    text = "steps: 20      # optimizer steps\nseed: ${seed}  # the RNG\nnames: [a]\n"
+    agreeing = OmegaConf.create(text)
+    assert not [*copies.yaml_disagreements("x.yaml", agreeing, Example, copies.yaml_comments(text))]
+    assert not [*copies.signature_disagreements("example", example, Example)]
+    drifted_yaml = OmegaConf.create({"steps": 30, "seed": 0, "names": ["a", "b"]})
+    found = [*copies.yaml_disagreements("x.yaml", drifted_yaml, Example, {"steps": "optimizer steps between saves"})]
     assert found == ["conf/x.yaml: steps: 30 but Example.steps defaults to 20",
                      "conf/x.yaml: steps's comment differs from Example.steps's help",
                      "conf/x.yaml: seed: 0 but Example.seed defaults to '${seed}'",
                      "conf/x.yaml: names: ['a', 'b'] but Example.names defaults to ['a']"]
-    assert [*yaml_disagreements("x.yaml", OmegaConf.create({"steps": True}), Example)]  # true is not 1
+    assert [*copies.yaml_disagreements("x.yaml", OmegaConf.create({"steps": True}), Example)]  # true is not 1
 
     def drifted(steps: int = 100, names: tuple[str, ...] = ("a", "b")) -> None: ...
-    assert [*signature_disagreements("drifted", drifted, Example)] == [
+    assert [*copies.signature_disagreements("drifted", drifted, Example)] == [
         "drifted(steps=100) but Example.steps defaults to 20",
         "drifted(names=('a', 'b')) but Example.names defaults to ['a']"]
+
+    def forwarding(steps: int = 20, **kwargs: object) -> None: ...  # a key left out gets whatever kwargs' callee says
+    assert [*copies.unwritten_keys("x.yaml", OmegaConf.create({"seed": 1}), Example, "forwarding", forwarding)] == [
+        "conf/x.yaml: leaves out names, which forwarding(**kwargs) would pass on with its own default"]
 
 
 def test_reference_page_is_generated_from_the_schemas() -> None:

@@ -136,6 +136,18 @@ def node_copies(conf_dir: Path) -> Iterator[str]:
             # A schema several nodes share documents its class; each node states its own values and why.
             if schema is not None and list(schemas.values()).count(schema) == 1:
                 yield from yaml_disagreements(f"{name}:{key}", nodes[key], schema, yaml_comments(text, key))
+                for target_name, target in targets_of(schema):
+                    yield from unwritten_keys(f"{name}:{key}", nodes[key], schema, target_name, target)
+
+
+def unwritten_keys(where: str, node: DictConfig, schema: type, name: str, target: Callable) -> Iterator[str]:
+    """A node that is not typed passes only the keys it writes: one it leaves out gets its constructor's default,
+    which must then be one signature_disagreements sees (not behind **kwargs, where a library's own would apply)."""
+    params = inspect.signature(target).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        for key in schema_fields(schema):
+            if key not in node and key not in params and not key.startswith("_"):
+                yield f"conf/{where}: leaves out {key}, which {name}(**kwargs) would pass on with its own default"
 
 
 def restated_copies(conf_dir: Path) -> Iterator[str]:
