@@ -1,7 +1,8 @@
 """Typed configs (gptlab.config), as a new user meets them: a misspelt key, a key appended with `+`, a wrong type
 or two groups that disagree each stop `python src/train.py` with one `gptlab: error:` line that names the key and
-the one meant, exit 2, no traceback and no run dir; the schemas document every field once, and the YAML comments
-and the reference page agree with them; the runtime flags left the architecture and old checkpoints still load."""
+the one meant, exit 2, no traceback and no run dir; the schemas document every field once, and the YAML values and
+comments, the constructors' defaults and the reference page agree with them; the runtime flags left the
+architecture and old checkpoints still load."""
 
 from __future__ import annotations
 
