@@ -1,12 +1,12 @@
 """Typed configs (gptlab.config), as a new user meets them: a misspelt key, a key appended with `+`, a wrong type
 or two groups that disagree each stop `python src/train.py` with one `gptlab: error:` line that names the key and
-the one meant, exit 2, no traceback and no run dir; the schemas document every field once, and the YAML comments
-and the reference page agree with them; the runtime flags left the architecture and old checkpoints still load."""
+the one meant, exit 2, no traceback and no run dir; the schemas document every field once, and the YAML values and
+comments, the constructors' defaults and the reference page agree with them; the runtime flags left the
+architecture and old checkpoints still load."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, ROOT, TINY, TRAIN_SCRIPT, compose_config
+from omegaconf import OmegaConf
 
 import gptlab.config.callbacks as cb
+import gptlab.config.copies as copies
 import gptlab.config.schemas as s
 from gptlab.checkpoint.reader import load_model
-from gptlab.config.fields import check_of, help_of, schema_fields
+from gptlab.config.fields import check_of, help_of, schema_fields, setting
 from gptlab.config.reference import GROUP_FIELDS, page
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import check
@@ -156,7 +158,7 @@ def test_checkpoint_from_before_the_move_loads(tmp_path) -> None:
 
 # ---- one home per field's documentation --------------------------------------------------------------------
 SCHEMAS = [GPTConfig, s.Train, s.Runtime, s.Paths, s.ByteTokenizer, s.TiktokenTokenizer, s.Data, s.AdamW, s.SGD,
-           s.Adafactor, s.Cosine, s.WarmupStableDecay, s.Constant, s.Trainer, *cb.BY_TARGET.values()]
+           s.Adafactor, s.Muon, s.Cosine, s.WarmupStableDecay, s.Constant, s.Trainer, *cb.BY_TARGET.values()]
 FREE_FORM = {(s.Data, "source"), (s.Trainer, "strategy"), (s.Train, "runtime"), (cb.ZeroShotEval, "data"),
              (cb.TensorBoardLogger, "version")}  # nodes or values their constructor checks
 
@@ -171,42 +173,51 @@ def test_every_field_is_documented_and_range_checked() -> None:
                 assert check_of(f) is not None, f"{schema.__name__}.{name} has no range check"
 
 
-# YAML files that list a schema's fields: a key's trailing comment (and its indented continuation lines) must be
-# the field's help, word for word.
-COMMENTED = {"model/base.yaml": GPTConfig, "train.yaml": s.Train, "data/base.yaml": s.Data,
-             "trainer/default.yaml": s.Trainer, "paths/default.yaml": s.Paths, "optimizer/adamw.yaml": s.AdamW,
-             "optimizer/sgd.yaml": s.SGD, "optimizer/adafactor.yaml": s.Adafactor, "optimizer/muon.yaml": s.Muon,
-             "scheduler/cosine.yaml": s.Cosine, "scheduler/wsd.yaml": s.WarmupStableDecay,
-             "scheduler/constant.yaml": s.Constant}
-
-
-def yaml_comments(text: str) -> dict[str, str]:
-    comments: dict[str, str] = {}
-    key = None
-    for line in text.splitlines():
-        top = re.match(r"^(\w+):.*?\s#\s?(.*)$", line)
-        more = re.match(r"^\s+#\s?(.*)$", line)
-        if top:
-            key = top.group(1)
-            comments[key] = top.group(2).strip()
-        elif more and key:
-            comments[key] += " " + more.group(1).strip()
-        else:
-            key = None
-    return comments
-
-
-def test_yaml_comments_are_the_schema_help() -> None:
-    compared = 0
-    for name, schema in COMMENTED.items():
-        fields = schema_fields(schema)
-        for key, comment in yaml_comments((CONF_DIR / name).read_text()).items():
-            if key in fields:
-                assert comment == help_of(fields[key]), f"conf/{name}: {key}'s comment differs from its schema's help"
-                compared += 1
+def test_every_copy_of_an_option_equals_its_schema() -> None:
+    """The schema is an option's one source: each value a base YAML file or a callback node writes, each of its
+    trailing comments, and each default of the gptlab function a node builds, equals the schema's."""
+    assert copies.disagreements(CONF_DIR) == []
+    compared = sum(key in schema_fields(schema) for name, schema in copies.BASE_FILES.items()
+                   for key in copies.yaml_comments((CONF_DIR / name).read_text()))
     assert compared >= 80
-    assert set(yaml_comments((CONF_DIR / "model" / "base.yaml").read_text())) == {
+    assert set(copies.yaml_comments((CONF_DIR / "model" / "base.yaml").read_text())) == {
         f.name for f in dataclasses.fields(GPTConfig)}, "conf/model/base.yaml lists every GPTConfig field"
+
+
+@dataclasses.dataclass
+class Example:
+    _target_: str = "tests.nowhere"
+    steps: int = setting(20, "optimizer steps")
+    seed: int = setting("${seed}", "the RNG")
+    names: list[str] = setting(["a"], "names")
+
+
+def example(steps: int = 20, seed: int = 0, names: tuple[str, ...] = ("a",)) -> None:
+    """A constructor whose defaults agree with Example (seed is config wiring, so its Python default is free)."""
+
+
+def test_the_copy_checker_finds_each_kind_of_disagreement() -> None:
+    """Each kind of copy, made to disagree on purpose, is reported; agreeing copies are not."""
+    text = "steps: 20      # optimizer steps\nseed: ${seed}  # the RNG\nnames: [a]\n"
+    agreeing = OmegaConf.create(text)
+    assert not [*copies.yaml_disagreements("x.yaml", agreeing, Example, copies.yaml_comments(text))]
+    assert not [*copies.signature_disagreements("example", example, Example)]
+    drifted_yaml = OmegaConf.create({"steps": 30, "seed": 0, "names": ["a", "b"]})
+    found = [*copies.yaml_disagreements("x.yaml", drifted_yaml, Example, {"steps": "optimizer steps between saves"})]
+    assert found == ["conf/x.yaml: steps: 30 but Example.steps defaults to 20",
+                     "conf/x.yaml: steps's comment differs from Example.steps's help",
+                     "conf/x.yaml: seed: 0 but Example.seed defaults to '${seed}'",
+                     "conf/x.yaml: names: ['a', 'b'] but Example.names defaults to ['a']"]
+    assert [*copies.yaml_disagreements("x.yaml", OmegaConf.create({"steps": True}), Example)]  # true is not 1
+
+    def drifted(steps: int = 100, names: tuple[str, ...] = ("a", "b")) -> None: ...
+    assert [*copies.signature_disagreements("drifted", drifted, Example)] == [
+        "drifted(steps=100) but Example.steps defaults to 20",
+        "drifted(names=('a', 'b')) but Example.names defaults to ['a']"]
+
+    def forwarding(steps: int = 20, **kwargs: object) -> None: ...  # a key left out gets whatever kwargs' callee says
+    assert [*copies.unwritten_keys("x.yaml", OmegaConf.create({"seed": 1}), Example, "forwarding", forwarding)] == [
+        "conf/x.yaml: leaves out names, which forwarding(**kwargs) would pass on with its own default"]
 
 
 def test_reference_page_is_generated_from_the_schemas() -> None:

@@ -111,7 +111,7 @@ def test_datamodule_serves_batches_of_the_right_shape() -> None:
 
 def test_unknown_source_names_the_field() -> None:
     with pytest.raises(ConfigError, match="data.source"):
-        GPTDataModule(ByteTokenizer(), source="nope")  # a bare string, as conf/data/pydocs.yaml once had
+        GPTDataModule(ByteTokenizer(), "nope", "memory")  # a bare string, as conf/data/pydocs.yaml once had
     with pytest.raises(ConfigError, match="data.source.name"):
         BuiltinSource("nope")
     with pytest.raises(ConfigError, match="data.store='disk'"):

@@ -96,7 +96,7 @@ def test_sources_with_another_tokenizer_or_streaming_are_refused() -> None:
 def test_resume_with_other_weights_or_other_data_is_refused() -> None:
     def module(weights: tuple[float, float]) -> GPTDataModule:
         return GPTDataModule(ByteTokenizer(), Mixture({"a": {"source": source(), "weight": weights[0]},
-                                                       "b": {"source": source(), "weight": weights[1]}}))
+                                                       "b": {"source": source(), "weight": weights[1]}}), "memory")
 
     saved = {"epoch": 0, "batches": 3, "mixture": {"weights": {"a": 0.7, "b": 0.3}, "windows": {"a": 70, "b": 30}}}
     module((0.7, 0.3)).load_state_dict(saved)

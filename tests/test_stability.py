@@ -10,11 +10,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers import scalars, train_in_process
+from omegaconf import OmegaConf
 
+from gptlab.config.callbacks import LossSpikeGuard as LossSpikeSchema
+from gptlab.config.validate import check_node
 from gptlab.errors import ConfigError, LossSpikeError
 from gptlab.model import GPT, GPTConfig
 from gptlab.train.callbacks import LossSpikeGuard
 from gptlab.train.callbacks.stability import block_grad_norms, block_weights, forward_probes, update_ratios
+
+TARGET = LossSpikeSchema._target_
 
 V, T, W = 40, 12, 4
 
@@ -131,8 +136,10 @@ def test_spike_guard_off_by_default_and_stops_after_too_many() -> None:
     # The 3rd spike is the 23rd step (global_step 22 before it): named as TensorBoard's train/loss counts it.
     with pytest.raises(LossSpikeError, match=r"skipped 3 optimizer steps in a row \(step 23: loss 50.*loss_spike"):
         _train(guard, [1.0 + 0.01 * (i % 3) for i in range(20)] + [50.0] * 5)
-    with pytest.raises(ConfigError, match="callbacks.loss_spike.window"):
-        LossSpikeGuard(z_threshold=3.0, window=1)
+    with pytest.raises(ConfigError, match=r"callbacks.loss_spike.window=1 is invalid: use an integer >= 2"):
+        check_node("callbacks.loss_spike.", OmegaConf.create({"_target_": TARGET, "z_threshold": 3.0, "window": 1}))
+    with pytest.raises(ConfigError, match="callbacks.loss_spike.min_history=20 exceeds window=10"):
+        LossSpikeGuard(z_threshold=3.0, window=10)  # a rule across two values: the constructor's own
 
 
 def test_probes_spike_guard_and_z_loss_in_a_real_run(tmp_path: Path) -> None:

@@ -10,8 +10,11 @@ import hydra
 import pytest
 import torch
 from helpers import compose_tiny, load_checkpoint, train_in_process
+from omegaconf import OmegaConf
 
 from gptlab.apps.build import gradient_accumulation
+from gptlab.config.schemas import Cosine, WarmupStableDecay
+from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
 from gptlab.execution.parallelize import checkpoint_blocks
 from gptlab.model import GPT, GPTConfig, next_token_loss
@@ -56,11 +59,14 @@ def test_constant_warmup_then_flat() -> None:
 
 
 def test_schedule_arguments_are_checked() -> None:
+    """By the schedules' schemas, before anything is built (a decay over no steps would divide by zero)."""
+    with pytest.raises(ConfigError, match=r"scheduler.decay_fraction=0.0 is invalid: use a number in \(0, 1\]"):
+        check_fields("scheduler.", OmegaConf.create({"decay_fraction": 0.0}), WarmupStableDecay)
+    with pytest.raises(ConfigError, match=r"scheduler.min_lr_ratio=2.0 is invalid: use a number in \[0, 1\]"):
+        check_fields("scheduler.", OmegaConf.create({"min_lr_ratio": 2.0}), Cosine)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
-    with pytest.raises(ConfigError, match="scheduler.decay_fraction"):
-        warmup_stable_decay(opt, total_steps=10, decay_fraction=0.0)
-    with pytest.raises(ConfigError, match="scheduler.min_lr_ratio"):
-        warmup_cosine(opt, total_steps=10, min_lr_ratio=2.0)
+    with pytest.raises(ConfigError, match="trainer.max_steps >= 1"):
+        warmup_cosine(opt, total_steps=0, warmup_steps=0, min_lr_ratio=0.1)
 
 
 @pytest.mark.parametrize("name", ["adamw", "sgd", "adafactor"])

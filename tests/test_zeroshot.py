@@ -12,9 +12,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers import ROOT, compose_config, run_script, scalars, train_in_process
+from omegaconf import OmegaConf
 
 from gptlab.apps.evaluate import evaluate
 from gptlab.checkpoint.reader import load_model
+from gptlab.config.validate import check_node
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import encode_pair, score_pairs, score_texts
@@ -209,10 +211,12 @@ def test_callback_is_off_without_tasks_and_checks_its_settings() -> None:
     assert off._examples == {}
     with pytest.raises(ConfigError, match=r"callbacks.zero_shot.tasks=\['lambda'\] has unknown task"):
         ZeroShotEval(tasks=["lambda"])
-    with pytest.raises(ConfigError, match="callbacks.zero_shot.limit=0 must be a positive"):
-        ZeroShotEval(tasks=["lambada"], limit=0)
-    with pytest.raises(ConfigError, match="callbacks.zero_shot.every_n_steps=0 must be a positive integer"):
-        ZeroShotEval(tasks=["lambada"], every_n_steps=0)
+    # Ranges are the schema's (gptlab.config.callbacks.ZeroShotEval), checked before the run is built.
+    node = {"_target_": "gptlab.train.callbacks.ZeroShotEval", "tasks": ["lambada"]}
+    with pytest.raises(ConfigError, match="callbacks.zero_shot.limit=0 is invalid: use an integer >= 1"):
+        check_node("callbacks.zero_shot.", OmegaConf.create({**node, "limit": 0}))
+    with pytest.raises(ConfigError, match="callbacks.zero_shot.every_n_steps=0 is invalid: use an integer >= 1"):
+        check_node("callbacks.zero_shot.", OmegaConf.create({**node, "every_n_steps": 0}))
     with pytest.raises(ConfigError, match=r"callbacks.zero_shot.data=\['lambada', 'piqa'\] has unknown task"):
         ZeroShotEval(tasks=["lambada"], data={"lambada": "x.jsonl", "piqa": "y.jsonl"})
 

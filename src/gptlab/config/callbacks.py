@@ -35,7 +35,8 @@ class ModelCheckpoint:
 class PreemptionCheckpoint:
     _target_: str = "gptlab.train.callbacks.preemption.PreemptionCheckpoint"
     dirpath: str = setting(help="where the preemption checkpoint goes", check=c.text)
-    filename: str = setting("last", "its file name, without .ckpt; last replaces last.ckpt", c.text)
+    filename: str = setting("last", "its file name, without .ckpt: last replaces last.ckpt (whole until the new one "
+                            "is), so a preemption adds no copy on disk", c.text)
 
 
 @dataclass
@@ -50,11 +51,11 @@ class TokenThroughput:
 @dataclass
 class TextSamples:
     _target_: str = "gptlab.train.callbacks.TextSamples"
-    prompts: list[str] = setting(["\n"], "each continued separately", c.list_of_text)
+    prompts: list[str] = setting(["\n", "The "], "each continued separately", c.list_of_text)
     max_new_tokens: int = setting(64, "tokens generated per prompt", c.non_negative_int)
     temperature: float = setting(0.8, "0 = greedy", c.number(0.0))
     top_k: Optional[int] = setting(40, "null = sample from the whole vocabulary", c.optional(c.positive_int))
-    seed: int = setting(0, "the sampling RNG, the same text each validation for the same weights", c.seed)
+    seed: int = setting("${seed}", "the sampling RNG, the same text each validation for the same weights", c.seed)
 
 
 @dataclass
@@ -66,7 +67,8 @@ class StepProgressBar:
 @dataclass
 class StabilityProbes:
     _target_: str = "gptlab.train.callbacks.StabilityProbes"
-    every_n_steps: int = setting(50, "optimizer steps between probes", c.positive_int)
+    every_n_steps: int = setting(50, "optimizer steps between probes (cost measured in README: a few % of a step at "
+                                 "N=1)", c.positive_int)
     batch_rows: int = setting(2, "rows of the step's batch the forward probes run on", c.positive_int)
 
 
@@ -77,7 +79,8 @@ class LossSpikeGuard:
                                            c.optional(c.number(0.0, low_open=True)))
     window: int = setting(100, "accepted step losses the mean and std are taken over", c.integer(2))
     min_history: int = setting(20, "no skipping before this many losses are in the window", c.integer(2))
-    max_consecutive: int = setting(10, "this many skips in a row stop the run", c.integer(2))
+    max_consecutive: int = setting(10, "this many skips in a row stop the run; train/skipped_steps counts them all",
+                                   c.integer(2))
 
 
 @dataclass
@@ -86,9 +89,11 @@ class ZeroShotEval:
     tasks: list[str] = setting([], "off (costs nothing) until given, e.g. [lambada] or [lambada,hellaswag]",
                                c.list_of_text)
     every_n_steps: int = setting(500, "optimizer steps between evaluations", c.positive_int)
-    limit: Optional[int] = setting(500, "first N examples of each task; null = all", c.optional(c.positive_int))
+    limit: Optional[int] = setting(500, "first N examples of each task (other DDP ranks wait meanwhile); null = all",
+                                   c.optional(c.positive_int))
     batch_size: int = setting(16, "rows per forward pass", c.positive_int)
-    data: Any = setting(None, "a Hub dataset or a local .jsonl file (or dir of them) per task")
+    data: Any = setting({"lambada": "EleutherAI/lambada_openai", "hellaswag": "Rowan/hellaswag"},
+                        "a Hub dataset or a local .jsonl file (or dir of them) per task, as eval.yaml's task_data")
 
 
 @dataclass
@@ -96,9 +101,9 @@ class TensorBoardLogger:
     _target_: str = "gptlab.train.tensorboard_logger.RunTensorBoardLogger"
     save_dir: str = setting(help="the run dir", check=c.text)
     name: str = setting("tensorboard", "subdir of save_dir", c.text)
-    version: Any = setting("", "\"\" = no version_N subdir: the run dir is already unique")
+    version: Any = setting("", "set by train(): the run's name, or a sweep job's overrides (never version_N)")
     default_hp_metric: bool = setting(
-        True, "log Lightning's placeholder hp_metric (gptlab logs val-best/loss)", c.boolean)
+        False, "log Lightning's placeholder hp_metric (gptlab logs val-best/loss)", c.boolean)
 
 
 BY_TARGET: dict[str, type] = {schema._target_: schema for schema in (  # type: ignore[attr-defined]

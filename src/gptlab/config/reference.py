@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import gptlab.config.callbacks as cb
 import gptlab.config.schemas as s
+from gptlab.config.copies import default_of
 from gptlab.config.fields import help_of
 from gptlab.config.suggest import describe
 from gptlab.model import GPTConfig
@@ -24,6 +25,7 @@ SECTIONS: tuple[tuple[str, str, type], ...] = (
     ("optimizer: adamw", "optimizer=adamw", s.AdamW),
     ("optimizer: sgd", "optimizer=sgd", s.SGD),
     ("optimizer: adafactor", "optimizer=adafactor", s.Adafactor),
+    ("optimizer: muon", "optimizer=muon", s.Muon),
     ("scheduler: cosine", "scheduler=cosine", s.Cosine),
     ("scheduler: wsd", "scheduler=wsd", s.WarmupStableDecay),
     ("scheduler: constant", "scheduler=constant", s.Constant),
@@ -52,13 +54,9 @@ config; `python src/train.py --cfg job` prints the composed config.
 """
 
 
-def default_of(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        value = f.default_factory()  # type: ignore[misc]
-        return "" if dataclasses.is_dataclass(value) else value
-    return "???"
+def shown_default(f: dataclasses.Field) -> Any:
+    value = default_of(f)
+    return "" if dataclasses.is_dataclass(value) else value
 
 
 def yaml_value(value: Any) -> str:
@@ -70,6 +68,8 @@ def yaml_value(value: Any) -> str:
         return "required"
     if isinstance(value, list):
         return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {yaml_value(v)}" for k, v in value.items()) + "}"
     return repr(value) if isinstance(value, str) and value.strip() != value or value == "" else str(value)
 
 
@@ -82,7 +82,7 @@ def rows(schema: type) -> Iterator[str]:
     for f in dataclasses.fields(schema):
         if f.name in HIDDEN or (schema is s.Train and f.name in GROUP_FIELDS):
             continue
-        default = yaml_value(default_of(f))
+        default = yaml_value(shown_default(f))
         yield (f"| `{f.name}` | {cell(describe(hints[f.name]))} | {cell(f'`{default}`' if default else '')} "
                f"| {cell(help_of(f))} |")
 

@@ -25,13 +25,15 @@ from gptlab.errors import ConfigError, invalid_choice, require_int
 class GPTDataModule(L.LightningDataModule):
     """Random (or epoch-ordered) training windows and a fixed set of validation windows, from `source` read
     through the store named by `store`. `samples_per_epoch` only sets how often Lightning's epoch hooks fire:
-    training is bounded by `trainer.max_steps`. Callbacks read `tokenizer`, `batch_size` and `block_size`."""
+    training is bounded by `trainer.max_steps`. Callbacks read `tokenizer`, `batch_size` and `block_size`.
+    Each option's default and range are its schema's (gptlab.config.schemas.Data); a default here is for Python
+    callers and equals the schema's (tests/test_config_schemas.py), where there is one to copy."""
 
     def __init__(
         self,
         tokenizer: Tokenizer,
         source: Any,
-        store: str = "memory",
+        store: str,
         block_size: int = 256,
         batch_size: int = 32,
         val_fraction: float = 0.01,

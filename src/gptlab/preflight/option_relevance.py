@@ -2,8 +2,8 @@
 effect (`model.rope_theta` with learned positions, `model.activation=swiglu` with a one-layer MLP, which has no
 activation) would otherwise train something other than what the user asked for, in silence.
 
-A row's option counts as set when its value differs from its neutral default (GPTConfig's and the DataModule's
-defaults; no warmup; no Nesterov). A set option whose condition does not hold is refused in a single run; in a
+A row's option counts as set when its value differs from its neutral default (its schema's default; no warmup;
+no Nesterov). A set option whose condition does not hold is refused in a single run; in a
 sweep job it is a warning, since a value shared by every job may apply to some of them only (ablate_attention's
 attn_window and its all-dense job). `warn` rows are warnings everywhere: the run still does what was asked, it
 just never gets to part of it (a warmup longer than a smoke test).
@@ -12,21 +12,24 @@ just never gets to part of it (a warmup longer than a smoke test).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config.callbacks import TextSamples, ZeroShotEval
+from gptlab.config.copies import default_of
+from gptlab.config.fields import schema_fields
+from gptlab.config.schemas import Data, Trainer
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.generation import SamplingOptions
 
 Get = Callable[[str], Any]  # a dotted key of the train config -> its value (None if absent)
 SPARSE = ("local", "strided")
-ALL_VAL_BATCHES = 1.0  # trainer.limit_val_batches that asks for nothing: every validation batch
-CALLBACK_SCHEMAS = {"text_samples": TextSamples, "zero_shot": ZeroShotEval}  # rows read their defaults
+# trainer.limit_val_batches that asks for nothing: every validation batch, its schema's default.
+ALL_VAL_BATCHES = default_of(schema_fields(Trainer)["limit_val_batches"])
+SCHEMAS = {"data": Data, "callbacks.text_samples": TextSamples, "callbacks.zero_shot": ZeroShotEval}
 
 
 @dataclass(frozen=True)
@@ -124,17 +127,12 @@ EVAL_RULES: tuple[OnlyWhen, ...] = (
 
 
 def neutral_defaults() -> dict[str, Any]:
-    """The value of each row's option that asks for nothing: read from GPTConfig and GPTDataModule themselves, so
-    a changed default there is followed here."""
-    from gptlab.data import GPTDataModule
-
-    model = {f"model.{f.name}": f.default for f in dataclasses.fields(GPTConfig)
-             if f.default is not dataclasses.MISSING}
-    data = {f"data.{name}": p.default for name, p in inspect.signature(GPTDataModule.__init__).parameters.items()
-            if p.default is not inspect.Parameter.empty}
-    callbacks = {f"callbacks.{name}.{f.name}": f.default for name, schema in CALLBACK_SCHEMAS.items()
-                 for f in dataclasses.fields(schema) if f.default is not dataclasses.MISSING}
-    return {**model, **data, **callbacks, "optimizer.nesterov": False, "scheduler.warmup_steps": 0,
+    """The value of each row's option that asks for nothing: its schema's default (GPTConfig is the model's), so a
+    changed default there is followed here."""
+    model = {f"model.{f.name}": default_of(f) for f in dataclasses.fields(GPTConfig)}
+    others = {f"{prefix}.{name}": default_of(f) for prefix, schema in SCHEMAS.items()
+              for name, f in schema_fields(schema).items()}
+    return {**model, **others, "optimizer.nesterov": False, "scheduler.warmup_steps": 0,
             "trainer.limit_val_batches": ALL_VAL_BATCHES}
 
 

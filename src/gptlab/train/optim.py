@@ -90,16 +90,11 @@ def adamw(
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=fused)
 
 
-def _check_warmup(warmup_steps: int, total_steps: int) -> None:
-    if warmup_steps < 0:
-        raise ConfigError(f"scheduler.warmup_steps={warmup_steps!r} must be >= 0.")
+def _check_steps(total_steps: int) -> None:
+    """The schedules' own arguments come from conf/scheduler/, typed and range-checked by their schemas
+    (gptlab.config.schemas) before anything is built; `total_steps` is the trainer's."""
     if total_steps < 1:
         raise ConfigError(f"the lr schedule needs trainer.max_steps >= 1 (got {total_steps}).")
-
-
-def _check_ratio(min_lr_ratio: float) -> None:
-    if not 0.0 <= min_lr_ratio <= 1.0:
-        raise ConfigError(f"scheduler.min_lr_ratio={min_lr_ratio!r} must be in [0, 1].")
 
 
 def _warmup(step: int, warmup_steps: int) -> float:
@@ -133,34 +128,28 @@ def constant_factor(step: int, warmup_steps: int) -> float:
     return _warmup(step, warmup_steps) if step < warmup_steps else 1.0
 
 
-def warmup_cosine(
-    optimizer: Optimizer, total_steps: int, warmup_steps: int = 100, min_lr_ratio: float = 0.1
-) -> LambdaLR:
+def warmup_cosine(optimizer: Optimizer, total_steps: int, warmup_steps: int, min_lr_ratio: float) -> LambdaLR:
     """GPT-3's schedule: linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to
     `min_lr_ratio` × peak at `total_steps` (GPT-3 decays to 10%), constant after that."""
-    _check_warmup(warmup_steps, total_steps)
-    _check_ratio(min_lr_ratio)
+    _check_steps(total_steps)
     return LambdaLR(optimizer, lambda s: warmup_cosine_factor(s, total_steps, warmup_steps, min_lr_ratio))
 
 
 def warmup_stable_decay(
     optimizer: Optimizer,
     total_steps: int,
-    warmup_steps: int = 100,
-    decay_fraction: float = 0.2,
-    min_lr_ratio: float = 0.0,
+    warmup_steps: int,
+    decay_fraction: float,
+    min_lr_ratio: float,
 ) -> LambdaLR:
     """Warmup, stable, decay: see `warmup_stable_decay_factor`."""
-    _check_warmup(warmup_steps, total_steps)
-    _check_ratio(min_lr_ratio)
-    if not 0.0 < decay_fraction <= 1.0:
-        raise ConfigError(f"scheduler.decay_fraction={decay_fraction!r} must be in (0, 1].")
+    _check_steps(total_steps)
     return LambdaLR(
         optimizer, lambda s: warmup_stable_decay_factor(s, total_steps, warmup_steps, decay_fraction, min_lr_ratio)
     )
 
 
-def constant(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0) -> LambdaLR:
+def constant(optimizer: Optimizer, total_steps: int, warmup_steps: int) -> LambdaLR:
     """Linear warmup, then the peak lr to the end (`total_steps` is accepted so every schedule is called alike)."""
-    _check_warmup(warmup_steps, total_steps)
+    _check_steps(total_steps)
     return LambdaLR(optimizer, lambda s: constant_factor(s, warmup_steps))

@@ -18,18 +18,14 @@ import lightning as L
 import torch
 from torch.optim import Optimizer
 
-from gptlab.errors import ConfigError, LossSpikeError, is_number, require_int
+from gptlab.errors import ConfigError, LossSpikeError
 
 
 class LossSpikeGuard(L.Callback):
     def __init__(self, z_threshold: Optional[float] = None, window: int = 100, min_history: int = 20,
                  max_consecutive: int = 10) -> None:
-        """z_threshold None: off, the callback does nothing (the default config)."""
-        if z_threshold is not None and not (is_number(z_threshold) and z_threshold > 0):
-            raise ConfigError(f"callbacks.loss_spike.z_threshold={z_threshold!r} must be a positive number, "
-                              "or null for off.")
-        for name, value in [("window", window), ("min_history", min_history), ("max_consecutive", max_consecutive)]:
-            require_int(f"callbacks.loss_spike.{name}", value, 2, "an integer >= 2")
+        """z_threshold None: off, the callback does nothing (the default config). Each value's range is its schema's
+        (gptlab.config.callbacks.LossSpikeGuard), checked before the run is built."""
         if min_history > window:
             raise ConfigError(f"callbacks.loss_spike.min_history={min_history} exceeds window={window}.")
         self.z_threshold, self.min_history, self.max_consecutive = z_threshold, min_history, max_consecutive

@@ -23,7 +23,7 @@ class TextSamples(L.Callback):
 
     def __init__(
         self,
-        prompts: Sequence[str] = ("\n",),
+        prompts: Sequence[str] = ("\n", "The "),
         max_new_tokens: int = 64,
         temperature: float = 0.8,
         top_k: Optional[int] = 40,

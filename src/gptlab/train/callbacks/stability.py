@@ -22,7 +22,6 @@ import lightning as L
 import torch
 from torch.optim import Optimizer
 
-from gptlab.errors import require_int
 from gptlab.execution.fsdp_strategy import shards_weights
 from gptlab.model import GPT
 from gptlab.model.loss import z_loss_term
@@ -81,8 +80,6 @@ class StabilityProbes(L.Callback):
     """Writes the probes above to the run's loggers every `every_n_steps` optimizer steps (global_step % N == 0)."""
 
     def __init__(self, every_n_steps: int = 50, batch_rows: int = 2) -> None:
-        for name, value in [("every_n_steps", every_n_steps), ("batch_rows", batch_rows)]:
-            require_int(f"callbacks.stability_probes.{name}", value)
         self.every_n_steps, self.batch_rows = every_n_steps, batch_rows
         self._before: Optional[list[list[torch.Tensor]]] = None
         self._pending: dict[str, float] = {}

@@ -7,8 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import lightning as L
 
-from gptlab.errors import require_int
-from gptlab.eval.tasks import Example
+from gptlab.eval.tasks import DEFAULT_DATA, Example
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, load_examples
 from gptlab.execution.fsdp_strategy import shards_weights
 
@@ -25,12 +24,8 @@ class ZeroShotEval(L.Callback):
     at fit start on every rank, so a missing dataset stops all ranks alike before training."""
 
     def __init__(self, tasks: Sequence[str] = (), every_n_steps: int = 500, limit: Optional[int] = 500,
-                 batch_size: int = 16, data: Optional[Mapping[str, str]] = None) -> None:
+                 batch_size: int = 16, data: Mapping[str, str] = DEFAULT_DATA) -> None:
         self.tasks = check_tasks(list(tasks), "callbacks.zero_shot.tasks")
-        for name, value in [("every_n_steps", every_n_steps), ("batch_size", batch_size)]:
-            require_int(f"callbacks.zero_shot.{name}", value)
-        if limit is not None:
-            require_int("callbacks.zero_shot.limit", limit, 1, "a positive number of examples, or null")
         self.every_n_steps, self.limit, self.batch_size = every_n_steps, limit, batch_size
         self.data = dict(data or {})
         check_tasks(list(self.data), "callbacks.zero_shot.data")
