@@ -95,8 +95,12 @@ class TokenStore(ABC):
 
     def _loader(self, dataset: Dataset, trainer: Any, num_workers: Optional[int] = None) -> DataLoader:
         workers = self.settings.num_workers if num_workers is None else num_workers
+        # Its own generator, as the train loader's (position.py): starting a validation then draws no number from
+        # the global RNG that dropout uses, so a validation run again on resume (one a preemption cut short)
+        # leaves the training's random stream as the uninterrupted run's.
         return DataLoader(dataset, batch_size=self.settings.batch_size, num_workers=workers,
-                          persistent_workers=workers > 0, pin_memory=pin_memory(trainer))
+                          persistent_workers=workers > 0, pin_memory=pin_memory(trainer),
+                          generator=torch.Generator().manual_seed(0))
 
 
 def check_same_tokens(saved: dict[str, Any], now: dict[str, Any], what: str) -> None:

@@ -32,6 +32,14 @@ PRIVATE = (
             "gptlab/train/callbacks/hparams.py", "writes hparams summaries as TensorBoardLogger.log_hyperparams does"),
     Private("trainer:fit_loop._should_accumulate",
             "gptlab/train/callbacks/final_validation.py", "whether this micro-batch completes an optimizer step"),
+    Private("trainer:fit_loop.epoch_loop._should_check_val_fx",
+            "gptlab/runtime/preemption.py", "whether a validation follows this step: a preemption then saves at its "
+            "first batch, so that a resume runs it"),
+    Private("trainer:fit_loop._data_fetcher",
+            "gptlab/runtime/preemption.py", "the argument _should_check_val_fx takes"),
+    Private("trainer:fit_loop.epoch_loop.val_loop.batch_progress",
+            "gptlab/runtime/preemption.py", "a validation cut by a preemption is saved as begun and not done "
+            "(Lightning's restart mid-evaluation), so that a resume runs it again"),
     Private("trainer:fit_loop.epoch_loop.total_batch_idx",
             "gptlab/train/callbacks/throughput.py", "micro-batches trained, restored from a checkpoint on resume"),
     Private("trainer:fit_loop.epoch_loop.batch_progress.current.processed",

@@ -7,10 +7,18 @@ optimizer-step boundary every rank contributes its flag to one small all-reduce 
 one step later, so a GPU's queue is never drained for it), so all ranks learn of a signal to any one of them at
 the same step, save `last.ckpt` together (replacing the last periodic save, so a preemption adds no copy on disk) and
 stop with PreemptedError: exit code 128 + the signal number.
+
+Validation (the periodic one, the final one, a sanity check) can last far longer than a scheduler's grace time, so
+the flags are also combined as each validation batch starts. A signal there stops the validation at once: the
+training state is still that of the last optimizer step, so `last.ckpt` is saved as if that validation had not begun
+(its batch counters and the RNGs as they were when it started), and a resume runs it again in full (Lightning's
+restart "mid-evaluation"). In the sanity check no step has been taken since the run started or resumed: nothing is
+saved, and the run stops as it does in data preparation (StoppedBySignal).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -21,7 +29,8 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
-from gptlab.errors import PreemptedError
+from gptlab.checkpoint.rng import rng_states, set_rng_states
+from gptlab.errors import PreemptedError, StoppedBySignal
 from gptlab.signals import FLAG
 
 
@@ -33,6 +42,7 @@ class PreemptionCheckpoint(L.Callback):
     def __init__(self, dirpath: str, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self._pending: Optional[tuple[torch.Tensor, Any]] = None  # an all-reduce in flight
+        self._before_validation: Optional[tuple[dict[str, Any], dict[str, Any]]] = None  # counters, RNGs
 
     def _agreed_signal(self, trainer: L.Trainer) -> int:
         """The signal any rank had seen one step ago (0: none), the same on every rank."""
@@ -52,8 +62,30 @@ class PreemptionCheckpoint(L.Callback):
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # mid-accumulation: not a point a checkpoint can resume from exactly
         signum = self._agreed_signal(trainer)
+        if signum and not _validation_follows(trainer):  # else its first batch saves, and a resume runs it
+            self._save_and_stop(trainer, signum)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:  # what a validation cut short must leave as it found
+            self._before_validation = (copy.deepcopy(_val_progress(trainer).state_dict()), rng_states())
+
+    def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                                  batch_idx: int, dataloader_idx: int = 0) -> None:
+        signum = self._agreed_signal(trainer)
         if not signum:
             return
+        if trainer.sanity_checking:  # before the first step of this process: the state on disk is this one
+            raise StoppedBySignal(FLAG.consume(), "running the sanity-check validation (nothing to save)")
+        assert self._before_validation is not None
+        progress, rngs = self._before_validation
+        _val_progress(trainer).load_state_dict(_one_batch_started(progress))  # mid-evaluation, nothing done
+        set_rng_states(rngs)  # the run stops here: its RNGs may go back to where the validation found them
+        self._save_and_stop(trainer, signum)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._before_validation = None
+
+    def _save_and_stop(self, trainer: L.Trainer, signum: int) -> None:
         trainer.save_checkpoint(self.path, weights_only=False)  # all of it; collective: rank 0 writes
         FLAG.consume()
         if signum == signal.SIGUSR1 and trainer.is_global_zero:
@@ -62,6 +94,34 @@ class PreemptionCheckpoint(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._pending = None
+
+
+def _validation_follows(trainer: L.Trainer) -> bool:
+    """Whether Lightning validates right after this optimizer step (at its interval, or the final validation)."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    return trainer.limit_val_batches != 0 and epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+
+
+def _val_progress(trainer: L.Trainer) -> Any:
+    return trainer.fit_loop.epoch_loop.val_loop.batch_progress
+
+
+def validation_cut(checkpoint: dict[str, Any]) -> bool:
+    """Whether `checkpoint` was saved by a preemption during a validation (see _one_batch_started)."""
+    saved = checkpoint.get("loops", {}).get("fit_loop", {})
+    total = saved.get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
+    return bool(total) and total["started"] == total["processed"] + 1
+
+
+def _one_batch_started(progress: dict[str, Any]) -> dict[str, Any]:
+    """Validation batch counters as Lightning reads "restarted mid-evaluation" (one batch started, none processed),
+    on top of those from before the validation began: a resume runs that validation again from its first batch."""
+    progress = copy.deepcopy(progress)
+    for scope in ("total", "current"):
+        progress[scope]["ready"] = progress[scope]["completed"] + 1
+        progress[scope]["started"] = progress[scope]["completed"] + 1
+        progress[scope]["processed"] = progress[scope]["completed"]
+    return progress
 
 
 def requeue_slurm_job() -> None:
