@@ -9,11 +9,13 @@ the same step, save `last.ckpt` together (replacing the last periodic save, so a
 stop with PreemptedError: exit code 128 + the signal number.
 
 Validation (the periodic one, the final one, a sanity check) can last far longer than a scheduler's grace time, so
-the flags are also combined as each validation batch starts. A signal there stops the validation at once: the
-training state is still that of the last optimizer step, so `last.ckpt` is saved as if that validation had not begun
-(its batch counters and the RNGs as they were when it started), and a resume runs it again in full (Lightning's
-restart "mid-evaluation"). In the sanity check no step has been taken since the run started or resumed: nothing is
-saved, and the run stops as it does in data preparation (StoppedBySignal).
+the flags are also combined as each validation batch starts (under DDP only where every rank validates the same
+number of batches, i.e. map-style val sets; a streamed one is acted on at the next step boundary, as before). A signal
+there stops the validation at once: the training state is still that of the last optimizer step, so `last.ckpt` is
+saved as if that validation had not begun (its batch counters and the RNGs as they were when it started), and a
+resume runs it again in full (Lightning's restart "mid-evaluation"). A signal in the step that a validation follows
+is saved at that validation's first batch, for the same reason. In the sanity check no step has been taken since the
+run started or resumed: nothing is saved, and the run stops as it does in data preparation (StoppedBySignal).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Optional
 import lightning as L
 import torch
 import torch.distributed as dist
+from torch.utils.data import IterableDataset
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.errors import PreemptedError, StoppedBySignal
@@ -71,6 +74,8 @@ class PreemptionCheckpoint(L.Callback):
 
     def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                                   batch_idx: int, dataloader_idx: int = 0) -> None:
+        if not _same_val_batches(trainer):
+            return  # ranks may validate unequal numbers of batches: the next step boundary agrees instead
         signum = self._agreed_signal(trainer)
         if not signum:
             return
@@ -99,7 +104,21 @@ class PreemptionCheckpoint(L.Callback):
 def _validation_follows(trainer: L.Trainer) -> bool:
     """Whether Lightning validates right after this optimizer step (at its interval, or the final validation)."""
     epoch_loop = trainer.fit_loop.epoch_loop
-    return trainer.limit_val_batches != 0 and epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+    return (trainer.limit_val_batches != 0 and _same_val_batches(trainer)
+            and epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+
+
+def _same_val_batches(trainer: L.Trainer) -> bool:
+    """Whether every rank validates the same number of batches, so that each may join one all-reduce per batch:
+    one process, or map-style val sets (gptlab's stores give each rank the same windows, or Lightning a padded
+    share). A streamed (iterable) val set may hold fewer windows on one rank than on another."""
+    if trainer.world_size == 1:
+        return True
+    loaders = trainer.val_dataloaders
+    if loaders is None:
+        return False
+    loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+    return not any(isinstance(getattr(loader, "dataset", None), IterableDataset) for loader in loaders)
 
 
 def _val_progress(trainer: L.Trainer) -> Any:
