@@ -4,25 +4,30 @@
 
 Prints, per layer, the slope of log RMS against log width (0 = flat, what muP promises; the standard
 parametrization's hidden outputs and logits grow) and writes the plot. 2 blocks, n_head 4, 32-token windows of the
-built-in pydocs corpus (bytes), AdamW without weight decay, mup's base width = the smallest width.
+built-in pydocs corpus (bytes), AdamW without weight decay, mup's base width = the smallest width. An existing
+--out is refused before anything is computed (--overwrite replaces it).
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.runs.write_targets import check_new_file
 from gptlab.tools.coord_check import CoordSetup, coord_check, plot, slopes
 
 
+@user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512, 1024], help="n_embd values")
     parser.add_argument("--steps", type=int, default=3, help="Adam steps before measuring")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam's lr (mup's hidden matrices get lr / r)")
     parser.add_argument("--seeds", type=int, default=2, help="seeds averaged (geometric mean) per width")
     parser.add_argument("--out", type=Path, default=Path("coord_check.png"), help="where the plot goes")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args()
+    check_new_file("--out", args.out, args.overwrite, "--overwrite")
     widths = sorted(args.widths)
     setup = CoordSetup(widths=tuple(widths), base_width=widths[0], steps=args.steps, lr=args.lr,
                        seeds=tuple(range(args.seeds)))

@@ -134,6 +134,22 @@ class KillAtStep(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class SignalInValidation(L.Callback):
+    """Sends this process `signal_name` as batch `batch` of the validation at optimizer step `step` begins (of the
+    sanity check with sanity=true): aimed by the event, never by the clock."""
+
+    def __init__(self, step: int, batch: int = 0, signal_name: str = "SIGTERM", sanity: bool = False) -> None:
+        self.step, self.batch, self.signum, self.sanity = step, batch, getattr(signal, signal_name), sanity
+        self.sent = False
+
+    def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                                  batch_idx: int, dataloader_idx: int = 0) -> None:
+        aimed = (trainer.global_step, batch_idx, trainer.sanity_checking) == (self.step, self.batch, self.sanity)
+        if aimed and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+
+
 class InjectNaN(L.Callback):
     """Turns one weight into NaN just before the batch of optimizer step `step`."""
 

@@ -53,3 +53,30 @@ def test_resume_of_a_mixture_onto_a_rebuilt_source_is_refused(tmp_path: Path) ->
                       encoding="utf-8")
     with pytest.raises(ConfigError, match="other train tokens than the mixture's source 'digits' now holds"):
         train_in_process(run, *data, "trainer.max_steps=4", "resume=auto")
+
+
+def test_resume_of_a_stream_onto_changed_files_or_settings_is_refused(tmp_path: Path) -> None:
+    """data.store=streaming saves what its stream is (the files' sizes and mtimes, the tokenizer, the window size)
+    beside its position; a resume whose stream differs is refused naming what changed, where it used to read other
+    text from the saved record index without a word."""
+    files = write_corpus(tmp_path / "corpus", n_files=2, docs_per_file=60)
+    data = ["data=text_files", f"data.source.paths=[{files[0]},{files[1]}]", "data.store=streaming",
+            "data.val_fraction=0.1", "data.val_windows=4", "callbacks.text_samples=null",
+            "trainer.val_check_interval=2"]
+    run = tmp_path / "run"
+    train_in_process(run, *data, "trainer.max_steps=2")
+    train_in_process(run, *data, "trainer.max_steps=3", "resume=auto")  # the same stream: the run continues
+    last = run / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+
+    with pytest.raises(ConfigError, match=r"another token stream .*data\.val_fraction was 0\.1, now 0\.2"):
+        train_in_process(run, *data, "trainer.max_steps=4", "resume=auto", "data.val_fraction=0.2")
+
+    files[1].write_text(files[1].read_text(encoding="utf-8") + json.dumps({"text": "one more document"}) + "\n",
+                        encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        train_in_process(run, *data, "trainer.max_steps=4", "resume=auto")
+    message = str(caught.value)
+    assert f"{files[1]} changed size" in message and str(files[0]) not in message, message
+    assert "Restore the source and settings as they were" in message and "resume=restart" in message
+    assert last.read_bytes() == before  # the refused resumes wrote nothing over the run

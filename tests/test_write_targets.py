@@ -95,3 +95,31 @@ def test_no_run_continues_from_a_weights_only_file(tmp_path: Path) -> None:
     weights_only_file(run / "checkpoints" / "last.ckpt")
     with pytest.raises(ConfigError, match="resume=auto: no checkpoint .* can be continued .*weights only"):
         resume_checkpoint(OmegaConf.create({"resume": "auto", "ckpt_path": None}), run)
+
+
+@pytest.mark.parametrize("script, args", [
+    ("coord_check.py", ["--out", "{target}"]),
+    ("coord_check.py", []),  # its default, coord_check.png in the working dir, is the user's place too
+    ("mup_transfer_plot.py", ["{sweep}", "--out", "{target}"]),
+    ("convert_checkpoint.py", ["{sweep}", "{target}"]),
+])
+def test_every_script_refuses_an_existing_target_before_its_work(script: str, args: list[str], tmp_path: Path,
+                                                                 monkeypatch, capsys) -> None:
+    target = tmp_path / "coord_check.png"
+    target.write_bytes(b"the user's own file")
+    monkeypatch.chdir(tmp_path)
+    given = [a.format(target=target, sweep=tmp_path / "no_such_sweep") for a in args]
+    code, err = run_script(script, monkeypatch, capsys, *given)
+    assert code == 2 and err.startswith("gptlab: error: ") and err.count("\n") == 1, err
+    assert str(target.name) in err and "already exists and was left as it is" in err and "--overwrite" in err, err
+    assert target.read_bytes() == b"the user's own file"
+
+
+def test_coord_check_with_overwrite_replaces_the_plot_whole(tmp_path: Path, monkeypatch, capsys) -> None:
+    target = tmp_path / "plot.png"
+    target.write_bytes(b"an old plot")
+    monkeypatch.setattr(sys, "argv", ["coord_check.py", "--widths", "16", "32", "--steps", "1", "--seeds", "1",
+                                      "--out", str(target), "--overwrite"])
+    runpy.run_path(str(ROOT / "scripts" / "coord_check.py"), run_name="__main__")
+    assert target.read_bytes().startswith(b"\x89PNG")
+    assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]  # no temporary file left beside it

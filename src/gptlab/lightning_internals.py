@@ -43,6 +43,16 @@ PRIVATE = (
             "micro_batches_trained", "micro-batches trained, restored from a checkpoint on resume"),
     Private("trainer:fit_loop.epoch_loop.batch_progress.current.processed",
             "batches_this_epoch", "batches trained this epoch: the data position saved for exact resume"),
+    Private("trainer:fit_loop.epoch_loop._should_check_val_fx",
+            "validation_follows_step", "whether a validation follows this step: a preemption then saves at its "
+            "first batch, so that a resume runs it (train/callbacks/preemption.py)"),
+    Private("trainer:fit_loop._data_fetcher",
+            "validation_follows_step", "the argument _should_check_val_fx takes"),
+    Private("trainer:fit_loop.epoch_loop.val_loop.batch_progress",
+            "val_batch_progress", "a validation cut by a preemption is saved as begun and not done (Lightning's "
+            "restart mid-evaluation), so that a resume runs it again"),
+    Private("trainer:fit_loop.epoch_loop.batch_progress.current.completed",
+            "epoch_batches_done", "whether the last batch of this epoch completed before a save (data/position.py)"),
     Private("lightning_module:_trainer",
             "attached_trainer", "the trainer a module is attached to, or None (the public property raises)"),
     Private("torch.utils.tensorboard.writer:SummaryWriter._get_file_writer",
@@ -98,6 +108,28 @@ def micro_batches_trained(trainer: Any) -> int:
 def batches_this_epoch(trainer: Any) -> int:
     """Micro-batches this rank has trained in the current epoch."""
     return trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+
+def epoch_batches_done(trainer: Any) -> tuple[int, int]:
+    """(processed, completed) micro-batches of the current epoch: equal and non-zero when a checkpoint is saved after
+    a batch ended (in or after a validation) rather than at the batch's end."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress.current
+    return progress.processed, progress.completed
+
+
+def validation_follows_step(trainer: Any) -> bool:
+    """Whether Lightning validates right after this optimizer step (at its interval, or the final validation)."""
+    return trainer.fit_loop.epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+
+
+def val_batch_progress(trainer: Any) -> Any:
+    """The fit loop's validation batch counters (state_dict/load_state_dict), saved in checkpoints."""
+    return trainer.fit_loop.epoch_loop.val_loop.batch_progress
+
+
+def checkpoint_val_batch_counters(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's validation batch counters ({"current": {...}, "total": {...}}), {} when it holds none."""
+    return checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.val_loop.batch_progress", {})
 
 
 def checkpoint_batch_counters(checkpoint: Mapping[str, Any]) -> Optional[dict[str, Any]]:

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from gptlab.data.windows import EpochSampler
 from gptlab.errors import ConfigError
-from gptlab.lightning_internals import batches_this_epoch
+from gptlab.lightning_internals import batches_this_epoch, epoch_batches_done
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class TrainPosition:
                 "data.batch_size / global_batch_tokens."
             )
         epoch, windows = saved.epoch, saved.windows
-        if windows >= sampler.used:  # stopped at an epoch's end: the next one starts afresh
+        if windows >= sampler.used and not _ends_epoch_itself(trainer):  # the next epoch starts afresh
             epoch, windows = epoch + 1, 0
         if saved.layout != now and rank == 0:
             log.info("Continuing on %s (the checkpoint had %s): the data continues at window %d of epoch %d, in the "
@@ -99,6 +99,16 @@ class TrainPosition:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.saved = dict(state)
+
+
+def _ends_epoch_itself(trainer: Optional[L.Trainer]) -> bool:
+    """Whether Lightning, resumed from a checkpoint saved after its last batch had completed (in or after a
+    validation, e.g. one a preemption cut short), first finishes that epoch and then starts the next one (with a
+    set_epoch the sampler follows); from a save at the batch's end it starts the next epoch at once."""
+    if trainer is None:
+        return False
+    processed, completed = epoch_batches_done(trainer)
+    return processed > 0 and completed == processed
 
 
 def layout(trainer: Optional[L.Trainer], batch_size: int) -> dict[str, int]:

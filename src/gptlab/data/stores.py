@@ -26,6 +26,7 @@ from gptlab.data.position import TrainPosition, pin_memory
 from gptlab.data.prepare import load_prepared, prepare, prepared_dir, read_json
 from gptlab.data.shards import token_dtype
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
+from gptlab.data.stream_identity import check_same_stream, stream_identity
 from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
@@ -95,8 +96,12 @@ class TokenStore(ABC):
 
     def _loader(self, dataset: Dataset, trainer: Any, num_workers: Optional[int] = None) -> DataLoader:
         workers = self.settings.num_workers if num_workers is None else num_workers
+        # Its own generator, as the train loader's (position.py): starting a validation then draws no number from
+        # the global RNG that dropout uses, so a validation run again on resume (one a preemption cut short)
+        # leaves the training's random stream as the uninterrupted run's.
         return DataLoader(dataset, batch_size=self.settings.batch_size, num_workers=workers,
-                          persistent_workers=workers > 0, pin_memory=pin_memory(trainer))
+                          persistent_workers=workers > 0, pin_memory=pin_memory(trainer),
+                          generator=torch.Generator().manual_seed(0))
 
 
 def check_same_tokens(saved: dict[str, Any], now: dict[str, Any], what: str) -> None:
@@ -232,6 +237,14 @@ class StreamingStore(TokenStore):
         super().__init__(source, tokenizer, settings)
         self.positions: dict[int, tuple[int, int, int]] = {}  # this rank's workers -> next window's start
         self._loaded: Optional[dict[str, Any]] = None
+        self._identity: Optional[dict[str, Any]] = None
+
+    def identity(self) -> dict[str, Any]:
+        """What the stream is (gptlab.data.stream_identity), taken once: the files as this run found them."""
+        if self._identity is None:
+            s = self.settings
+            self._identity = stream_identity(self.source, self.tokenizer, s.block_size, s.val_fraction)
+        return self._identity
 
     def _stream(self, trainer: Any, val: bool, **kwargs: Any) -> StreamingWindows:
         rank, world = rank_world(trainer)
@@ -242,6 +255,7 @@ class StreamingStore(TokenStore):
     def setup(self, trainer: Any) -> None:
         """Fail at setup, not after an empty epoch, when a split cannot fill one window."""
         check_val_fraction(self.settings.val_fraction)
+        self.identity()  # the files as they are when the run starts reading them
         for val in (False, True):
             if next(iter(self._stream(trainer, val, max_windows=1)), None) is None:
                 raise ConfigError(
@@ -274,11 +288,15 @@ class StreamingStore(TokenStore):
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             positions = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(positions, self.positions)
-        return {"stream": {**self._layout(trainer), "positions": {r: dict(p) for r, p in enumerate(positions)}}}
+        return {"stream": {**self._layout(trainer), "positions": {r: dict(p) for r, p in enumerate(positions)}},
+                DATA_IDENTITY: self.identity()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state and "stream" not in state:
             self._refuse(state, "memory or prepared")
+        saved = state.get(DATA_IDENTITY)  # None: a checkpoint from before it was saved
+        if saved is not None:
+            check_same_stream(saved, self.identity())
         self._loaded = state.get("stream")
 
     def _start_positions(self, trainer: Any) -> dict[int, tuple[int, int, int]]:

@@ -7,10 +7,20 @@ optimizer-step boundary every rank contributes its flag to one small all-reduce 
 one step later, so a GPU's queue is never drained for it), so all ranks learn of a signal to any one of them at
 the same step, save `last.ckpt` together (replacing the last periodic save, so a preemption adds no copy on disk) and
 stop with PreemptedError: exit code 128 + the signal number.
+
+Validation (the periodic one, the final one, a sanity check) can last far longer than a scheduler's grace time, so
+the flags are also combined as each validation batch starts (under DDP only where every rank validates the same
+number of batches, i.e. map-style val sets; a streamed one is acted on at the next step boundary, as before). A signal
+there stops the validation at once: the training state is still that of the last optimizer step, so `last.ckpt` is
+saved as if that validation had not begun (its batch counters and the RNGs as they were when it started), and a
+resume runs it again in full (Lightning's restart "mid-evaluation"). A signal in the step that a validation follows
+is saved at that validation's first batch, for the same reason. In the sanity check no step has been taken since the
+run started or resumed: nothing is saved, and the run stops as it does in data preparation (StoppedBySignal).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -20,8 +30,11 @@ from typing import Any, Optional
 import lightning as L
 import torch
 import torch.distributed as dist
+from torch.utils.data import IterableDataset
 
-from gptlab.errors import PreemptedError
+from gptlab.checkpoint.rng import rng_states, set_rng_states
+from gptlab.errors import PreemptedError, StoppedBySignal
+from gptlab.lightning_internals import checkpoint_val_batch_counters, val_batch_progress, validation_follows_step
 from gptlab.signals import FLAG
 
 
@@ -35,6 +48,7 @@ class PreemptionCheckpoint(L.Callback):
     def __init__(self, dirpath: str, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self._pending: Optional[tuple[torch.Tensor, Any]] = None  # an all-reduce in flight
+        self._before_validation: Optional[tuple[dict[str, Any], dict[str, Any]]] = None  # counters, RNGs
 
     def _agreed_signal(self, trainer: L.Trainer) -> int:
         """The signal any rank had seen one step ago (0: none), the same on every rank."""
@@ -54,8 +68,32 @@ class PreemptionCheckpoint(L.Callback):
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # mid-accumulation: not a point a checkpoint can resume from exactly
         signum = self._agreed_signal(trainer)
+        if signum and not _validation_follows(trainer):  # else its first batch saves, and a resume runs it
+            self._save_and_stop(trainer, signum)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:  # what a validation cut short must leave as it found
+            self._before_validation = (copy.deepcopy(val_batch_progress(trainer).state_dict()), rng_states())
+
+    def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                                  batch_idx: int, dataloader_idx: int = 0) -> None:
+        if not _same_val_batches(trainer):
+            return  # ranks may validate unequal numbers of batches: the next step boundary agrees instead
+        signum = self._agreed_signal(trainer)
         if not signum:
             return
+        if trainer.sanity_checking:  # before the first step of this process: the state on disk is this one
+            raise StoppedBySignal(FLAG.consume(), "running the sanity-check validation (nothing to save)")
+        assert self._before_validation is not None
+        progress, rngs = self._before_validation
+        val_batch_progress(trainer).load_state_dict(_one_batch_started(progress))  # mid-evaluation, nothing done
+        set_rng_states(rngs)  # the run stops here: its RNGs may go back to where the validation found them
+        self._save_and_stop(trainer, signum)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._before_validation = None
+
+    def _save_and_stop(self, trainer: L.Trainer, signum: int) -> None:
         trainer.save_checkpoint(self.path, weights_only=False)  # all of it; collective: rank 0 writes
         FLAG.consume()
         if signum == signal.SIGUSR1 and trainer.is_global_zero:
@@ -64,6 +102,41 @@ class PreemptionCheckpoint(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._pending = None
+
+
+def _validation_follows(trainer: L.Trainer) -> bool:
+    """Whether Lightning validates right after this optimizer step (at its interval, or the final validation)."""
+    return trainer.limit_val_batches != 0 and _same_val_batches(trainer) and validation_follows_step(trainer)
+
+
+def _same_val_batches(trainer: L.Trainer) -> bool:
+    """Whether every rank validates the same number of batches, so that each may join one all-reduce per batch:
+    one process, or map-style val sets (gptlab's stores give each rank the same windows, or Lightning a padded
+    share). A streamed (iterable) val set may hold fewer windows on one rank than on another."""
+    if trainer.world_size == 1:
+        return True
+    loaders = trainer.val_dataloaders
+    if loaders is None:
+        return False
+    loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+    return not any(isinstance(getattr(loader, "dataset", None), IterableDataset) for loader in loaders)
+
+
+def validation_cut(checkpoint: dict[str, Any]) -> bool:
+    """Whether `checkpoint` was saved by a preemption during a validation (see _one_batch_started)."""
+    total = checkpoint_val_batch_counters(checkpoint).get("total", {})
+    return bool(total) and total["started"] == total["processed"] + 1
+
+
+def _one_batch_started(progress: dict[str, Any]) -> dict[str, Any]:
+    """Validation batch counters as Lightning reads "restarted mid-evaluation" (one batch started, none processed),
+    on top of those from before the validation began: a resume runs that validation again from its first batch."""
+    progress = copy.deepcopy(progress)
+    for scope in ("total", "current"):
+        progress[scope]["ready"] = progress[scope]["completed"] + 1
+        progress[scope]["started"] = progress[scope]["completed"] + 1
+        progress[scope]["processed"] = progress[scope]["completed"]
+    return progress
 
 
 def requeue_slurm_job() -> None:
