@@ -22,9 +22,9 @@ from gptlab.config.callbacks import TextSamples, ZeroShotEval
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.generation import SamplingOptions
+from gptlab.model.sparse_attention import is_sparse
 
 Get = Callable[[str], Any]  # a dotted key of the train config -> its value (None if absent)
-SPARSE = ("local", "strided")
 ALL_VAL_BATCHES = 1.0  # trainer.limit_val_batches that asks for nothing: every validation batch
 CALLBACK_SCHEMAS = {"text_samples": TextSamples, "zero_shot": ZeroShotEval}  # rows read their defaults
 
@@ -41,7 +41,7 @@ class OnlyWhen:
 
 
 def _sparse_layers(get: Get) -> bool:
-    return any(kind in SPARSE for kind in get("model.attn_pattern") or [])
+    return any(is_sparse(kind) for kind in get("model.attn_pattern") or [])
 
 
 def _momentum(get: Get) -> bool:

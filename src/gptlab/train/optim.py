@@ -10,12 +10,11 @@ import math
 from typing import Callable, Iterable, Optional, Sequence
 
 import torch
-from hydra.utils import get_object
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from gptlab.config.rules import MUP_OPTIMIZERS, mup_refusal
+from gptlab.config.rules import mup_optimizer_refusal
 from gptlab.errors import ConfigError
 from gptlab.model.parametrization import PARAMETRIZATIONS, hidden_matrices
 
@@ -56,8 +55,9 @@ def param_groups(factory: Callable[..., Optimizer], model: nn.Module, weight_dec
     model is refused with any optimizer but Adam(W): its per-layer lrs are Adam's."""
     func = getattr(factory, "func", factory)  # a Hydra `_partial_` is a functools.partial
     cfg = getattr(model, "config", None)
-    if cfg is not None and cfg.parametrization == "mup" and func not in {get_object(t) for t in MUP_OPTIMIZERS}:
-        raise ConfigError(mup_refusal(f"{func.__module__}.{func.__qualname__}"))
+    refusal = mup_optimizer_refusal(func) if cfg is not None and cfg.parametrization == "mup" else None
+    if refusal:
+        raise ConfigError(refusal)
     return getattr(func, "param_groups", weight_decay_groups)(model, weight_decay)
 
 
