@@ -221,7 +221,8 @@ class WarmupStableDecay:
     _target_: str = "gptlab.train.optim.warmup_stable_decay"
     _partial_: bool = True
     warmup_steps: int = setting(30, WARMUP, c.non_negative_int)
-    decay_fraction: float = setting(0.2, "share of max_steps spent decaying at the end", c.number(0.0, 1.0))
+    decay_fraction: float = setting(0.2, "share of max_steps spent decaying at the end",
+                                    c.number(0.0, 1.0, low_open=True))
     min_lr_ratio: float = setting(0.0, "final lr as a fraction of the peak", c.number(0.0, 1.0))
 
 

@@ -7,7 +7,7 @@ step counter and resuming lands on the same lr.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 from torch import nn
@@ -15,6 +15,8 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from gptlab.config.rules import mup_optimizer_refusal
+from gptlab.config.schemas import Constant, Cosine, WarmupStableDecay
+from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
 from gptlab.model.parametrization import PARAMETRIZATIONS, hidden_matrices
 
@@ -90,16 +92,12 @@ def adamw(
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=fused)
 
 
-def _check_warmup(warmup_steps: int, total_steps: int) -> None:
-    if warmup_steps < 0:
-        raise ConfigError(f"scheduler.warmup_steps={warmup_steps!r} must be >= 0.")
+def _check_schedule(schema: type, total_steps: int, **values: Any) -> None:
+    """A schedule's arguments, by the checks its config schema declares (gptlab.config.schemas): one range for each,
+    whether the schedule comes from a config or from Python."""
+    check_fields("scheduler.", values, schema)
     if total_steps < 1:
         raise ConfigError(f"the lr schedule needs trainer.max_steps >= 1 (got {total_steps}).")
-
-
-def _check_ratio(min_lr_ratio: float) -> None:
-    if not 0.0 <= min_lr_ratio <= 1.0:
-        raise ConfigError(f"scheduler.min_lr_ratio={min_lr_ratio!r} must be in [0, 1].")
 
 
 def _warmup(step: int, warmup_steps: int) -> float:
@@ -138,8 +136,7 @@ def warmup_cosine(
 ) -> LambdaLR:
     """GPT-3's schedule: linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to
     `min_lr_ratio` × peak at `total_steps` (GPT-3 decays to 10%), constant after that."""
-    _check_warmup(warmup_steps, total_steps)
-    _check_ratio(min_lr_ratio)
+    _check_schedule(Cosine, total_steps, warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio)
     return LambdaLR(optimizer, lambda s: warmup_cosine_factor(s, total_steps, warmup_steps, min_lr_ratio))
 
 
@@ -151,10 +148,8 @@ def warmup_stable_decay(
     min_lr_ratio: float = 0.0,
 ) -> LambdaLR:
     """Warmup, stable, decay: see `warmup_stable_decay_factor`."""
-    _check_warmup(warmup_steps, total_steps)
-    _check_ratio(min_lr_ratio)
-    if not 0.0 < decay_fraction <= 1.0:
-        raise ConfigError(f"scheduler.decay_fraction={decay_fraction!r} must be in (0, 1].")
+    _check_schedule(WarmupStableDecay, total_steps, warmup_steps=warmup_steps, decay_fraction=decay_fraction,
+                    min_lr_ratio=min_lr_ratio)
     return LambdaLR(
         optimizer, lambda s: warmup_stable_decay_factor(s, total_steps, warmup_steps, decay_fraction, min_lr_ratio)
     )
@@ -162,5 +157,5 @@ def warmup_stable_decay(
 
 def constant(optimizer: Optimizer, total_steps: int, warmup_steps: int = 0) -> LambdaLR:
     """Linear warmup, then the peak lr to the end (`total_steps` is accepted so every schedule is called alike)."""
-    _check_warmup(warmup_steps, total_steps)
+    _check_schedule(Constant, total_steps, warmup_steps=warmup_steps)
     return LambdaLR(optimizer, lambda s: constant_factor(s, warmup_steps))
