@@ -46,10 +46,9 @@ class Run:
 def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Run:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
-    runtime = Runtime(**cfg.get("runtime", {}))  # how the model runs: compile, checkpointing, attention kernel
     datamodule = hydra.utils.instantiate(cfg.data, tokenizer=checked.tokenizer)
     model = GPT(checked.model_cfg)  # plain: how it runs is applied by runtime.parallelize (module.configure_model)
-    module = build_module(cfg, model, checked.tokenizer, runtime)
+    module = build_module(cfg, model, checked.tokenizer, checked.runtime)
     callbacks = build_callbacks(cfg)
     trainer = build_trainer(cfg, callbacks)
     tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size,

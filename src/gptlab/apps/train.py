@@ -18,17 +18,16 @@ from omegaconf import DictConfig
 from gptlab.apps.build import Run, build_run
 from gptlab.apps.run_files import write_setup_files
 from gptlab.atomic import atomic_write_text
-from gptlab.checkpoint.reader import check_resumable, read_checkpoint
+from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
-from gptlab.execution.strategies import uses_fsdp
 from gptlab.launch import quiet
 from gptlab.launch.hydra_ddp import ddp_job_scope
 from gptlab.launch.rank_watch import WATCH
 from gptlab.model.accounting import padding_parameters
-from gptlab.preflight.early_checks import Checked, check_before_run
+from gptlab.preflight.early_checks import check_before_run
 from gptlab.runs import sweep_failures, sweep_jobs
 from gptlab.runs.continuation import expected_warnings_silenced
-from gptlab.runs.resume import finished_run, resume_checkpoint, resume_mode
+from gptlab.runs.resume import continuation
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE, Progress, discard_on_early_error
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.training_clock import TrainingClock
@@ -75,27 +74,17 @@ def _train(cfg: DictConfig) -> Optional[float]:
         checked = check_before_run(cfg)  # the Hydra callback run_dir_guard ran them before the run dir existed
         for line in checked.warnings:
             log.warning("%s", line)
-        ckpt_path = _continue_from(cfg, output_dir, checked)
-        finished = finished_run(cfg, output_dir, ckpt_path)
-        if finished is not None:  # resume=auto on a finished run: it stays exactly as it was
-            log.info("%s", finished.message(output_dir))
-            return finished.best_val_loss
-        run = build_run(cfg, checked, ckpt_path)
+        start = continuation(cfg, output_dir, checked.given, checked.model_cfg, checked.fsdp)
+        if start.mode == "auto" and start.ckpt_path is not None:
+            log.info("resume=auto: continuing from %s", start.ckpt_path)
+        if start.finished is not None:  # resume=auto on a finished run: it stays exactly as it was
+            log.info("%s", start.finished.message(output_dir))
+            return start.finished.best_val_loss
+        run = build_run(cfg, checked, start.ckpt_path)
         write_setup_files(cfg, output_dir, checked, run)
         progress.started = lambda: run.trainer.global_step > 0
         fit_seconds = _fit(run)
     return _summarise(cfg, output_dir, run, fit_seconds)
-
-
-def _continue_from(cfg: DictConfig, output_dir: Path, checked: Checked) -> Optional[str]:
-    """The checkpoint this run continues (ckpt_path, or resume=auto's newest readable one), checked against the
-    model it must fit; None for a run from step 0."""
-    ckpt_path = resume_checkpoint(cfg, output_dir)
-    if ckpt_path is not None:
-        check_resumable(ckpt_path, checked.model_cfg, uses_fsdp(cfg.trainer))
-        if resume_mode(cfg) == "auto":
-            log.info("resume=auto: continuing from %s", ckpt_path)
-    return ckpt_path
 
 
 def _fit(run: Run) -> float:

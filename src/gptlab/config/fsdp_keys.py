@@ -1,5 +1,6 @@
-"""The keys trainer=fsdp takes (conf/trainer/fsdp.yaml), checked when the config is composed: the strategy node is a
-`_target_` call, which Hydra's schema cannot type, so its keys are listed here with their help."""
+"""trainer=fsdp read from the config: whether a run uses it, and the keys it takes (conf/trainer/fsdp.yaml), checked
+when the config is composed: the strategy node is a `_target_` call, which Hydra's schema cannot type, so its keys
+are listed here with their help."""
 
 from __future__ import annotations
 
@@ -45,3 +46,17 @@ def fsdp_strategy_keys(cfg: Any) -> Optional[str]:
     if not hasattr(strategy, "get") or strategy.get("_target_") != FSDP_TARGET:
         return None
     return fsdp_key_problem(strategy.keys())
+
+
+def uses_fsdp(trainer_cfg: Any) -> bool:
+    """Whether a composed `trainer` group runs under gptlab's trainer=fsdp (sharded checkpoints, blocks checkpointed
+    unless runtime.activation_checkpointing=false)."""
+    strategy = trainer_cfg.get("strategy") if trainer_cfg is not None else None
+    return hasattr(strategy, "get") and strategy.get("_target_") == FSDP_TARGET
+
+
+def is_fsdp(strategy: Any) -> bool:
+    """Whether a trainer's `strategy` (a name, or a `_target_` node: gptlab's trainer=fsdp or Lightning's own) shards
+    weights, grads and optimizer states over the ranks."""
+    target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
+    return "fsdp" in target.lower()

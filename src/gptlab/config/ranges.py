@@ -11,21 +11,11 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from gptlab.errors import ConfigError, is_int, is_number
+from gptlab.fields import Check, boolean, fail  # noqa: F401  (at the base: GPTConfig's checks use them too)
 from gptlab.metrics import LOGGED, PER_SOURCE, is_logged
-
-Check = Callable[[str, Any], None]
-
-
-def fail(field: str, value: Any, wanted: str) -> ConfigError:
-    return ConfigError(f"{field}={value!r} is invalid: {wanted}.")
-
-
-def boolean(field: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise fail(field, value, "use true or false")
 
 
 def integer(low: Optional[int] = None, high: Optional[int] = None) -> Check:

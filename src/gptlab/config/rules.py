@@ -3,11 +3,12 @@ fields are each valid can still be one that cannot run."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
+from hydra.utils import get_object
 from omegaconf import DictConfig
 
-from gptlab.config.fsdp_keys import fsdp_strategy_keys
+from gptlab.config.fsdp_keys import fsdp_strategy_keys, is_fsdp
 from gptlab.config.ranges import logged_metric
 from gptlab.errors import ConfigError
 
@@ -29,10 +30,20 @@ def windows_fit_the_context(cfg: DictConfig) -> Optional[str]:
 MUP_OPTIMIZERS = ("gptlab.train.optim.adamw", "torch.optim.AdamW", "torch.optim.Adam")
 
 
-def mup_refusal(optimizer_target: str) -> str:
-    """Why model.parametrization=mup cannot train with this optimizer (named by its target)."""
-    name = optimizer_target.rsplit(".", 1)[-1].lower()
-    return (f"model.parametrization=mup cannot train with optimizer={name} ({optimizer_target}): muP's per-layer "
+def mup_optimizer_refusal(optimizer: str | Callable[..., Any]) -> Optional[str]:
+    """Why model.parametrization=mup cannot train with this optimizer (its `_target_`, or the function itself for
+    optimizers built in Python: train.optim asks too); None: it can."""
+    func = optimizer
+    if isinstance(optimizer, str):
+        try:
+            func = get_object(optimizer)
+        except Exception:  # a target that does not import is refused by name when it is instantiated
+            return None
+    if func in {get_object(t) for t in MUP_OPTIMIZERS}:
+        return None
+    target = optimizer if isinstance(optimizer, str) else f"{func.__module__}.{func.__qualname__}"
+    name = target.rsplit(".", 1)[-1].lower()
+    return (f"model.parametrization=mup cannot train with optimizer={name} ({target}): muP's per-layer "
             "learning rates (hidden matrices' lr / r) are Tensor Programs V's rules for Adam, and SGD, Adafactor "
             "and Muon (whose update is already scaled by each matrix's shape) follow other rules. Use "
             "optimizer=adamw, or model.parametrization=standard.")
@@ -43,7 +54,25 @@ def mup_trains_with_adam(cfg: DictConfig) -> Optional[str]:
     if not model or not optimizer or model.get("parametrization") != "mup":
         return None
     target = optimizer.get("_target_")
-    return mup_refusal(target) if isinstance(target, str) and target not in MUP_OPTIMIZERS else None
+    return mup_optimizer_refusal(target) if isinstance(target, str) else None
+
+
+def muon_needs_whole_matrices(cfg: DictConfig) -> Optional[str]:
+    """Muon orthogonalizes whole matrices; FSDP hands each rank a flat shard of them."""
+    target = (cfg.get("optimizer") or {}).get("_target_")
+    if isinstance(target, str) and target.endswith(".muon") and is_fsdp((cfg.get("trainer") or {}).get("strategy")):
+        return ("optimizer=muon cannot run under trainer=fsdp: FSDP shards each weight matrix across ranks and Muon's "
+                "Newton–Schulz step needs the whole matrix. Use trainer=ddp (each rank holds full matrices) or "
+                "optimizer=adamw with FSDP.")
+    return None
+
+
+def ckpt_path_or_resume(cfg: DictConfig) -> Optional[str]:
+    """A run continues the checkpoint it is given, or its run dir as `resume` says: not both."""
+    resume = cfg.get("resume")
+    if cfg.get("ckpt_path") is not None and resume is not None:
+        return f"set either ckpt_path=<file> or resume={resume}, not both."
+    return None
 
 
 def fused_step_without_loss_scaling(cfg: DictConfig) -> Optional[str]:
@@ -68,8 +97,9 @@ def monitors_name_logged_metrics(cfg: DictConfig) -> Optional[str]:
     return None
 
 
-RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, fused_step_without_loss_scaling,
-                          fsdp_strategy_keys, monitors_name_logged_metrics)
+RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, muon_needs_whole_matrices,
+                          fused_step_without_loss_scaling, fsdp_strategy_keys, ckpt_path_or_resume,
+                          monitors_name_logged_metrics)
 
 
 def check_rules(cfg: DictConfig) -> None:

@@ -4,17 +4,20 @@ Hydra has refused wrong types and misspelt keys while composing (gptlab.config.e
 checks what is left: keys appended with `+` (against the schema, or the constructor's signature), each field's
 range (its schema's `check`), true/false fields given another word on the command line (OmegaConf turns `no`,
 `off`, `1` into booleans), the model's own validation (GPTConfig), and the cross-field rules (gptlab.config.rules).
+It returns what the config alone decides (`Decided`), read once here and handed on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gptlab.config.callbacks import BY_TARGET
 from gptlab.config.fields import check_of, schema_fields
+from gptlab.config.fsdp_keys import uses_fsdp
 from gptlab.config.ranges import fail
 from gptlab.config.rules import check_rules
 from gptlab.config.schemas import Runtime
@@ -30,7 +33,15 @@ NAMED_NODES = ("callbacks", "logger")  # groups that are dicts of named construc
 PASSED_BY_GPTLAB = {"params", "tokenizer", "optimizer", "total_steps", "callbacks", "logger", "plugins"}
 
 
-def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> None:
+@dataclass(frozen=True)
+class Decided:
+    """What a checked train config decides by itself, for the builders: how the model runs, and whether it runs
+    under trainer=fsdp (sharded checkpoints)."""
+    runtime: Runtime
+    fsdp: bool
+
+
+def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> Decided:
     """Raise ConfigError naming the first bad key of a composed train config. `overrides` are the command line's
     (default: Hydra's record of them, when Hydra ran)."""
     strict_booleans(cfg, hydra_overrides() if overrides is None else overrides)
@@ -46,6 +57,7 @@ def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> None:
                     raise fail(f"{group}.{name}", plain(node), "use a node with a _target_, or null to drop it")
                 check_node(f"{group}.{name}.", node)
     check_rules(cfg)
+    return Decided(Runtime(**cfg.get("runtime", {})), uses_fsdp(cfg.get("trainer")))
 
 
 def schema_of(node: DictConfig) -> Optional[type]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from gptlab.config.fsdp_keys import fsdp_key_problem
 from gptlab.errors import ConfigError
@@ -17,17 +17,3 @@ def fsdp(reshard_after_forward: bool = True, **kwargs: Any) -> GPTFSDPStrategy:
     if problem:
         raise ConfigError(problem)
     return GPTFSDPStrategy(reshard_after_forward=reshard_after_forward, **kwargs)
-
-
-def uses_fsdp(trainer_cfg: Any) -> bool:
-    """Whether a composed `trainer` group runs under trainer=fsdp (this module's `fsdp`)."""
-    strategy = trainer_cfg.get("strategy") if trainer_cfg is not None else None
-    return hasattr(strategy, "get") and str(strategy.get("_target_", "")).endswith("strategies.fsdp")
-
-
-def check_optimizer_fits_strategy(optimizer_target: Optional[str], strategy_target: Optional[str]) -> None:
-    """Muon orthogonalizes whole matrices; FSDP hands each rank a flat shard of them, so refuse before training."""
-    if optimizer_target and optimizer_target.endswith(".muon") and strategy_target and "fsdp" in strategy_target:
-        raise ConfigError("optimizer=muon cannot run under trainer=fsdp: FSDP shards each weight matrix across "
-                          "ranks and Muon's Newton–Schulz step needs the whole matrix. Use trainer=ddp (each rank "
-                          "holds full matrices) or optimizer=adamw with FSDP.")

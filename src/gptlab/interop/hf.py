@@ -22,6 +22,7 @@ from gptlab.interop.llama import convert_llama, is_llama_shaped, to_llama
 from gptlab.interop.mup_export import as_standard
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
+from gptlab.model.sparse_attention import is_sparse
 
 Converter = Callable[[dict[str, Any], dict[str, torch.Tensor]], tuple[GPTConfig, dict[str, torch.Tensor]]]
 
@@ -186,7 +187,7 @@ def _expressible(cfg: GPTConfig) -> str:
         return "model.final_norm=true: GPT-1 (post-LN) has no final LayerNorm"
     if cfg.pos_emb != "learned":
         return f"model.pos_emb={cfg.pos_emb!r}: {target} has learned positions only"
-    if any(kind != "dense" for kind in cfg.attn_pattern):
+    if any(is_sparse(kind) for kind in cfg.attn_pattern):
         return f"model.attn_pattern={list(cfg.attn_pattern)!r}: {target} attends densely in every layer"
     for name, off in [("qk_norm", False), ("logit_softcap", None), ("activation", cfg.activation)]:
         if getattr(cfg, name) != off or (name == "activation" and cfg.gated):

@@ -15,6 +15,7 @@ import torch
 
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
+from gptlab.model.sparse_attention import is_sparse
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 
@@ -91,7 +92,7 @@ def llama_inexpressible(cfg: GPTConfig) -> str:
     if cfg.rotary_dim != cfg.head_dim:  # an odd head_dim leaves its last dimension unrotated (rope.py)
         return (f"model.head_dim={cfg.head_dim}: Llama's RoPE turns every dimension of a head in pairs "
                 "(an even head_dim)")
-    if any(kind != "dense" for kind in cfg.attn_pattern):
+    if any(is_sparse(kind) for kind in cfg.attn_pattern):
         return f"model.attn_pattern={list(cfg.attn_pattern)!r}: Llama attends densely in every layer"
     if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:
         return f"model.attn_scale={cfg.attn_scale!r}: Llama scales scores by 1/sqrt(head_dim)"

@@ -51,11 +51,9 @@ class GuardRunDir(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
             return
-        from gptlab.checkpoint.reader import check_resumable
         from gptlab.config.ranges import writable_dir
-        from gptlab.execution.strategies import uses_fsdp
         from gptlab.preflight.early_checks import check_before_run
-        from gptlab.runs.resume import finished_run, resume_checkpoint
+        from gptlab.runs.resume import continuation
         from gptlab.runs.sweep_jobs import check_sweep_is_multirun
 
         run_dir = Path(os.path.abspath(config.hydra.run.dir))
@@ -79,10 +77,8 @@ class GuardRunDir(Callback):
         note_origin(run_dir, created_from, ignore=() if lock_existed else (LOCK_FILE,))
         log_file = f"{config.hydra.job.name}.log"
         try:
-            ckpt_path = resume_checkpoint(task, run_dir, warn=False)  # train() names them in its log
-            if ckpt_path is not None:
-                check_resumable(ckpt_path, checked.model_cfg, uses_fsdp(task.trainer))
-            finished = finished_run(task, run_dir, ckpt_path)
+            # train() names the checkpoints it skips in its log
+            finished = continuation(task, run_dir, checked.given, checked.model_cfg, checked.fsdp, warn=False).finished
         except Exception as err:
             if find_config_error(err) is None:
                 raise

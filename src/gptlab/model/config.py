@@ -9,10 +9,11 @@ How the model runs (compile, activation checkpointing) is the trainer's `runtime
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Optional
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable, Optional
 
-from gptlab.errors import ConfigError, invalid_choice, is_int, is_number, require_int
+from gptlab.errors import ConfigError, invalid_choice, is_int, is_number
+from gptlab.fields import Check, boolean, check_declared, must, setting
 from gptlab.model.activations import ACTIVATIONS
 from gptlab.model.norms import NORMS
 from gptlab.model.parametrization import PARAMETRIZATIONS
@@ -29,84 +30,125 @@ ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex", "flash")
 RUNTIME_FIELDS_BEFORE = ("compile", "activation_checkpointing")
 
 
-def _f(default: Any, help: str) -> Any:
-    """A field with its user documentation, written once: gptlab.config's reference page and the comments of
-    conf/model/base.yaml are checked against it."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+# Each field's check, declared beside it with `setting` as every config schema does (gptlab.fields); the words are
+# GPTConfig's own: `model.<field>=<value> must be ...`.
+def one_of(table: Any) -> Check:
+    """A name that is a key of the table that builds it."""
+    def check(field: str, value: Any) -> None:
+        if value not in table:
+            raise invalid_choice(field, value, tuple(table))
+
+    return check
+
+
+def attention_pattern(field: str, pattern: Any) -> None:
+    if isinstance(pattern, str) or not isinstance(pattern, Sequence):
+        raise ConfigError(f"{field}={pattern!r} must be a list of kinds cycled over layers, e.g. [dense, local].")
+    if not pattern:
+        raise ConfigError(f"{field} is empty; give at least one kind, e.g. [dense], from: "
+                          f"{', '.join(ATTENTION_KINDS)}.")
+    for kind in pattern:
+        if kind not in ATTENTION_KINDS:
+            raise ConfigError(f"{field}={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
+                              f"{', '.join(ATTENTION_KINDS)}.")
+
+
+def rope_fraction(field: str, value: Any) -> None:
+    if not is_number(value) or not value > 0.0:
+        raise ConfigError(f"{field}={value!r} must be a number > 0.0.")
+    if value > 1.0:
+        raise ConfigError(f"{field}={value!r} must be in (0, 1.0].")
+
+
+POSITIVE = must(lambda v: is_int(v) and v >= 1, "a positive integer")
+OPTIONAL_POSITIVE = must(lambda v: v is None or (is_int(v) and v >= 1), "a positive integer")
+BOOLEAN = boolean
+
+
+def optional_boolean(field: str, value: Any) -> None:
+    if value is not None:
+        boolean(field, value)
+
+
+DROPOUT = must(lambda v: 0.0 <= v < 1.0, "in [0, 1)", number=True)
+POSITIVE_EPS = must(lambda v: v > 0, "> 0", number=True)
+WINDOW = must(lambda v: is_int(v) and v >= 1, "a positive integer (the band width w; GPT-Neo uses 256)")
+SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D_K)")
+THETA = must(lambda v: is_number(v) and v > 0.0, "a number > 0.0")
+Z_LOSS = must(lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = off; PaLM uses 1e-4)")
+SOFTCAP = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (Gemma 2: 30), or null")
 
 
 @dataclass
 class GPTConfig:
     """Symbols follow [S0]: d=vocab_size, T=block_size, D=n_embd, H=n_head, M=n_layer."""
 
-    vocab_size: Optional[int] = _f(None, "d; null = take it from the tokenizer")
-    block_size: int = _f(256, "T, context length")
-    n_layer: int = _f(4, "M, number of blocks")
-    n_head: int = _f(4, "H, attention heads")
-    n_embd: int = _f(128, "D, residual width")
-    head_dim: Optional[int] = _f(None, "D_K per head; null = n_embd // n_head")
-    v_head_dim: Optional[int] = _f(None, "D_V per head; null = head_dim")
-    d_ff: Optional[int] = _f(
+    vocab_size: Optional[int] = setting(None, "d; null = take it from the tokenizer", OPTIONAL_POSITIVE)
+    block_size: int = setting(256, "T, context length", POSITIVE)
+    n_layer: int = setting(4, "M, number of blocks", POSITIVE)
+    n_head: int = setting(4, "H, attention heads", POSITIVE)
+    n_embd: int = setting(128, "D, residual width", POSITIVE)
+    head_dim: Optional[int] = setting(None, "D_K per head; null = n_embd // n_head", OPTIONAL_POSITIVE)
+    v_head_dim: Optional[int] = setting(None, "D_V per head; null = head_dim", OPTIONAL_POSITIVE)
+    d_ff: Optional[int] = setting(
         None,
         "MLP hidden width; null = 4 * n_embd, or for swiglu/geglu 8/3 * n_embd rounded to a multiple of 64 (same "
-        "parameters as the 4 * n_embd ungated MLP: 3 matrices instead of 2)"
-    )
-    mlp_layers: int = _f(2, "L, linear layers in the MLP (2 in GPT-2/3)")
-    norm: str = _f("pre", "pre (GPT-2/3, eq. 9) | post (GPT-1, original Transformer)")
-    final_norm: Optional[bool] = _f(None, "null = true for pre-LN (eq. 10), false for post-LN")
-    pos_emb: str = _f(
-        "learned", "learned (eq. 2) | sinusoidal | none | rope (rotary, RoFormer) | alibi (linear biases)"
-    )
-    tie_weights: bool = _f(True, "head shares the token embedding (W_head = E_1^T)")
-    activation: str = _f(
-        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)"
-    )
-    attn_bias: bool = _f(True, "biases in the Q/K/V and output projections")
-    qkv_bias: Optional[bool] = _f(
-        None, "biases on Q/K/V alone; null = attn_bias (GPT-Neo: false, bias on the output only)"
-    )
-    mlp_bias: bool = _f(True, "biases in the MLP layers")
-    dropout: float = _f(0.0, "embeddings, attention probabilities, residual branches")
-    layer_norm_eps: float = _f(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)")
+        "parameters as the 4 * n_embd ungated MLP: 3 matrices instead of 2)", OPTIONAL_POSITIVE)
+    mlp_layers: int = setting(2, "L, linear layers in the MLP (2 in GPT-2/3)", POSITIVE)
+    norm: str = setting("pre", "pre (GPT-2/3, eq. 9) | post (GPT-1, original Transformer)", one_of(PLACEMENTS))
+    final_norm: Optional[bool] = setting(None, "null = true for pre-LN (eq. 10), false for post-LN", optional_boolean)
+    pos_emb: str = setting(
+        "learned", "learned (eq. 2) | sinusoidal | none | rope (rotary, RoFormer) | alibi (linear biases)",
+        one_of(POSITIONS))
+    tie_weights: bool = setting(True, "head shares the token embedding (W_head = E_1^T)", BOOLEAN)
+    activation: str = setting(
+        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)",
+        one_of(ACTIVATIONS))
+    attn_bias: bool = setting(True, "biases in the Q/K/V and output projections", BOOLEAN)
+    qkv_bias: Optional[bool] = setting(
+        None, "biases on Q/K/V alone; null = attn_bias (GPT-Neo: false, bias on the output only)", optional_boolean)
+    mlp_bias: bool = setting(True, "biases in the MLP layers", BOOLEAN)
+    dropout: float = setting(0.0, "embeddings, attention probabilities, residual branches", DROPOUT)
+    layer_norm_eps: float = setting(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)", POSITIVE_EPS)
     # Sparse attention ([S3], GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
-    attn_pattern: list[str] = _f(
-        ["dense"], "kinds cycled over layers: dense | local | strided, e.g. [dense, local] as GPT-3"
-    )
-    attn_window: int = _f(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0")
-    attn_impl: str = _f("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex (GPU) | "
-                        "flash (flash-attn's window, local layers, CUDA bf16/fp16)")
-    attn_scale: Optional[float] = _f(
-        None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0; mup: the base width's, / r"
-    )
+    attn_pattern: list[str] = setting(
+        ["dense"], "kinds cycled over layers: dense | local | strided, e.g. [dense, local] as GPT-3", attention_pattern)
+    attn_window: int = setting(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0", WINDOW)
+    attn_impl: str = setting("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex "
+                             "(GPU) | flash (flash-attn's window, local layers, CUDA bf16/fp16)", one_of(ATTN_IMPLS))
+    attn_scale: Optional[float] = setting(
+        None, "scores times this; null = 1/sqrt(D_K) (eq. 5); GPT-Neo checkpoints use 1.0; mup: the base width's, / r",
+        SCALE)
     # Post-GPT-3 toggles (GPT-2 -> LLaMA and the speedrun tricks); all off = GPT-2/3 exactly.
-    norm_type: str = _f(
-        "layernorm", "layernorm | rmsnorm (no mean, no bias), for every norm: pre, post, final and qk_norm"
-    )
-    rope_theta: float = _f(10000.0, "RoPE base (pos_emb=rope): pair i of a head turns by position * theta^(-2i/R)")
-    rope_fraction: float = _f(1.0, "share of each head's dims RoPE rotates, R = fraction * head_dim (GPT-J/NeoX: 0.25)")
-    qk_norm: bool = _f(False, "normalise each head's queries and keys (norm_type, learned gain) before Q K^T")
-    z_loss: float = _f(0.0, "PaLM auxiliary loss: + z_loss * mean(log^2 Z) on the training loss (PaLM: 1e-4); 0 = off")
-    logit_softcap: Optional[float] = _f(
-        None, "cap the output logits at c * tanh(logits / c) (Gemma 2: 30); null = no cap"
-    )
-    pad_vocab_to: Optional[int] = _f(
+    norm_type: str = setting(
+        "layernorm", "layernorm | rmsnorm (no mean, no bias), for every norm: pre, post, final and qk_norm",
+        one_of(NORMS))
+    rope_theta: float = setting(
+        10000.0, "RoPE base (pos_emb=rope): pair i of a head turns by position * theta^(-2i/R)", THETA)
+    rope_fraction: float = setting(
+        1.0, "share of each head's dims RoPE rotates, R = fraction * head_dim (GPT-J/NeoX: 0.25)", rope_fraction)
+    qk_norm: bool = setting(
+        False, "normalise each head's queries and keys (norm_type, learned gain) before Q K^T", BOOLEAN)
+    z_loss: float = setting(
+        0.0, "PaLM auxiliary loss: + z_loss * mean(log^2 Z) on the training loss (PaLM: 1e-4); 0 = off", Z_LOSS)
+    logit_softcap: Optional[float] = setting(
+        None, "cap the output logits at c * tanh(logits / c) (Gemma 2: 30); null = no cap", SOFTCAP)
+    pad_vocab_to: Optional[int] = setting(
         None, "round the embedding/head rows up to a multiple of this (64: 50257 → 50304); null = d (conf/: 64 on "
-        "CUDA GPUs)"
-    )
-    parametrization: str = _f(
+        "CUDA GPUs)", OPTIONAL_POSITIVE)
+    parametrization: str = setting(
         "standard",
         "standard (GPT-2's N(0, 0.02), residual projections / sqrt(2M)) | mup (Tensor Programs V: hidden init / "
-        "sqrt(r), hidden Adam lr / r, logits / r, scores 1/D_K; r = n_embd / mup_base_width; docs/mup.md)"
-    )
-    mup_base_width: int = _f(
+        "sqrt(r), hidden Adam lr / r, logits / r, scores 1/D_K; r = n_embd / mup_base_width; docs/mup.md)",
+        one_of(PARAMETRIZATIONS))
+    mup_base_width: int = setting(
         128, "parametrization=mup: an integer >= 1, the n_embd whose best lr wider models share (r = n_embd / "
-        "this; r = 1 is standard)"
-    )
+        "this; r = 1 is standard)", POSITIVE)
 
     def __post_init__(self) -> None:
-        self._validate()
+        check_declared(self, "model.")  # each field's own check, declared with it above
+        for rule in RULES:  # then the rules between fields
+            rule(self)
         if self.head_dim is None:
             self.head_dim = self.n_embd // self.n_head
         if self.v_head_dim is None:
@@ -123,47 +165,6 @@ class GPTConfig:
         """The attention kind of block `layer` (0-based): the pattern, cycled."""
         return self.attn_pattern[layer % len(self.attn_pattern)]
 
-    def _validate(self) -> None:
-        for name, table in (("norm", PLACEMENTS), ("pos_emb", POSITIONS), ("activation", ACTIVATIONS),
-                            ("norm_type", NORMS), ("parametrization", PARAMETRIZATIONS)):
-            if getattr(self, name) not in table:
-                raise invalid_choice(f"model.{name}", getattr(self, name), tuple(table))
-        positive = ["block_size", "n_layer", "n_head", "n_embd", "mlp_layers", "mup_base_width"]
-        optional = ("vocab_size", "head_dim", "v_head_dim", "d_ff", "pad_vocab_to")
-        positive += [f for f in optional if getattr(self, f) is not None]
-        for name in positive:
-            value = getattr(self, name)
-            require_int(f"model.{name}", value)
-        if self.head_dim is None and self.n_embd % self.n_head:
-            raise ConfigError(
-                f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
-                "pick n_head dividing n_embd, or set model.head_dim (and model.v_head_dim) explicitly."
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout!r} must be in [0, 1).")
-        if not self.layer_norm_eps > 0:
-            raise ConfigError(f"model.layer_norm_eps={self.layer_norm_eps!r} must be > 0.")
-        self._validate_attention()
-        self._validate_modern()
-
-    def _validate_modern(self) -> None:
-        for name, low, high in [("rope_theta", 0.0, None), ("rope_fraction", 0.0, 1.0)]:
-            value = getattr(self, name)
-            if not is_number(value) or not value > low:
-                raise ConfigError(f"model.{name}={value!r} must be a number > {low}.")
-            if high is not None and value > high:
-                raise ConfigError(f"model.{name}={value!r} must be in (0, {high}].")
-        if self.pos_emb == "rope":
-            self._check_rotary_dims()
-        if not isinstance(self.qk_norm, bool):
-            raise ConfigError(f"model.qk_norm={self.qk_norm!r} must be true or false.")
-        z = self.z_loss
-        if not is_number(z) or not z >= 0:
-            raise ConfigError(f"model.z_loss={z!r} must be a number >= 0 (0 = off; PaLM uses 1e-4).")
-        cap = self.logit_softcap
-        if cap is not None and not (is_number(cap) and cap > 0):
-            raise ConfigError(f"model.logit_softcap={cap!r} must be a positive number (Gemma 2: 30), or null.")
-
     @property
     def qk_head_dim(self) -> int:
         """D_K: head_dim, or n_embd / n_head when it is not set."""
@@ -172,57 +173,8 @@ class GPTConfig:
     @property
     def rotary_dim(self) -> int:
         """R: how many dimensions of each query/key head RoPE rotates, exactly rope_fraction * D_K (an even number:
-        `_check_rotary_dims` refuses a fraction that lands between pairs)."""
+        `rotary_pairs` refuses a fraction that lands between pairs)."""
         return round(self.qk_head_dim * self.rope_fraction)
-
-    def _check_rotary_dims(self) -> None:
-        """RoPE rotates pairs of dims, so rope_fraction * D_K must be an even count >= 2; anything else used to be
-        rounded down in silence (0.3 of 64 rotated 18 dims, a head_dim of 7 rotated 6)."""
-        D = self.qk_head_dim
-        dims = D * self.rope_fraction
-        if abs(dims - round(dims)) < 1e-6 and round(dims) % 2 == 0 and round(dims) >= 2:
-            return
-        head = f"model.head_dim={self.head_dim}" if self.head_dim is not None else \
-            f"head_dim n_embd / n_head = {D}"
-        below, above = int(dims) // 2 * 2, int(dims) // 2 * 2 + 2
-        fractions = [f"{k / D!r} ({k} of {D} dims)" for k in (below, above) if 2 <= k <= D]
-        ways = [f"model.rope_fraction={' or '.join(fractions)}"] if fractions else []
-        if self.rope_fraction == 1.0:
-            ways.append(f"an even model.head_dim ({D - 1 if D % 2 else D - 2} or {D + 1 if D % 2 else D + 2})")
-        else:
-            ways.append("another model.head_dim")
-        raise ConfigError(
-            f"model.rope_fraction={self.rope_fraction} of {head} is {dims:g} dimensions, but RoPE rotates whole pairs: "
-            f"rope_fraction x head_dim must be an even number >= 2. Use {', or '.join(ways)}."
-        )
-
-    def _validate_attention(self) -> None:
-        pattern = self.attn_pattern
-        if isinstance(pattern, str) or not isinstance(pattern, Sequence):
-            raise ConfigError(
-                f"model.attn_pattern={pattern!r} must be a list of kinds cycled over layers, e.g. [dense, local]."
-            )
-        if not pattern:
-            raise ConfigError(
-                "model.attn_pattern is empty; give at least one kind, e.g. [dense], from: "
-                f"{', '.join(ATTENTION_KINDS)}."
-            )
-        for kind in pattern:
-            if kind not in ATTENTION_KINDS:
-                raise ConfigError(
-                    f"model.attn_pattern={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
-                    f"{', '.join(ATTENTION_KINDS)}."
-                )
-        window = self.attn_window
-        if not is_int(window) or window < 1:
-            raise ConfigError(
-                f"model.attn_window={window!r} must be a positive integer (the band width w; GPT-Neo uses 256)."
-            )
-        if self.attn_impl not in ATTN_IMPLS:
-            raise invalid_choice("model.attn_impl", self.attn_impl, ATTN_IMPLS)
-        scale = self.attn_scale
-        if scale is not None and not (is_number(scale) and scale > 0):
-            raise ConfigError(f"model.attn_scale={scale!r} must be a positive number, or null for 1/sqrt(D_K).")
 
     @property
     def width_mult(self) -> float:
@@ -281,6 +233,42 @@ class GPTConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The rules between GPTConfig's fields, each one function; every field passed its own check first.
+def heads_divide_width(cfg: GPTConfig) -> None:
+    if cfg.head_dim is None and cfg.n_embd % cfg.n_head:
+        raise ConfigError(
+            f"model.n_embd={cfg.n_embd} is not divisible by model.n_head={cfg.n_head}; "
+            "pick n_head dividing n_embd, or set model.head_dim (and model.v_head_dim) explicitly."
+        )
+
+
+def rotary_pairs(cfg: GPTConfig) -> None:
+    """pos_emb=rope: RoPE rotates pairs of dims, so rope_fraction * D_K must be an even count >= 2; anything else used
+    to be rounded down in silence (0.3 of 64 rotated 18 dims, a head_dim of 7 rotated 6)."""
+    if cfg.pos_emb != "rope":
+        return
+    D = cfg.qk_head_dim
+    dims = D * cfg.rope_fraction
+    if abs(dims - round(dims)) < 1e-6 and round(dims) % 2 == 0 and round(dims) >= 2:
+        return
+    head = f"model.head_dim={cfg.head_dim}" if cfg.head_dim is not None else \
+        f"head_dim n_embd / n_head = {D}"
+    below, above = int(dims) // 2 * 2, int(dims) // 2 * 2 + 2
+    fractions = [f"{k / D!r} ({k} of {D} dims)" for k in (below, above) if 2 <= k <= D]
+    ways = [f"model.rope_fraction={' or '.join(fractions)}"] if fractions else []
+    if cfg.rope_fraction == 1.0:
+        ways.append(f"an even model.head_dim ({D - 1 if D % 2 else D - 2} or {D + 1 if D % 2 else D + 2})")
+    else:
+        ways.append("another model.head_dim")
+    raise ConfigError(
+        f"model.rope_fraction={cfg.rope_fraction} of {head} is {dims:g} dimensions, but RoPE rotates whole pairs: "
+        f"rope_fraction x head_dim must be an even number >= 2. Use {', or '.join(ways)}."
+    )
+
+
+RULES: tuple[Callable[[GPTConfig], None], ...] = (heads_divide_width, rotary_pairs)
 
 
 def default_d_ff(n_embd: int, activation: str) -> int:

@@ -66,6 +66,16 @@ def allowed_pairs(kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, window: i
     return ATTENTION_KINDS[kind].sees(q_pos[:, None], k_pos[None, :], window)
 
 
+def is_sparse(kind: str) -> bool:
+    """Whether a layer of this kind attends to a band of the earlier tokens (local, strided) rather than to all."""
+    return kind != "dense"
+
+
+def computes_densely(kind: str, T: int, window: int) -> bool:
+    """Whether a layer of this kind is plain causal attention at context T: dense, or local with a band w >= T."""
+    return not is_sparse(kind) or (kind == "local" and window >= T)
+
+
 def resolve_impl(impl: str, kind: str, T: int, window: int, device: torch.device,
                  dtype: torch.dtype = torch.float32) -> str:
     """The kernel that computes this call: `impl` itself unless it is `auto`.
@@ -81,7 +91,7 @@ def resolve_impl(impl: str, kind: str, T: int, window: int, device: torch.device
     T=8192, w=256: 0.9 ms vs flex's 1.6 ms fwd+bwd: a strided band of T/w keys per query touches every one of
     flex's 128 x 128 blocks below the diagonal, where chunked's residue classes are small dense problems).
     """
-    if kind == "dense" or (kind == "local" and window >= T):
+    if computes_densely(kind, T, window):
         return "dense"
     if impl != "auto":
         return impl
@@ -166,18 +176,40 @@ def _usable_kernel(chosen: str, impl: str, dropout_p: float, needs_grad: bool, d
     chunked) or for a backward on CPU (auto never picks flex there, so only an explicit attn_impl=flex gets here)."""
     if chosen != "flex":
         return chosen
-    if dropout_p > 0.0:
-        if impl == "auto":
-            return "chunked"
-        raise ConfigError(
-            "model.attn_impl=flex has no attention dropout; set model.dropout=0.0 or use attn_impl=chunked."
-        )
-    if needs_grad and device.type == "cpu":
-        raise ConfigError(
-            "model.attn_impl=flex cannot train on CPU (FlexAttention has no CPU backward); "
-            "use model.attn_impl=auto or chunked."
-        )
+    if dropout_p > 0.0 and impl == "auto":
+        return "chunked"
+    refuse_flex(dropout_p, cpu_backward=needs_grad and device.type == "cpu")
     return chosen
+
+
+def refuse_flex(dropout: float, cpu_backward: bool, accelerator: Optional[str] = None) -> None:
+    """Where model.attn_impl=flex cannot run: with attention dropout, for a backward on CPU, or without FlexAttention
+    in this torch. The preflight pass asks it before anything is built (`accelerator`: the trainer's, named in the
+    message); the kernel asks it again at its call, for callers that never ran the preflight pass."""
+    if dropout > 0:
+        raise ConfigError(f"model.attn_impl=flex has no attention dropout (model.dropout={dropout}); "
+                          "set model.dropout=0.0 or use model.attn_impl=auto or chunked.")
+    if cpu_backward:
+        run = "" if accelerator is None else f" and this run trains on the CPU (trainer.accelerator={accelerator})"
+        raise ConfigError(f"model.attn_impl=flex cannot train on CPU (FlexAttention has no CPU backward){run}; use "
+                          "model.attn_impl=auto or chunked.")
+    if not flex_available():
+        raise ConfigError("model.attn_impl=flex needs torch.nn.attention.flex_attention, which this torch lacks; "
+                          "use model.attn_impl=auto or chunked, or torch>=2.5.")
+
+
+def refuse_flash(strided: bool, on_cpu: bool = False, accelerator: Optional[str] = None) -> None:
+    """Where model.attn_impl=flash cannot run: strided layers, a CPU run, flash-attn not installed. Asked by the
+    preflight pass (`accelerator`: the trainer's, named in the message) and by the kernel at its call."""
+    if strided:
+        raise ConfigError("model.attn_impl=flash computes local layers only and model.attn_pattern has strided ones; "
+                          "use model.attn_impl=auto (flash for local layers where it can, chunked for strided).")
+    if on_cpu:
+        raise ConfigError("model.attn_impl=flash needs a CUDA GPU (flash-attn has no CPU kernel) and this run trains "
+                          f"on the CPU (trainer.accelerator={accelerator}); use model.attn_impl=auto.")
+    if not flash_available():
+        raise ConfigError("model.attn_impl=flash needs the flash-attn package, which is not installed; "
+                          "pip install flash-attn, or use model.attn_impl=auto.")
 
 
 def attend_cached(
@@ -491,11 +523,7 @@ def flash_window(
     """FlashAttention's sliding window: window_size=(w - 1, 0) lets query i see keys i - w + 1 .. i, the local
     band, and its kernel skips the tiles outside it. flash-attn takes (B, T, H, D), the layout the fused qkv
     projection made, so the transposes here are views."""
-    if kind != "local":
-        raise ConfigError(f"model.attn_impl=flash computes local layers only, not {kind}; use model.attn_impl=auto.")
-    if not flash_available():
-        raise ConfigError("model.attn_impl=flash needs the flash-attn package (pip install flash-attn, CUDA only); "
-                          "use model.attn_impl=auto.")
+    refuse_flash(strided=kind != "local")
     from flash_attn import flash_attn_func
 
     out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p,
@@ -506,7 +534,7 @@ def flash_window(
 def pattern_pairs(kind: str, T: int, window: int) -> int:
     """How many (query, key) pairs the kind lets attend over a sequence of T: its share of the score and
     value FLOPs. pattern_pairs("dense", ...) / pattern_pairs(kind, ...) is the FLOPs bound of a kind's speedup."""
-    if kind == "dense" or (kind == "local" and window >= T):
+    if computes_densely(kind, T, window):
         return T * (T + 1) // 2
     if kind == "local":
         return window * (window + 1) // 2 + (T - window) * window

@@ -93,11 +93,11 @@ def fsdp_gpus(est: MemoryEstimate, accelerator: str, free: float) -> int:
 
 def check_memory(
     model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
-    activation_checkpointing: Optional[bool] = None,
+    activation_checkpointing: Optional[bool] = None, parameters: Optional[int] = None,
 ) -> MemoryEstimate:
     """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory."""
     accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))
-    est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, activation_checkpointing)
+    est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, activation_checkpointing, parameters)
     free = free_bytes(accelerator) if free is None else free
     if est.total > free:
         where = "free RAM" if accelerator == "cpu" else "free memory on GPU 0"

@@ -24,9 +24,9 @@ from gptlab.config.schemas import Data, Trainer
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.generation import SamplingOptions
+from gptlab.model.sparse_attention import is_sparse
 
 Get = Callable[[str], Any]  # a dotted key of the train config -> its value (None if absent)
-SPARSE = ("local", "strided")
 # trainer.limit_val_batches that asks for nothing: every validation batch, its schema's default.
 ALL_VAL_BATCHES = default_of(schema_fields(Trainer)["limit_val_batches"])
 SCHEMAS = {"data": Data, "callbacks.text_samples": TextSamples, "callbacks.zero_shot": ZeroShotEval}
@@ -44,7 +44,7 @@ class OnlyWhen:
 
 
 def _sparse_layers(get: Get) -> bool:
-    return any(kind in SPARSE for kind in get("model.attn_pattern") or [])
+    return any(is_sparse(kind) for kind in get("model.attn_pattern") or [])
 
 
 def _momentum(get: Get) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from gptlab.config.fsdp_keys import is_fsdp
 from gptlab.execution.peak_flops import lookup
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
@@ -83,15 +84,11 @@ class MemoryEstimate:
         return self.per_process * self.processes
 
 
-def is_fsdp(strategy: Any) -> bool:
-    """Whether a trainer's `strategy` (a name or a `_target_` node) shards weights, grads and Adam states."""
-    target = strategy.get("_target_", "") if hasattr(strategy, "get") else str(strategy or "")
-    return "fsdp" in target.lower()
-
-
 def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
-                    activation_checkpointing: Optional[bool] = None) -> MemoryEstimate:
-    """The memory of this run: per process, and how many processes share one memory (train's check, the planner)."""
+                    activation_checkpointing: Optional[bool] = None,
+                    parameters: Optional[int] = None) -> MemoryEstimate:
+    """The memory of this run: per process, and how many processes share one memory (train's check, the planner).
+    `parameters`: the model's count when the caller has it already (count_parameters)."""
     devices = trainer_cfg.get("devices", 1)
     devices = 1 if devices == "auto" else int(devices)
     world = devices * int(trainer_cfg.get("num_nodes", 1))
@@ -103,7 +100,7 @@ def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, ac
     activations = acts["activations_checkpointed" if checkpointing else "activations"]
     if str(trainer_cfg.get("precision", "32-true")).startswith(("32", "64")):
         activations *= 2  # the planner counts bf16 activations; fp32 runs keep 4 bytes each
-    n_params = count_parameters(model_cfg)["total"]
+    n_params = count_parameters(model_cfg)["total"] if parameters is None else parameters
     return MemoryEstimate(
         parameters=n_params,
         states=STATE_BYTES_PER_PARAM * n_params / shards,

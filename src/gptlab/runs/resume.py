@@ -21,25 +21,28 @@ from typing import Any, Optional
 from omegaconf import DictConfig
 
 from gptlab.atomic import remove
-from gptlab.checkpoint.reader import checkpoints_newest_first, continue_problem, read_checkpoint, resolve_checkpoint
+from gptlab.checkpoint.reader import (
+    check_resumable,
+    checkpoints_newest_first,
+    continue_problem,
+    read_checkpoint,
+    resolve_checkpoint,
+)
 from gptlab.checkpoint.sharded import is_sharded
-from gptlab.errors import ConfigError, invalid_choice
+from gptlab.errors import ConfigError
+from gptlab.model import GPTConfig
 from gptlab.runs import sweep_jobs
 from gptlab.runs.run_dir import SUMMARY_FILE, event_files
 
 log = logging.getLogger(__name__)
-RESUME_CHOICES = (None, "auto", "restart")
 
 
 def resume_mode(cfg: DictConfig) -> Optional[str]:
-    """The run's `resume`: a sweep job behaves as resume=auto, so a sweep launched again continues its jobs."""
+    """The run's `resume` (its values and ckpt_path beside it are config rules: gptlab.config): a sweep job behaves
+    as resume=auto, so a sweep launched again continues its jobs."""
     resume = cfg.get("resume")
     if resume is None and cfg.get("ckpt_path") is None and sweep_jobs.in_sweep_job():
         return "auto"
-    if resume not in RESUME_CHOICES:
-        raise invalid_choice("resume", resume, RESUME_CHOICES)
-    if cfg.get("ckpt_path") is not None and resume is not None:
-        raise ConfigError(f"set either ckpt_path=<file> or resume={resume}, not both.")
     return resume
 
 
@@ -50,9 +53,8 @@ def _unreadable_message(output_dir: Path, problems: list[tuple[Path, str]]) -> s
             "ckpt_path=<a readable .ckpt> and a new hydra.run.dir.")
 
 
-def given_checkpoint(cfg: DictConfig) -> Optional[str]:
+def given_checkpoint(ckpt_path: Optional[str]) -> Optional[str]:
     """The checkpoint `ckpt_path` names (a file, or a run dir's newest readable one); None without ckpt_path."""
-    ckpt_path = cfg.get("ckpt_path")
     if ckpt_path is None:
         return None
     path = resolve_checkpoint(ckpt_path)
@@ -72,11 +74,15 @@ def run_dir_given() -> bool:
 
 def resume_checkpoint(cfg: DictConfig, output_dir: Path, warn: bool = True) -> Optional[str]:
     """`ckpt_path=<file>`, or with `resume=auto` the newest checkpoint in this run dir that loads (None: start
-    fresh). Raises ConfigError for the runs it refuses (see the module docstring). `warn`: name each newer
-    checkpoint skipped because it does not load."""
-    resume, given = resume_mode(cfg), given_checkpoint(cfg)
-    if given is not None:
-        return given
+    fresh), not checked against a model."""
+    given = given_checkpoint(cfg.get("ckpt_path"))
+    return given if given is not None else checkpoint_in_run_dir(cfg, output_dir, resume_mode(cfg), warn)
+
+
+def checkpoint_in_run_dir(cfg: DictConfig, output_dir: Path, resume: Optional[str], warn: bool) -> Optional[str]:
+    """With `resume=auto` the newest checkpoint in this run dir that loads (None: start fresh); refuses a dir that
+    holds a run when `resume` is null, or whose checkpoints all fail to load. `warn`: name each newer checkpoint
+    skipped because it does not load."""
     # fast_dev_run's run dir is the launch dir (conf/debug/fast_dev_run.yaml): no run there
     if (cfg.get("trainer") or {}).get("fast_dev_run"):
         if resume is not None:
@@ -123,12 +129,13 @@ class Finished:
                 f"resume=auto hydra.run.dir={output_dir}).")
 
 
-def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str]) -> Optional[Finished]:
+def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str],
+                 mode: Optional[str]) -> Optional[Finished]:
     """Whether `resume=auto` would continue a finished run. A run killed after its last checkpoint but before its
     summary is not finished: continuing it runs the final validation and writes the summary."""
     max_steps = cfg.trainer.get("max_steps", -1)
     summary_file = output_dir / SUMMARY_FILE
-    if resume_mode(cfg) != "auto" or ckpt_path is None or max_steps is None or max_steps < 0 \
+    if mode != "auto" or ckpt_path is None or max_steps is None or max_steps < 0 \
             or not summary_file.is_file():
         return None
     summary: dict[str, Any] = json.loads(summary_file.read_text())
@@ -136,6 +143,26 @@ def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str]) ->
     if min(step, summary.get("global_step", 0)) < max_steps:
         return None
     return Finished(ckpt_path, step, max_steps, summary.get("best_val_loss"))
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Where a run starts, decided once by `continuation` (for train() and for the Hydra callback GuardRunDir)."""
+    mode: Optional[str]  # resume_mode
+    ckpt_path: Optional[str]  # the checkpoint it continues (None: from step 0)
+    finished: Optional[Finished]  # resume=auto on a finished run: nothing is to be run
+
+
+def continuation(cfg: DictConfig, output_dir: Path, given: Optional[str], model_cfg: GPTConfig, fsdp: bool,
+                 warn: bool = True) -> Continuation:
+    """The checkpoint this run continues: `given` (ckpt_path's, already checked against the model by the preflight
+    pass), or with resume=auto the newest one in the run dir that loads, checked against `model_cfg` here (`fsdp`:
+    the run can load a sharded one). Raises ConfigError for the runs it refuses (see the module docstring)."""
+    mode = resume_mode(cfg)
+    ckpt_path = given if given is not None else checkpoint_in_run_dir(cfg, output_dir, mode, warn)
+    if ckpt_path is not None and given is None:
+        check_resumable(ckpt_path, model_cfg, fsdp)
+    return Continuation(mode, ckpt_path, finished_run(cfg, output_dir, ckpt_path, mode))
 
 
 def start_over(cfg: DictConfig, output_dir: Path) -> list[Path]:

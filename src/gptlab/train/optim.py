@@ -7,15 +7,16 @@ step counter and resuming lands on the same lr.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
-from hydra.utils import get_object
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from gptlab.config.rules import MUP_OPTIMIZERS, mup_refusal
+from gptlab.config.rules import mup_optimizer_refusal
+from gptlab.config.schemas import Constant, Cosine, WarmupStableDecay
+from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
 from gptlab.model.parametrization import PARAMETRIZATIONS, hidden_matrices
 
@@ -56,8 +57,9 @@ def param_groups(factory: Callable[..., Optimizer], model: nn.Module, weight_dec
     model is refused with any optimizer but Adam(W): its per-layer lrs are Adam's."""
     func = getattr(factory, "func", factory)  # a Hydra `_partial_` is a functools.partial
     cfg = getattr(model, "config", None)
-    if cfg is not None and cfg.parametrization == "mup" and func not in {get_object(t) for t in MUP_OPTIMIZERS}:
-        raise ConfigError(mup_refusal(f"{func.__module__}.{func.__qualname__}"))
+    refusal = mup_optimizer_refusal(func) if cfg is not None and cfg.parametrization == "mup" else None
+    if refusal:
+        raise ConfigError(refusal)
     return getattr(func, "param_groups", weight_decay_groups)(model, weight_decay)
 
 
@@ -90,9 +92,10 @@ def adamw(
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=fused)
 
 
-def _check_steps(total_steps: int) -> None:
-    """The schedules' own arguments come from conf/scheduler/, typed and range-checked by their schemas
-    (gptlab.config.schemas) before anything is built; `total_steps` is the trainer's."""
+def _check_schedule(schema: type, total_steps: int, **values: Any) -> None:
+    """A schedule's arguments, by the checks its config schema declares (gptlab.config.schemas): one range for each,
+    whether the schedule comes from a config or from Python."""
+    check_fields("scheduler.", values, schema)
     if total_steps < 1:
         raise ConfigError(f"the lr schedule needs trainer.max_steps >= 1 (got {total_steps}).")
 
@@ -131,7 +134,7 @@ def constant_factor(step: int, warmup_steps: int) -> float:
 def warmup_cosine(optimizer: Optimizer, total_steps: int, warmup_steps: int, min_lr_ratio: float) -> LambdaLR:
     """GPT-3's schedule: linear warmup from 0 to the peak lr over `warmup_steps`, then cosine decay to
     `min_lr_ratio` × peak at `total_steps` (GPT-3 decays to 10%), constant after that."""
-    _check_steps(total_steps)
+    _check_schedule(Cosine, total_steps, warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio)
     return LambdaLR(optimizer, lambda s: warmup_cosine_factor(s, total_steps, warmup_steps, min_lr_ratio))
 
 
@@ -143,7 +146,8 @@ def warmup_stable_decay(
     min_lr_ratio: float,
 ) -> LambdaLR:
     """Warmup, stable, decay: see `warmup_stable_decay_factor`."""
-    _check_steps(total_steps)
+    _check_schedule(WarmupStableDecay, total_steps, warmup_steps=warmup_steps, decay_fraction=decay_fraction,
+                    min_lr_ratio=min_lr_ratio)
     return LambdaLR(
         optimizer, lambda s: warmup_stable_decay_factor(s, total_steps, warmup_steps, decay_fraction, min_lr_ratio)
     )
@@ -151,5 +155,5 @@ def warmup_stable_decay(
 
 def constant(optimizer: Optimizer, total_steps: int, warmup_steps: int) -> LambdaLR:
     """Linear warmup, then the peak lr to the end (`total_steps` is accepted so every schedule is called alike)."""
-    _check_steps(total_steps)
+    _check_schedule(Constant, total_steps, warmup_steps=warmup_steps)
     return LambdaLR(optimizer, lambda s: constant_factor(s, warmup_steps))
