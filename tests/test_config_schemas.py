@@ -258,5 +258,6 @@ def test_a_schedule_is_refused_alike_from_the_config_and_from_python() -> None:
     with pytest.raises(ConfigError) as composed:
         check(cfg, ["scheduler.decay_fraction=0.0"])
     with pytest.raises(ConfigError) as built:
-        warmup_stable_decay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 10, decay_fraction=0.0)
+        warmup_stable_decay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 10,
+                            warmup_steps=0, decay_fraction=0.0, min_lr_ratio=0.0)
     assert str(composed.value) == str(built.value) == "scheduler.decay_fraction=0.0 is invalid: use a number in (0, 1]."
