@@ -23,7 +23,7 @@ from gptlab.model import GPT, GPTConfig
 from gptlab.model.alibi import ALiBi
 from gptlab.model.documents import Documents, positions_in_documents
 from gptlab.model.sparse_attention import attend
-from gptlab.runtime.parallelize import checkpoint_blocks
+from gptlab.runtime.checkpointing import checkpoint_blocks
 
 EOT = 256
 T = 24
@@ -86,7 +86,7 @@ def test_masked_gradients_flow_and_checkpointing_agrees() -> None:
         torch.manual_seed(0)
         model = GPT(GPTConfig(vocab_size=257, block_size=T, n_layer=2, n_head=2, n_embd=32, pos_emb="rope")).train()
         if checkpointing:
-            checkpoint_blocks(model)  # runtime.activation_checkpointing's effect
+            checkpoint_blocks(model, "full")  # runtime.activation_checkpointing's effect
         loss = token_losses(model, x, y, doc_ids=document_ids(x, EOT)).mean()
         loss.backward()
         grads.append([p.grad.clone() for p in model.parameters()])

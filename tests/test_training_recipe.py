@@ -14,7 +14,7 @@ from helpers import compose_tiny, load_checkpoint, train_in_process
 from gptlab.apps.build import gradient_accumulation
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig, next_token_loss
-from gptlab.runtime.parallelize import checkpoint_blocks
+from gptlab.runtime.checkpointing import checkpoint_blocks
 from gptlab.train.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups
 
 PEAK = 1.0
@@ -111,7 +111,7 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
     torch.manual_seed(0)
     cfg = dict(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.1)
     plain, ckpt = GPT(GPTConfig(**cfg)), GPT(GPTConfig(**cfg))
-    checkpoint_blocks(ckpt)  # runtime.activation_checkpointing=true
+    checkpoint_blocks(ckpt, "full")  # runtime.activation_checkpointing=true
     ckpt.load_state_dict(plain.state_dict())
     x = torch.randint(0, 13, (3, 16))
     grads = []

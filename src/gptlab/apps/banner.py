@@ -7,8 +7,11 @@ from typing import Any
 
 import lightning as L
 
-from gptlab.model import GPTConfig
+from gptlab.config.schemas import Runtime
+from gptlab.model import GPTConfig, training_flops_per_token
 from gptlab.model.accounting import padding_parameters
+from gptlab.runtime.checkpointing import hardware_flops_per_token
+from gptlab.runtime.strategies import uses_fsdp
 
 # Presets with GPT-2/3's vocabulary trained on the 257 byte ids leave ~50k embedding rows untrained.
 BYTE_TOKENIZER_HINT = "tokenizer=gpt2 (or experiment=gpt2_owt for the whole GPT-2 recipe)"
@@ -30,6 +33,17 @@ def preset_name() -> str:
     return str(HydraConfig.get().runtime.choices.get("model", "custom")) if HydraConfig.initialized() else "custom"
 
 
+def runtime_line(runtime: Runtime, model_cfg: GPTConfig, sharded: bool) -> str:
+    """How the model runs, and the FLOPs per token that MFU (the model's) and HFU (with what checkpointing
+    recomputes) count."""
+    mode, scope = runtime.checkpointing(sharded), runtime.compiled_scope(sharded)
+    model = training_flops_per_token(model_cfg)["total"]
+    hardware = hardware_flops_per_token(model_cfg, mode)
+    recomputed = f"+{hardware / model - 1:.1%} recomputed" if hardware != model else "no matmul recomputed"
+    return (f"runtime  compile {scope or 'off'}, activation checkpointing {mode}; FLOPs per token: model "
+            f"{model:,} (x_throughput/mfu), hardware {hardware:,} (x_throughput/hfu, {recomputed})")
+
+
 def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, datamodule: Any,
                  trainer: L.Trainer, tokens_per_step: int, output_dir: Path) -> list[str]:
     source_name = getattr(getattr(datamodule, "source", None), "name", None) or "?"
@@ -46,5 +60,6 @@ def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, 
         f"{trainer.max_steps:,} steps",
         f"devices  {trainer.num_devices} x {type(trainer.accelerator).__name__.replace('Accelerator', '').lower()} "
         f"per node, {trainer.num_nodes} node(s), strategy {strategy}, precision {trainer.precision}",
+        runtime_line(Runtime(**cfg.get("runtime", {})), model_cfg, uses_fsdp(cfg.trainer)),
         f"run dir  {output_dir}  (full config: config_resolved.yaml; print_config=true prints it)",
     ]

@@ -16,8 +16,8 @@ FSDP_KEYS = {
 FSDP1_KEYS = {
     "sharding_strategy": "trainer.strategy.reshard_after_forward (true: FULL_SHARD, false: SHARD_GRAD_OP)",
     "state_dict_type": "nothing: checkpoints are always sharded (a folder with one file per rank)",
-    "activation_checkpointing": "runtime.activation_checkpointing (one switch for every strategy; on under "
-                                "trainer=fsdp unless set false)",
+    "activation_checkpointing": "runtime.activation_checkpointing (one switch for every strategy; selective "
+                                "under trainer=fsdp unless set)",
 }
 
 

@@ -68,8 +68,20 @@ def monitors_name_logged_metrics(cfg: DictConfig) -> Optional[str]:
     return None
 
 
+def whole_model_compile_without_fsdp(cfg: DictConfig) -> Optional[str]:
+    """FSDP2 gathers and frees each block's weights in hooks between the blocks: a whole-model graph would break at
+    every one of them, so under trainer=fsdp the blocks are compiled one by one."""
+    runtime, strategy = cfg.get("runtime") or {}, (cfg.get("trainer") or {}).get("strategy")
+    sharded = hasattr(strategy, "get") and "fsdp" in str(strategy.get("_target_", "")).lower()
+    if sharded and runtime.get("compile_scope") == "model":
+        return ("runtime.compile_scope=model cannot run under trainer=fsdp: FSDP2 gathers each block's weights in "
+                "hooks between the blocks, which break a whole-model graph. Use runtime.compile_scope=blocks (or "
+                "null, its default there).")
+    return None
+
+
 RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, fused_step_without_loss_scaling,
-                          fsdp_strategy_keys, monitors_name_logged_metrics)
+                          fsdp_strategy_keys, monitors_name_logged_metrics, whole_model_compile_without_fsdp)
 
 
 def check_rules(cfg: DictConfig) -> None:

@@ -132,7 +132,7 @@ def _check_before_run(cfg: DictConfig) -> Checked:
         check_float8_here(resolve_accelerator(cfg.trainer.get("accelerator", "auto")))
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
         check_memory(model_cfg, cfg.data.batch_size, cfg.trainer,  # before the model's tensors are allocated
-                     activation_checkpointing=Runtime(**cfg.get("runtime", {})).activation_checkpointing)
+                     runtime=Runtime(**cfg.get("runtime", {})))
     ckpt_path = given_checkpoint(cfg)  # a file outside the run dir, so it is checked here too
     if ckpt_path is not None:
         check_resumable(ckpt_path, model_cfg, uses_fsdp(cfg.trainer))
