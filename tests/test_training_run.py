@@ -42,7 +42,8 @@ def _events(run_dir: Path) -> EventAccumulator:
 def test_scalars_are_logged(run_dir: Path) -> None:
     logged = scalars(run_dir)
     expected = {"train/loss", "val/loss", "val/ppl", "train/lr", "train/grad_norm", "x_throughput/tokens_seen",
-                "x_throughput/tokens_per_sec", "x_throughput/mfu", "x_throughput/hfu", "val_best/loss", "val/bpb", "val_best/bpb"}
+                "x_throughput/tokens_per_sec", "x_throughput/mfu", "x_throughput/hfu", "val_best/loss", "val/bpb",
+                "val_best/bpb"}
     assert expected <= set(logged)
     # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
     flops_per_token = training_flops_per_token(build_model_config(compose_tiny(run_dir, *RUN).model, 257))["total"]

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 class TokenThroughput(L.Callback):
     """Logs `x_throughput/tokens_seen` every step, and `x_throughput/tokens_per_sec` (all devices),
     `x_throughput/mfu` and `x_throughput/hfu` (per device, only where the GPU's peak FLOPs is known) averaged over
-    the last `window_size` batches. `x_`: after train/ and val/ in TensorBoard, which opens the first two groups (docs/run-outputs.md)."""
+    the last `window_size` batches.
+    `x_`: after train/ and val/ in TensorBoard, which opens the first two groups (docs/run-outputs.md)."""
 
     def __init__(self, window_size: int = 20, peak_flops: Optional[float] = None) -> None:
         self.window_size = window_size
