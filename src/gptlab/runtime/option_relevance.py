@@ -107,6 +107,8 @@ RULES: tuple[OnlyWhen, ...] = (
              says="trainer.limit_val_batches={value!r} turns validation off: no val/loss is computed, the summary's "
                   "best_val_loss stays null, and checkpoints are not chosen by val/loss (only last.ckpt is kept); "
                   "leave trainer.limit_val_batches out (1.0) or give it a number of batches > 0."),
+    OnlyWhen("runtime.compile_scope", "runtime.compile=true (on by default on CUDA GPUs only)",
+             lambda g: g("runtime.compile") is True, ("runtime.compile",)),
     *greedy_ignores("callbacks.text_samples.", ("top_k",)),
     *tasks_only("callbacks.zero_shot.", ("limit", "every_n_steps")),
 )
@@ -135,7 +137,7 @@ def neutral_defaults() -> dict[str, Any]:
     callbacks = {f"callbacks.{name}.{f.name}": f.default for name, schema in CALLBACK_SCHEMAS.items()
                  for f in dataclasses.fields(schema) if f.default is not dataclasses.MISSING}
     return {**model, **data, **callbacks, "optimizer.nesterov": False, "scheduler.warmup_steps": 0,
-            "trainer.limit_val_batches": ALL_VAL_BATCHES}
+            "trainer.limit_val_batches": ALL_VAL_BATCHES, "runtime.compile_scope": None}
 
 
 def eval_defaults() -> dict[str, Any]:
