@@ -56,9 +56,9 @@ def parallelize(model: GPT, runtime: Runtime, device: torch.device, *, mesh: Opt
         # static shapes give inductor the most to fuse. A function of the model, not a wrapper module: the
         # state_dict keys stay the model's (no `_orig_mod.`).
         return torch.compile(eager_loss_fn(model), dynamic=False)
-    if scope == "blocks" or sharded:
-        return blockwise_loss_fn(model, compile_loss=scope == "blocks")
-    return eager_loss_fn(model)
+    if scope == "blocks":
+        return blockwise_loss_fn(model)
+    return eager_loss_fn(model)  # under FSDP too: the root unit's hook gathers when the model is called
 
 
 def compile_blocks(model: GPT) -> None:
@@ -68,11 +68,11 @@ def compile_blocks(model: GPT) -> None:
         block.compile(dynamic=False)
 
 
-def blockwise_loss_fn(model: GPT, compile_loss: bool) -> LossFn:
-    """The model's forward as it is (its blocks compiled or sharded on their own), then the loss, compiled on its own
-    when `compile_loss` so that the fp32 logits are never held."""
+def blockwise_loss_fn(model: GPT) -> LossFn:
+    """The model's forward as it is (its blocks compiled, and sharded under FSDP, on their own), then the loss,
+    compiled on its own so that the fp32 logits are never held."""
     cfg = model.config
-    head_loss = torch.compile(loss_parts, dynamic=False) if compile_loss else loss_parts
+    head_loss = torch.compile(loss_parts, dynamic=False)
 
     def loss_fn(idx: torch.Tensor, targets: torch.Tensor, doc_ids: Optional[torch.Tensor] = None,
                 label_smoothing: float = 0.0, z_loss: float = 0.0) -> LossParts:
