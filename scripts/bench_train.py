@@ -21,6 +21,9 @@ overhead <= 3%.
 
 On a GPU (issue 30): GPT-2 small steps of gptlab vs the reference, eager and compiled, at --batches (tokens/s, MFU,
 peak memory); the Lightning fit vs a plain loop doing the same 0.5M-token steps; the run as a user types it.
+`--parts fsdp` (issue 31; three runs of a few minutes each): gpt3_xl under trainer=fsdp on one GPU with selective,
+full and no activation checkpointing: tokens/s, MFU, HFU and the peak memory against scripts/plan.py's estimate
+(gptlab.tools.benchmarks.fsdp_speed).
 Needs the GPT-2 ranks (scripts/fetch_gpt2_ranks.py) for the fit and typed parts.
 """
 
@@ -63,6 +66,7 @@ def bench_steps(shape_names: list[str], compiled: bool, steps: int, repeats: int
 def main_gpu(args: argparse.Namespace) -> None:
     import logging
 
+    from gptlab.tools.benchmarks.fsdp_speed import bench_fsdp
     from gptlab.tools.benchmarks.gpu_train import bench_bound, bench_fit, bench_gpu_steps, bench_typed
 
     logging.getLogger("gptlab.execution").addHandler(logging.StreamHandler())  # the attention kernel chosen
@@ -84,6 +88,9 @@ def main_gpu(args: argparse.Namespace) -> None:
     if "typed" in parts:
         sections.append(bench_typed(CONF_DIR.parent, args.typed_steps))
         print("\n".join(sections[-1]), flush=True)
+    if "fsdp" in parts:
+        sections.append(bench_fsdp(CONF_DIR.parent, args.fsdp_steps))
+        print("\n".join(sections[-1]), flush=True)
     print("\n" + "\n\n".join("\n".join(rows) for rows in sections))
     print(f"\nbench_train took {time.perf_counter() - started:.0f} s")
 
@@ -92,11 +99,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--parts", nargs="+", default=None,
-                        choices=["step", "compile", "fit", "overhead", "bound", "typed"],
-                        help="CPU: step compile fit overhead (default all); cuda: step compile bound fit typed")
+                        choices=["step", "compile", "fit", "overhead", "bound", "typed", "fsdp"],
+                        help="CPU: step compile fit overhead (default all); cuda: step compile bound fit typed "
+                        "(default), fsdp (gpt3_xl under trainer=fsdp by checkpointing mode: MFU, HFU, peak vs plan)")
     parser.add_argument("--batches", nargs="+", type=int, default=[8, 32], help="cuda: micro-batches of the steps")
     parser.add_argument("--fit-val-every", type=int, default=8, help="cuda fit: optimizer steps between validations")
     parser.add_argument("--typed-steps", type=int, default=200, help="cuda: max_steps of the typed run")
+    parser.add_argument("--fsdp-steps", type=int, default=12, help="cuda: max_steps of each gpt3_xl FSDP run")
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")

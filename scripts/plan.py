@@ -13,6 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.config.entry import main as gptlab_main
 from gptlab.config.ranges import number, positive_int
+from gptlab.config.schemas import Runtime
+from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
 from gptlab.launch.cli import user_errors_exit
 from gptlab.model import GPTConfig
@@ -39,13 +41,16 @@ def main(cfg: DictConfig) -> None:
                          ("data.batch_size", cfg.data.batch_size)):
         positive_int(field, value)
     number(0.0, 1.0, low_open=True)("mfu", cfg.mfu)
+    check_fields("runtime.", cfg.runtime, Runtime)
+    runtime = Runtime(**OmegaConf.to_container(cfg.runtime))
     vocab = hydra.utils.instantiate(cfg.tokenizer).vocab_size
     model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(cfg.model, resolve=True), vocab)
     gpus = int(cfg.trainer.devices) * int(cfg.trainer.num_nodes)
     trainer = {key: cfg.trainer.get(key) for key in ("devices", "num_nodes", "precision")}  # what memory depends on
     strategy = cfg.trainer.get("strategy")
     trainer["strategy"] = OmegaConf.to_container(strategy) if isinstance(strategy, DictConfig) else strategy
-    plan = make_plan(model_cfg, tokens, gpus, micro_batch=cfg.data.batch_size, mfu=cfg.mfu, trainer_cfg=trainer)
+    plan = make_plan(model_cfg, tokens, gpus, micro_batch=cfg.data.batch_size, mfu=cfg.mfu, trainer_cfg=trainer,
+                     runtime=runtime)
     label = "FSDP" if is_fsdp(trainer["strategy"]) else "DDP"
     print(format_plan(plan, HydraConfig.get().runtime.choices.model, cfg.mfu, label))
 

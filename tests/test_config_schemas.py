@@ -238,7 +238,7 @@ def test_runtime_flags_reach_the_model_and_module(tmp_path) -> None:
     cfg = compose_config([*TINY, "runtime.activation_checkpointing=true", "runtime.compile=true"], tmp_path)
     run = build_run(cfg, check_before_run(cfg), None)
     model, module = run.model, run.module
-    assert module.runtime.compile is True and module.runtime.checkpoints_blocks(sharded=False)
+    assert module.runtime.compile is True and module.runtime.checkpointing(sharded=False) == "full"
     assert not {"compile", "activation_checkpointing"} & set(module.hparams["model"])
     assert not vars(model).get("activation_checkpointing")  # the model keeps no runtime flag
     loss_fn = parallelize(model, module.runtime, torch.device("cpu"))  # what configure_model does
@@ -246,7 +246,7 @@ def test_runtime_flags_reach_the_model_and_module(tmp_path) -> None:
     assert all("forward" in vars(block) for block in model.blocks)  # each block's forward checkpointed in place
     plain_cfg = compose_config(TINY, tmp_path / "plain")
     plain = build_run(plain_cfg, check_before_run(plain_cfg), None)
-    assert plain.module.runtime.compile is False and not plain.module.runtime.checkpoints_blocks(sharded=False)
+    assert plain.module.runtime.compile is False and plain.module.runtime.checkpointing(sharded=False) == "none"
 
 
 def test_a_schedule_is_refused_alike_from_the_config_and_from_python() -> None:

@@ -19,7 +19,7 @@ from gptlab.data import ByteTokenizer, GPTDataModule
 from gptlab.data.documents import document_ids
 from gptlab.data.sources import BuiltinSource, TextFiles
 from gptlab.errors import ConfigError
-from gptlab.execution.parallelize import checkpoint_blocks
+from gptlab.execution.checkpointing import checkpoint_blocks
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.alibi import ALiBi
 from gptlab.model.documents import Documents, positions_in_documents
@@ -86,7 +86,7 @@ def test_masked_gradients_flow_and_checkpointing_agrees() -> None:
         torch.manual_seed(0)
         model = GPT(GPTConfig(vocab_size=257, block_size=T, n_layer=2, n_head=2, n_embd=32, pos_emb="rope")).train()
         if checkpointing:
-            checkpoint_blocks(model)  # runtime.activation_checkpointing's effect
+            checkpoint_blocks(model, "full")  # runtime.activation_checkpointing's effect
         loss = token_losses(model, x, y, doc_ids=document_ids(x, EOT)).mean()
         loss.backward()
         grads.append([p.grad.clone() for p in model.parameters()])

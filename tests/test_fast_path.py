@@ -123,9 +123,10 @@ def test_the_checkpointing_switch_is_one(tmp_path: Path) -> None:
     from gptlab.config.fsdp_keys import fsdp_key_problem
 
     assert "runtime.activation_checkpointing" in fsdp_key_problem(["activation_checkpointing"])
-    assert Runtime(compile=False).checkpoints_blocks(sharded=True)
-    assert not Runtime(compile=False).checkpoints_blocks(sharded=False)
-    assert not Runtime(compile=False, activation_checkpointing=False).checkpoints_blocks(sharded=True)
+    assert Runtime(compile=False).checkpointing(sharded=True) == "selective"
+    assert Runtime(compile=False).checkpointing(sharded=False) == "none"
+    assert Runtime(compile=False, activation_checkpointing=False).checkpointing(sharded=True) == "none"
+    assert Runtime(compile=False, activation_checkpointing=True).checkpointing(sharded=False) == "full"
 
 
 def test_padding_rows_are_not_reported_as_parameters() -> None:

@@ -20,7 +20,7 @@ from gptlab.apps.train import train
 from gptlab.atomic import atomic_write_text
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer
 from gptlab.errors import ConfigError
-from gptlab.model import GPTConfig, count_parameters
+from gptlab.model import GPTConfig, count_parameters, training_flops_per_token
 
 SHORT = [*TINY, "trainer.max_steps=6", "trainer.val_check_interval=80", "scheduler.warmup_steps=2"]
 
@@ -75,8 +75,12 @@ def test_banner_says_what_runs_where_and_not_the_whole_config(short_run) -> None
     run_dir, lines = short_run
     text = "\n".join(lines)
     assert "Resolved config" not in text and "global_batch_tokens" not in text  # the 130-line config: file only
-    params = count_parameters(GPTConfig(vocab_size=257, n_layer=1, n_head=2, n_embd=32, block_size=32))["total"]
+    cfg = GPTConfig(vocab_size=257, n_layer=1, n_head=2, n_embd=32, block_size=32)
+    params = count_parameters(cfg)["total"]
     assert f"{params:,} parameters" in text
+    flops = training_flops_per_token(cfg)["total"]  # MFU's and HFU's, equal without full checkpointing
+    assert (f"runtime  compile off, activation checkpointing none; FLOPs per token: model {flops:,} "
+            f"(x_throughput/mfu), hardware {flops:,} (x_throughput/hfu, no matmul recomputed)") in text
     for expected in ("parameters", "tokenizer bytes (257 ids)", "data pydocs", "tokens = micro-batch 4 x 32",
                      "6 steps", "strategy SingleDevice", "precision 32-true", f"run dir  {run_dir}"):
         assert expected in text, (expected, text)

@@ -192,7 +192,7 @@ def test_plan_one_unit_per_block_and_bf16_gathers(tmp_path: Path) -> None:
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16))
-        shard_gpt(model, init_device_mesh("cpu", (1,)), compile=False, param_dtype=torch.bfloat16,
+        shard_gpt(model, init_device_mesh("cpu", (1,)), param_dtype=torch.bfloat16,
                   reshard_after_forward=True)
         assert isinstance(model, FSDPModule) and all(isinstance(b, FSDPModule) for b in model.blocks)
         seen = []

@@ -47,13 +47,14 @@ def test_memory_estimate_is_the_planners_accounting() -> None:
     cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
     est = estimate_memory(cfg, 4, trainer_cfg("trainer.precision=bf16-mixed"), "gpu")
     assert est.parameters == 124_439_808
-    assert est.states == 16 * est.parameters
-    assert est.activations == activation_bytes(cfg, 4)["activations"]
+    assert est.states == 16 * est.parameters and est.buffers == 0
+    assert est.activations == activation_bytes(cfg, 4, "none", "bf16-mixed")
     fp32 = estimate_memory(cfg, 4, trainer_cfg("trainer.accelerator=cpu", "trainer=ddp", "trainer.devices=2"), "cpu")
-    assert fp32.activations == 2 * est.activations and fp32.processes == 2 and fp32.total == 2 * fp32.per_process
-    fsdp = estimate_memory(cfg, 4, trainer_cfg("trainer=fsdp"), "gpu")  # 8 shards, checkpointed blocks
-    assert fsdp.states == est.states / 8
-    assert fsdp.activations == activation_bytes(cfg, 4)["activations_checkpointed"]
+    assert fp32.activations == activation_bytes(cfg, 4, "none", "32-true") and fp32.processes == 2
+    assert fp32.total == 2 * fp32.per_process
+    fsdp = estimate_memory(cfg, 4, trainer_cfg("trainer=fsdp"), "gpu")  # 8 shards, selective checkpointing
+    assert fsdp.states == est.states / 8 and fsdp.buffers > 0
+    assert fsdp.activations == activation_bytes(cfg, 4, "selective", "bf16-mixed")
 
 
 def test_memory_guard_refuses_with_numbers_and_knobs(monkeypatch) -> None:

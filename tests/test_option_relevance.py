@@ -39,6 +39,8 @@ IGNORED = [
     (["callbacks.zero_shot.limit=20"], "callbacks.zero_shot.limit=20 has no effect: it matters only when "
                                        "callbacks.zero_shot.tasks is not empty"),
     (["callbacks.zero_shot.every_n_steps=10"], "callbacks.zero_shot.every_n_steps=10 has no effect"),
+    (["runtime.compile_scope=blocks", "runtime.compile=false"], "runtime.compile_scope='blocks' has no effect: it "
+                                                                "matters only when runtime.compile=true"),
 ]
 
 

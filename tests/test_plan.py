@@ -9,8 +9,9 @@ import pytest
 from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
 from omegaconf import OmegaConf
 
+from gptlab.config.schemas import Runtime
 from gptlab.model import GPTConfig, count_parameters
-from gptlab.preflight.planning import GPUS, activation_bytes, make_plan
+from gptlab.preflight.planning import GPUS, activation_bytes, block_bytes_per_token, make_plan
 
 GPT3_175B = dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, head_dim=128)
 
@@ -18,21 +19,26 @@ GPT3_175B = dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_emb
 def test_gpt3_175b_on_300b_tokens_matches_the_paper_and_needs_sharding() -> None:
     plan = make_plan(GPTConfig(**GPT3_175B), tokens=300e9, gpus=1024)
     assert plan.total_flops == pytest.approx(3.14e23, rel=0.05)  # GPT-3 paper, Table D.1: 3.14e23
-    assert plan.ddp["total_checkpointed"] > GPUS["H100"]["memory_bytes"]  # 16 B/param = 2.8 TB on each GPU
+    assert plan.ddp["total_full"] > GPUS["H100"]["memory_bytes"]  # 16 B/param = 2.8 TB on each GPU
     assert plan.ddp["states"] == 16 * plan.parameters
     assert plan.fsdp["states"] == pytest.approx(16 * plan.parameters / 1024)
     single = make_plan(GPTConfig(**GPT3_175B), tokens=300e9, gpus=1)
-    assert single.ddp["total_checkpointed"] > GPUS["H200"]["memory_bytes"]
+    assert single.ddp["total_full"] > GPUS["H200"]["memory_bytes"]
 
 
-def test_activation_count_is_korthikanti_for_standard_shapes() -> None:
-    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
-    acts = activation_bytes(cfg, micro_batch=2)
-    s, b, h, L = 1024, 2, 768, 12
-    logits = s * b * 50257 * 6
-    assert acts["activations"] == 34 * s * b * h * L + logits  # 34·s·b·h per layer with fused attention
-    assert acts["activations_checkpointed"] == 2 * s * b * h * L + 34 * s * b * h + logits
-    assert acts["activations_checkpointed"] < acts["activations"]
+def test_activation_terms_for_standard_shapes() -> None:
+    """With D_K = D_V = D/H and d_ff = 4D, bf16 throughout and dropout: the plain block is Korthikanti et al.'s
+    34·s·b·h (plus fp32 statistics); full keeps 2 bytes of the input; selective keeps the matmul outputs."""
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, dropout=0.1)
+    h = 768
+    stats = 4 * 12 + 16
+    assert block_bytes_per_token(cfg, "none", "bf16-true")["kept"] == 34 * h + stats
+    assert block_bytes_per_token(cfg, "full", "bf16-true")["kept"] == 2 * h
+    assert block_bytes_per_token(cfg, "selective", "bf16-true")["kept"] == 2 * h + 2 * (3 * h + h + h + 4 * h + h) + 48
+    mixed = block_bytes_per_token(cfg, "none", "bf16-mixed")["kept"]
+    assert mixed == 34 * h + stats + 2 * 2 * h  # autocast keeps the residual stream, the norms' inputs, in fp32
+    acts = {mode: activation_bytes(cfg, 2, mode) for mode in ("none", "selective", "full")}
+    assert acts["full"] < acts["selective"] < acts["none"]
 
 
 def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
@@ -56,6 +62,8 @@ def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
     ["model=gpt2_small"],  # the default trainer: one process, fp32, data.batch_size=32
     ["model=gpt2_small", "trainer=ddp", "trainer.devices=8", "data.batch_size=4"],
     ["model=gpt2_small", "trainer=fsdp", "trainer.devices=8"],
+    ["model=gpt2_small", "trainer=fsdp", "trainer.devices=8", "runtime.activation_checkpointing=true"],
+    ["model=gpt2_small", "runtime.compile=false"],
 ])
 def test_the_plan_counts_the_bytes_trains_memory_check_counts(overrides: list[str]) -> None:
     """The planner's column for the run's own strategy is train's check at the run's micro-batch and precision
@@ -65,13 +73,17 @@ def test_the_plan_counts_the_bytes_trains_memory_check_counts(overrides: list[st
 
     train = compose_config(overrides, "/tmp/plan-run")
     model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(train.model, resolve=True), 256)
-    expected = estimate_memory(model_cfg, train.data.batch_size, train.trainer, "gpu").per_process
+    runtime = Runtime(**{**OmegaConf.to_container(train.runtime), "compile": True})  # plan.yaml: a GPU run's
+    if "runtime.compile=false" in overrides:
+        runtime = Runtime(**OmegaConf.to_container(train.runtime))
+    expected = estimate_memory(model_cfg, train.data.batch_size, train.trainer, "gpu", runtime).per_process
     plan_cfg = compose_config([*overrides, "tokens=1e9"], config_name="plan")
     trainer = {key: plan_cfg.trainer.get(key) for key in ("devices", "num_nodes", "precision")}
     trainer["strategy"] = OmegaConf.to_container(plan_cfg.trainer.strategy) \
         if hasattr(plan_cfg.trainer.strategy, "keys") else plan_cfg.trainer.strategy
     gpus = int(trainer["devices"]) * int(trainer["num_nodes"])
-    plan = make_plan(model_cfg, 1e9, gpus, micro_batch=plan_cfg.data.batch_size, trainer_cfg=trainer)
+    plan = make_plan(model_cfg, 1e9, gpus, micro_batch=plan_cfg.data.batch_size, trainer_cfg=trainer,
+                     runtime=Runtime(**OmegaConf.to_container(plan_cfg.runtime)))
     own = plan.fsdp if is_fsdp(trainer["strategy"]) else plan.ddp
     assert own["total"] == expected
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import compose_config
 from omegaconf import OmegaConf
 
+from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.preflight import guards
@@ -37,8 +38,8 @@ def machine_checks(overrides: list[str], free: float) -> None:
     cfg = compose_config(overrides, Path("/tmp/suggestions-run"))
     guards.check_devices(cfg.trainer)
     model_cfg = GPTConfig.for_tokenizer(OmegaConf.to_container(cfg.model, resolve=True), 256)
-    checkpointing = bool(cfg.get("runtime", {}).get("activation_checkpointing", False))
-    guards.check_memory(model_cfg, cfg.data.batch_size, cfg.trainer, free=free, activation_checkpointing=checkpointing)
+    runtime = Runtime(**OmegaConf.to_container(cfg.get("runtime", {}), resolve=True))
+    guards.check_memory(model_cfg, cfg.data.batch_size, cfg.trainer, free=free, runtime=runtime)
 
 
 def refusal(overrides: list[str], free: float) -> str | None:

@@ -95,4 +95,4 @@ def test_fsdp_trainer_composes_into_fsdp2(tmp_path: Path) -> None:
     assert cfg.trainer.precision == "bf16-mixed" and cfg.trainer.strategy.reshard_after_forward is True
     strategy = hydra.utils.instantiate(cfg.trainer.strategy)
     assert isinstance(strategy, ModelParallelStrategy)
-    assert Runtime(**cfg.runtime).checkpoints_blocks(sharded=True)  # checkpointing on under FSDP by default
+    assert Runtime(**cfg.runtime).checkpointing(sharded=True) == "selective"  # FSDP's default

@@ -16,7 +16,7 @@ from gptlab.apps.build import gradient_accumulation
 from gptlab.config.schemas import Cosine, WarmupStableDecay
 from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
-from gptlab.execution.parallelize import checkpoint_blocks
+from gptlab.execution.checkpointing import checkpoint_blocks
 from gptlab.model import GPT, GPTConfig, next_token_loss
 from gptlab.train.optim import constant, warmup_cosine, warmup_stable_decay, weight_decay_groups
 
@@ -117,7 +117,7 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
     torch.manual_seed(0)
     cfg = dict(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.1)
     plain, ckpt = GPT(GPTConfig(**cfg)), GPT(GPTConfig(**cfg))
-    checkpoint_blocks(ckpt)  # runtime.activation_checkpointing=true
+    checkpoint_blocks(ckpt, "full")  # runtime.activation_checkpointing=true
     ckpt.load_state_dict(plain.state_dict())
     x = torch.randint(0, 13, (3, 16))
     grads = []

@@ -13,13 +13,14 @@ from helpers import TINY, compose_tiny, run_script, scalars, train_in_process
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from gptlab.execution.checkpointing import hardware_flops_per_token
 from gptlab.model import training_flops_per_token
 from gptlab.preflight.early_checks import build_model_config
 from gptlab.runs.run_dir import event_files
 
 PEAK_FLOPS = 1e12  # the override a user sets for a device gptlab's table lacks: here the CPU, so the MFU path runs
 RUN = ["trainer.max_steps=10", "trainer.val_check_interval=5", "global_batch_tokens=256",  # 2 x 4 x 32
-       f"callbacks.throughput.peak_flops={PEAK_FLOPS}"]
+       f"callbacks.throughput.peak_flops={PEAK_FLOPS}", "runtime.activation_checkpointing=true"]
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +42,18 @@ def _events(run_dir: Path) -> EventAccumulator:
 def test_scalars_are_logged(run_dir: Path) -> None:
     logged = scalars(run_dir)
     expected = {"train/loss", "val/loss", "val/ppl", "train/lr", "train/grad_norm", "x_throughput/tokens_seen",
-                "x_throughput/tokens_per_sec", "x_throughput/mfu", "val-best/loss", "val/bpb", "val-best/bpb"}
+                "x_throughput/tokens_per_sec", "x_throughput/mfu", "x_throughput/hfu", "val-best/loss", "val/bpb",
+                "val-best/bpb"}
     assert expected <= set(logged)
     # MFU = model FLOPs per second / peak; tokens/s and MFU come from the same window.
     flops_per_token = training_flops_per_token(build_model_config(compose_tiny(run_dir, *RUN).model, 257))["total"]
+    # HFU counts what full activation checkpointing recomputes too: one more forward of the blocks.
+    hardware = hardware_flops_per_token(build_model_config(compose_tiny(run_dir, *RUN).model, 257), "full")
+    assert hardware > flops_per_token
     for step, mfu in logged["x_throughput/mfu"].items():
         tokens_per_sec = logged["x_throughput/tokens_per_sec"][step]
         assert mfu == pytest.approx(tokens_per_sec * flops_per_token / PEAK_FLOPS, rel=1e-4)
+        assert logged["x_throughput/hfu"][step] == pytest.approx(tokens_per_sec * hardware / PEAK_FLOPS, rel=1e-4)
     assert sorted(logged["train/loss"]) == list(range(1, 11))  # one per optimizer step, at the steps done
     # 2 micro-batches of 4 x 32 tokens accumulated per step (derived from global_batch_tokens=256).
     assert logged["x_throughput/tokens_seen"][10] == 10 * 256

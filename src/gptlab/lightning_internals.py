@@ -79,6 +79,12 @@ PRIVATE = (
                          ("_last_checkpoint_saved", "mark_last_checkpoint_saved"),
                          ("_last_global_step_saved", "last_global_step_saved"),
                          ("_enable_version_counter", "version_counter_enabled"))),
+    *(Private(f"torch:ops.aten.{name}", "matmul_and_attention_ops",
+              "a kernel whose output selective activation checkpointing keeps (execution/checkpointing.py): "
+              "float8's scaled matmul and SDPA's fused attention are private aten ops")
+      for name in ("_scaled_mm", "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                   "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                   "_flash_attention_forward", "_efficient_attention_forward")),
 )
 
 # In a Lightning checkpoint: where the fit loop keeps its per-epoch batch counters (runs/relayout.py moves them).
@@ -173,6 +179,17 @@ def sdpa_priority_order() -> list[int]:
     import torch
 
     return list(torch._C._get_sdp_priority_order())
+
+
+def matmul_and_attention_ops() -> frozenset[Any]:
+    """The aten ops (their default overloads) that do a block's matmul FLOPs: the public matmuls and the private
+    scaled-matmul and fused-attention kernels, those present in this build of torch."""
+    import torch
+
+    aten = torch.ops.aten
+    names = ("mm", "addmm", "bmm", "baddbmm",
+             *(e.path.rpartition(".")[2] for e in PRIVATE if e.used_by == "matmul_and_attention_ops"))
+    return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
 
 
 # ---- ModelCheckpoint's bookkeeping of last.ckpt

@@ -7,7 +7,7 @@ from __future__ import annotations
 LOGGED = (
     "train/loss", "train/lr", "train/grad_norm", "train/z_loss", "train/skipped_steps",
     "val/loss", "val/ppl", "val/bpb", "val-best/loss", "val-best/bpb",
-    "x_throughput/tokens_seen", "x_throughput/tokens_per_sec", "x_throughput/mfu",
+    "x_throughput/tokens_seen", "x_throughput/tokens_per_sec", "x_throughput/mfu", "x_throughput/hfu",
 )
 PER_SOURCE = ("val/loss/", "val/bpb/")  # + the name of a mixture's source (data.source.sources)
 

@@ -7,7 +7,9 @@ from typing import Any
 
 import lightning as L
 
-from gptlab.model import GPTConfig
+from gptlab.config.schemas import Runtime
+from gptlab.execution.checkpointing import hardware_flops_per_token
+from gptlab.model import GPTConfig, training_flops_per_token
 from gptlab.model.accounting import padding_parameters
 
 # Presets with GPT-2/3's vocabulary trained on the 257 byte ids leave ~50k embedding rows untrained.
@@ -30,8 +32,21 @@ def preset_name() -> str:
     return str(HydraConfig.get().runtime.choices.get("model", "custom")) if HydraConfig.initialized() else "custom"
 
 
+def runtime_line(runtime: Runtime, model_cfg: GPTConfig, sharded: bool) -> str:
+    """How the model runs, and the FLOPs per token that MFU (the model's) and HFU (with what checkpointing
+    recomputes) count."""
+    mode, scope = runtime.checkpointing(sharded), runtime.compiled_scope(sharded)
+    model = training_flops_per_token(model_cfg)["total"]
+    hardware = hardware_flops_per_token(model_cfg, mode)
+    recomputed = f"+{hardware / model - 1:.1%} recomputed" if hardware != model else "no matmul recomputed"
+    return (f"runtime  compile {scope or 'off'}, activation checkpointing {mode}; FLOPs per token: model "
+            f"{model:,} (x_throughput/mfu), hardware {hardware:,} (x_throughput/hfu, {recomputed})")
+
+
 def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, datamodule: Any,
-                 trainer: L.Trainer, tokens_per_step: int, output_dir: Path) -> list[str]:
+                 trainer: L.Trainer, tokens_per_step: int, output_dir: Path, runtime: Runtime,
+                 sharded: bool) -> list[str]:
+    """`runtime`, `sharded`: as the preflight pass decided them (early_checks.Checked), not read again."""
     source_name = getattr(getattr(datamodule, "source", None), "name", None) or "?"
     strategy = type(trainer.strategy).__name__.replace("Strategy", "") or "single device"
     padding = padding_parameters(model_cfg)
@@ -46,5 +61,6 @@ def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, 
         f"{trainer.max_steps:,} steps",
         f"devices  {trainer.num_devices} x {type(trainer.accelerator).__name__.replace('Accelerator', '').lower()} "
         f"per node, {trainer.num_nodes} node(s), strategy {strategy}, precision {trainer.precision}",
+        runtime_line(runtime, model_cfg, sharded),
         f"run dir  {output_dir}  (full config: config_resolved.yaml; print_config=true prints it)",
     ]

@@ -44,7 +44,7 @@ def write_setup_files(cfg: DictConfig, output_dir: Path, checked: Checked, run: 
                            (cfg.get("paths") or {}).get("log_dir"))
     save_resolved_config(cfg, output_dir)
     for line in banner_lines(cfg, checked.model_cfg, run.model.num_parameters(), checked.tokenizer, run.datamodule,
-                             run.trainer, run.tokens_per_step, output_dir):
+                             run.trainer, run.tokens_per_step, output_dir, checked.runtime, checked.fsdp):
         log.info(line)
 
 

@@ -3,7 +3,8 @@
 `${gptlab.on_cuda:A,B}` is A when the run's trainer.accelerator resolves to a CUDA GPU (gpu, cuda, or auto on a
 machine that has one) and B otherwise. The defaults that use it, each turned off by setting the key:
 
-    runtime.compile          true on CUDA: the model with its loss as one compiled graph (execution/parallelize.py)
+    runtime.compile          true on CUDA: the model with its loss as one compiled graph, or block by block under
+                             trainer=fsdp (runtime.compile_scope; execution/parallelize.py)
     model.pad_vocab_to       64 on CUDA: 50257 -> 50304 rows, matmuls on multiples of 64 (padding rows never
                              enter the loss, sampling or exports, and are not counted as parameters)
     trainer.precision        `${gptlab.cuda_precision:}`: bf16-mixed on a GPU with bf16 (Ampere and later),

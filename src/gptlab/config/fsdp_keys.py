@@ -17,8 +17,8 @@ FSDP_KEYS = {
 FSDP1_KEYS = {
     "sharding_strategy": "trainer.strategy.reshard_after_forward (true: FULL_SHARD, false: SHARD_GRAD_OP)",
     "state_dict_type": "nothing: checkpoints are always sharded (a folder with one file per rank)",
-    "activation_checkpointing": "runtime.activation_checkpointing (one switch for every strategy; on under "
-                                "trainer=fsdp unless set false)",
+    "activation_checkpointing": "runtime.activation_checkpointing (one switch for every strategy; selective "
+                                "under trainer=fsdp unless set)",
 }
 
 
@@ -50,7 +50,7 @@ def fsdp_strategy_keys(cfg: Any) -> Optional[str]:
 
 def uses_fsdp(trainer_cfg: Any) -> bool:
     """Whether a composed `trainer` group runs under gptlab's trainer=fsdp (sharded checkpoints, blocks checkpointed
-    unless runtime.activation_checkpointing=false)."""
+    selectively unless runtime.activation_checkpointing is set)."""
     strategy = trainer_cfg.get("strategy") if trainer_cfg is not None else None
     return hasattr(strategy, "get") and strategy.get("_target_") == FSDP_TARGET
 

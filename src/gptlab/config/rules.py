@@ -97,9 +97,20 @@ def monitors_name_logged_metrics(cfg: DictConfig) -> Optional[str]:
     return None
 
 
+def whole_model_compile_without_fsdp(cfg: DictConfig) -> Optional[str]:
+    """FSDP2 gathers and frees each block's weights in hooks between the blocks: a whole-model graph would break at
+    every one of them, so under trainer=fsdp the blocks are compiled one by one."""
+    runtime = cfg.get("runtime") or {}
+    if is_fsdp((cfg.get("trainer") or {}).get("strategy")) and runtime.get("compile_scope") == "model":
+        return ("runtime.compile_scope=model cannot run under trainer=fsdp: FSDP2 gathers each block's weights in "
+                "hooks between the blocks, which break a whole-model graph. Use runtime.compile_scope=blocks (or "
+                "null, its default there).")
+    return None
+
+
 RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, muon_needs_whole_matrices,
                           fused_step_without_loss_scaling, fsdp_strategy_keys, ckpt_path_or_resume,
-                          monitors_name_logged_metrics)
+                          monitors_name_logged_metrics, whole_model_compile_without_fsdp)
 
 
 def check_rules(cfg: DictConfig) -> None:

@@ -25,12 +25,20 @@ class Runtime:
     model in one place, gptlab.execution.parallelize."""
 
     compile: bool = setting(
-        "${gptlab.on_cuda:true,false}", "torch.compile the model together with its loss (per block under "
-        "trainer=fsdp); on by default on CUDA GPUs, off on CPU (the first steps are slow while it compiles)",
-        c.boolean)
-    activation_checkpointing: Optional[bool] = setting(
-        None, "recompute each block in backward: less memory, ~1/3 more compute; null = on under trainer=fsdp, off "
-        "otherwise", c.optional(c.boolean))
+        "${gptlab.on_cuda:true,false}", "torch.compile the model and its loss (runtime.compile_scope says in which "
+        "graphs); on by default on CUDA GPUs, off on CPU (the first steps are slow while it compiles)", c.boolean)
+    compile_scope: Optional[str] = setting(
+        None, "what one compiled graph covers: model = the model and its loss as one graph (inductor fuses across "
+        "blocks and into the loss); blocks = each block on its own, all identical blocks sharing one compiled code, "
+        "and the loss on its own (no fp32 logits either way); null = blocks under trainer=fsdp (FSDP2's gathers "
+        "run between the blocks, outside the graphs), model otherwise", c.optional(c.choice("model", "blocks")))
+    activation_checkpointing: Any = setting(
+        None, "what each block keeps for backward: false = everything; true = only its input, the whole block "
+        "recomputed (~1/3 more block compute); selective = its matmul and attention outputs, only the elementwise "
+        "ops recomputed (no matmul FLOPs; about a third less activation memory than false); null = selective under "
+        "trainer=fsdp (most of its speed, and train's memory check proposes true where it does not fit), false "
+        "otherwise", c.optional(c.either(c.boolean, c.choice("selective"), wanted="use true, false, selective or "
+                                                                               "null")))
     attention_backend: str = setting(
         "auto", "SDPA's kernel for dense causal attention on CUDA: auto = the fastest of cudnn, flash and efficient, "
         "measured at the model's shape when training starts; or one of them, or math; no effect on CPU",
@@ -39,9 +47,25 @@ class Runtime:
         False, "float8 matmuls in training (torchao; pip install torchao) for the Linear layers whose dims are "
         "multiples of 16, the head excepted: GPUs of compute capability >= 8.9 (H100, H200) only", c.boolean)
 
-    def checkpoints_blocks(self, sharded: bool) -> bool:
-        """activation_checkpointing with its null resolved: on under FSDP (models that need sharding need it too)."""
-        return sharded if self.activation_checkpointing is None else bool(self.activation_checkpointing)
+    def checkpointing(self, sharded: bool) -> str:
+        """"none" | "full" | "selective": activation_checkpointing with its null resolved."""
+        return checkpoint_mode(self.activation_checkpointing, sharded)
+
+    def compiled_scope(self, sharded: bool) -> Optional[str]:
+        """None (compile off) | "model" | "blocks": compile_scope with its null resolved."""
+        if not self.compile:
+            return None
+        return self.compile_scope or ("blocks" if sharded else "model")
+
+
+def checkpoint_mode(activation_checkpointing: Any, sharded: bool) -> str:
+    """runtime.activation_checkpointing as a mode, null resolved (selective under FSDP): the one rule that
+    parallelize, the planner and train's memory check all follow."""
+    if activation_checkpointing is None:
+        return "selective" if sharded else "none"
+    if activation_checkpointing == "selective":
+        return "selective"
+    return "full" if activation_checkpointing else "none"
 
 
 @dataclass

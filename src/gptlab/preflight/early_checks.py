@@ -111,7 +111,7 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     parameters = count_parameters(model_cfg)["total"]
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
         check_memory(model_cfg, cfg.data.batch_size, cfg.trainer,  # before the model's tensors are allocated
-                     activation_checkpointing=decided.runtime.activation_checkpointing, parameters=parameters)
+                     runtime=decided.runtime, parameters=parameters)
     given = given_checkpoint(cfg.get("ckpt_path"))  # a file outside the run dir, so it is checked here too
     if given is not None:
         check_resumable(given, model_cfg, decided.fsdp)

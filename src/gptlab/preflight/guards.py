@@ -9,10 +9,12 @@ module-level functions so tests can replace them.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Optional
 
 import torch
 
+from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.preflight.planning import (  # noqa: F401  (the estimate lives with the planner: one accounting for both)
@@ -86,26 +88,29 @@ def fsdp_gpus(est: MemoryEstimate, accelerator: str, free: float) -> int:
     if accelerator == "cpu" or est.sharded_over != 1:
         return 0
     for gpus in range(2, gpu_count() + 1):
-        if est.states / gpus + est.activations + PROCESS_OVERHEAD_BYTES <= free:
+        if est.states / gpus + est.buffers + est.activations + PROCESS_OVERHEAD_BYTES <= free:
             return gpus
     return 0
 
 
 def check_memory(
     model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
-    activation_checkpointing: Optional[bool] = None, parameters: Optional[int] = None,
+    runtime: Optional[Runtime] = None, parameters: Optional[int] = None,
 ) -> MemoryEstimate:
-    """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory."""
+    """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory. `runtime`: the run's
+    (checkpointing and compile change the activations; the planner counts the same bytes); `parameters`: the
+    model's count, computed once by the preflight pass."""
     accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))
-    est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, activation_checkpointing, parameters)
+    est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, runtime, parameters)
     free = free_bytes(accelerator) if free is None else free
     if est.total > free:
         where = "free RAM" if accelerator == "cpu" else "free memory on GPU 0"
-        fits = fitting_micro_batch(model_cfg, micro_batch, trainer_cfg, accelerator, activation_checkpointing, free)
+        fits = fitting_micro_batch(model_cfg, micro_batch, trainer_cfg, accelerator, runtime, free, est.parameters)
         knobs = [] if fits is None else \
             [f"data.batch_size={fits} (micro-batch; global_batch_tokens keeps the step)"]
-        if not activation_checkpointing:
-            checkpointed = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, True)
+        if est.checkpointing != "full":
+            full = replace(runtime or Runtime(compile=False), activation_checkpointing=True)
+            checkpointed = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, full, est.parameters)
             knobs.append(f"runtime.activation_checkpointing=true (about {checkpointed.total / GB:,.1f} GB)")
         gpus = fsdp_gpus(est, accelerator, free)
         if gpus:
@@ -115,8 +120,10 @@ def check_memory(
         raise ConfigError(
             f"this run needs about {est.total / GB:,.1f} GB but {where} is {free / GB:,.1f} GB: "
             f"{est.processes} process(es) x {est.per_process / GB:,.1f} GB (weights+grads+Adam states "
-            f"{est.states / GB:,.1f} GB for {est.parameters:,} parameters, activations {est.activations / GB:,.1f} GB "
-            f"for micro-batch {micro_batch} x block_size {model_cfg.block_size}, "
+            f"{est.states / GB:,.1f} GB for {est.parameters:,} parameters, "
+            + (f"FSDP's gathered buffers {est.buffers / GB:,.1f} GB, " if est.buffers else "")
+            + f"activations {est.activations / GB:,.1f} GB for micro-batch {micro_batch} x block_size "
+            f"{model_cfg.block_size} with activation checkpointing {est.checkpointing}, "
             f"runtime {PROCESS_OVERHEAD_BYTES / GB:.1f} GB). To make it fit: {'; '.join(knobs)}. "
             "check_memory=false skips this check."
         )

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.config.callbacks import TextSamples, ZeroShotEval
 from gptlab.config.copies import default_of
 from gptlab.config.fields import schema_fields
-from gptlab.config.schemas import Data, Trainer
+from gptlab.config.schemas import Data, Runtime, Trainer
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.generation import SamplingOptions
@@ -29,7 +29,7 @@ from gptlab.model.sparse_attention import is_sparse
 Get = Callable[[str], Any]  # a dotted key of the train config -> its value (None if absent)
 # trainer.limit_val_batches that asks for nothing: every validation batch, its schema's default.
 ALL_VAL_BATCHES = default_of(schema_fields(Trainer)["limit_val_batches"])
-SCHEMAS = {"data": Data, "callbacks.text_samples": TextSamples, "callbacks.zero_shot": ZeroShotEval}
+SCHEMAS = {"data": Data, "runtime": Runtime, "callbacks.text_samples": TextSamples, "callbacks.zero_shot": ZeroShotEval}
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,8 @@ RULES: tuple[OnlyWhen, ...] = (
              says="trainer.limit_val_batches={value!r} turns validation off: no val/loss is computed, the summary's "
                   "best_val_loss stays null, and checkpoints are not chosen by val/loss (only last.ckpt is kept); "
                   "leave trainer.limit_val_batches out (1.0) or give it a number of batches > 0."),
+    OnlyWhen("runtime.compile_scope", "runtime.compile=true (on by default on CUDA GPUs only)",
+             lambda g: g("runtime.compile") is True, ("runtime.compile",)),
     *greedy_ignores("callbacks.text_samples.", ("top_k",)),
     *tasks_only("callbacks.zero_shot.", ("limit", "every_n_steps")),
 )

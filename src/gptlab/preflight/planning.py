@@ -2,19 +2,25 @@
 here is the one train's memory check compares with the machine (gptlab.preflight.guards), so the planner and the
 check give the same bytes for the same config.
 
-Memory follows the usual mixed-precision accounting (ZeRO, Rajbhandari et al. 2020): 16 bytes per parameter of
-weights, gradients and Adam's two moments (Lightning keeps fp32 master weights under bf16 autocast).
-DDP replicates all of it on every GPU; FSDP (ZeRO-3) divides it by the number of GPUs. Activations follow
-Korthikanti et al. 2022 ("Reducing Activation Recomputation"), generalised to D_K, D_V and d_ff that are not
-tied to D, with fused attention (SDPA/flash) so no T x T score matrix is stored.
+Memory per process = states + FSDP's gathered buffers + activations + the runtime (docs/fsdp.md "How much memory",
+where every term is written out):
+- states: 16 bytes per parameter (fp32 weights, fp32 gradients, Adam's two fp32 moments; Lightning and FSDP2 keep
+  fp32 master weights under bf16 autocast), divided by the ranks under FSDP (ZeRO-3), whole under DDP;
+- FSDP's buffers: the gathered (bf16 under bf16-mixed) weights of the root unit and of two blocks (the one running
+  and the one prefetched), and one block's unsharded gradients with their fp32 copy for the reduce-scatter;
+- activations: what the blocks keep for backward under runtime.activation_checkpointing (none, full, selective;
+  each term counted from the ops that save it, checked against a CPU measurement in tests/test_memory_estimate.py),
+  the working set of the block whose backward runs, or the head and loss at the start of backward, whichever is
+  larger. Fused attention (SDPA/flash) stores no T x T score matrix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from gptlab.config.fsdp_keys import is_fsdp
+from gptlab.config.schemas import Runtime
 from gptlab.execution.peak_flops import lookup
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
@@ -22,7 +28,6 @@ from gptlab.model.accounting import count_parameters, training_flops_per_token
 # The GPUs a plan is priced on: dense bf16 peak and memory from the one peak table MFU uses (execution/peak_flops.py).
 GPUS = {kind: {"peak_flops": lookup(f"NVIDIA {kind}").bf16, "memory_bytes": lookup(f"NVIDIA {kind}").memory_bytes}
         for kind in ("A100", "H100", "H200")}
-BYTES_PER_PARAM = {"weights": 2, "gradients": 2, "optimizer": 12}  # bf16, bf16, fp32 master + m + v (doctor's split)
 GB = 1e9
 PROCESS_OVERHEAD_BYTES = 0.6 * GB  # the Python + torch + Lightning runtime of one process, measured ~0.5-0.6 GB
 # fp32 weights, fp32 grads and Adam's two fp32 moments: 16 bytes a parameter, also under mixed precision
@@ -39,45 +44,93 @@ class Plan:
     gpus: int
     block_size: int
     micro_batch: int
-    ddp: dict[str, float]  # bytes per GPU by part (estimate_memory's), at the run's micro-batch and precision
-    fsdp: dict[str, float]
+    ddp: dict[str, Any]  # bytes per GPU by part (estimate_memory's), at the run's micro-batch and precision
+    fsdp: dict[str, Any]
     days: dict[str, float]  # by GPU kind, at the given MFU
 
 
-def activation_bytes(cfg: GPTConfig, micro_batch: int) -> dict[str, float]:
-    """Bytes of activations kept for backward, per GPU, for one micro-batch of full-length sequences."""
+def dtype_bytes(precision: Any) -> tuple[int, int]:
+    """(bytes of a matmul activation, bytes of the residual stream) under a trainer.precision: bf16/fp16 autocast
+    runs the matmuls in 2 bytes and keeps the residual stream (and the norms) in fp32; *-true runs all in its dtype."""
+    text = str(precision or "32-true")
+    if text.endswith("-mixed"):
+        return 2, 4
+    return (2, 2) if text.startswith(("bf16", "16")) else (4, 4)
+
+
+def block_bytes_per_token(cfg: GPTConfig, mode: str, precision: Any) -> dict[str, float]:
+    """Bytes per token one block keeps for backward under checkpointing `mode` ("kept"), and the bytes its own
+    backward adds while it runs ("working"), for the pre-LN GPT block (attention, then an MLP of two layers).
+    With a = matmul bytes, r = residual bytes, q = H·D_K, v = H·D_V, f = the first MLP layer's width (d_ff, 2·d_ff
+    when gated):
+      none:      2D·r (the two norms' inputs) + 2D·a (their outputs, the matmuls' inputs) + (2q+v)·a (Q, K, V)
+                 + v·a (attention output) + (f + d_ff)·a (the first MLP layer's output and the activation's)
+                 + 2D (dropout masks, one byte each, when model.dropout > 0) + fp32 norm statistics and logsumexp;
+      selective: D·r (the block's input) + the outputs of its matmuls and of its attention kernel: (2q+v)·a + v·a
+                 + D·a (attention projection) + f·a + D·a (second MLP layer) + fp32 logsumexp;
+      full:      D·r (the block's input).
+    working = what backward recomputes (none's bytes less what the mode kept besides the input) + the gradients in
+    flight (2D·r for the residual stream, f·a for the MLP's hidden layer)."""
+    a, r = dtype_bytes(precision)
+    D, q, v = cfg.n_embd, cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
+    first = cfg.d_ff * (2 if cfg.gated else 1)  # a gated MLP's first layer is twice as wide: [A ‖ B]
+    stats = 4 * cfg.n_head + 2 * 2 * 4  # attention's logsumexp per head; each norm's mean and 1/std, fp32
+    masks = 2 * D if cfg.dropout > 0 else 0
+    none = 2 * D * r + 2 * D * a + (2 * q + v) * a + v * a + (first + cfg.d_ff) * a + masks + stats
+    kept = {"none": none,
+            "selective": D * r + (2 * q + v) * a + v * a + D * a + first * a + D * a + 4 * cfg.n_head,
+            "full": D * r}[mode]
+    recomputed = 0 if mode == "none" else none - (kept - D * r)
+    return {"kept": float(kept), "working": float(recomputed + 2 * D * r + first * a)}
+
+
+def head_bytes_per_token(cfg: GPTConfig, precision: Any, compiled_loss: bool) -> float:
+    """Bytes per token of the head and loss at the start of backward. Eager: the fp32 log-softmax it saved, the
+    gradient flowing into it and the logits' fp32 gradient (3 fp32 copies of the V logits), plus the final norm's
+    input and output. Compiled (runtime.compile, either scope): the logits in the matmul dtype and their gradient;
+    the fp32 copies are never held (GPT-2 small on an H200 agrees: docs/fsdp.md)."""
+    a, r = dtype_bytes(precision)
+    per_logit = 2 * a if compiled_loss else 3 * 4
+    return cfg.padded_vocab_size * per_logit + cfg.n_embd * (r + a)
+
+
+def activation_bytes(cfg: GPTConfig, micro_batch: int, mode: str = "none", precision: Any = "bf16-mixed",
+                     compiled: bool = False) -> float:
+    """Peak bytes of activations per process for one micro-batch of full-length sequences: every block's kept bytes,
+    plus the larger of the working block and the head (they are not alive at once: the head's gradients are freed
+    before the last block's backward starts). `compiled`: runtime.compile on (either scope): inductor's partitioner
+    keeps the matmul and attention outputs and recomputes the elementwise ops in backward, so a compiled block
+    without checkpointing keeps what a selective one keeps (GPT-2 small on an H200: docs/fsdp.md)."""
     tokens = micro_batch * cfg.block_size
-    q, v = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
-    # Per token per block, bf16: two LayerNorm inputs and outputs (8D), Q and K (4q), V and the attention
-    # output (4v), the MLP's two hidden activations (4 d_ff), two dropout masks (2D, one byte each).
-    # With q = v = D and d_ff = 4D this is Korthikanti's 34·D.
-    per_block = tokens * (10 * cfg.n_embd + 4 * q + 4 * v + 4 * cfg.d_ff)
-    logits = tokens * cfg.padded_vocab_size * 6  # bf16 logits and their fp32 softmax for the loss
-    full = cfg.n_layer * per_block + logits
-    # Checkpointing keeps each block's bf16 input and recomputes one block at a time in backward.
-    checkpointed = cfg.n_layer * tokens * 2 * cfg.n_embd + per_block + logits
-    return {"activations": float(full), "activations_checkpointed": float(checkpointed)}
+    block = block_bytes_per_token(cfg, "selective" if compiled and mode == "none" else mode, precision)
+    head = head_bytes_per_token(cfg, precision, compiled)
+    return tokens * (cfg.n_layer * block["kept"] + max(head, block["working"]))
 
 
-def memory_per_gpu(n_params: int, shards: int, activations: dict[str, float]) -> dict[str, float]:
-    states = {part: n_params * nbytes / shards for part, nbytes in BYTES_PER_PARAM.items()}
-    states.update(activations)
-    states["total"] = sum(states[p] for p in BYTES_PER_PARAM) + activations["activations"]
-    states["total_checkpointed"] = sum(states[p] for p in BYTES_PER_PARAM) + activations["activations_checkpointed"]
-    return states
+def fsdp_buffer_bytes(cfg: GPTConfig, precision: Any) -> float:
+    """FSDP2's unsharded buffers on each rank (also on one rank): the root unit's gathered weights (embeddings, final
+    norm; kept through backward), two blocks' gathered weights (the running one and the prefetched one) and one
+    block's unsharded gradients with the fp32 copy reduce-scatter sends."""
+    counts = count_parameters(cfg)
+    block = (counts["attention"] + counts["mlp"] + counts["norm"]) / cfg.n_layer
+    root = counts["total"] - block * cfg.n_layer
+    a, _ = dtype_bytes(precision)
+    return (root + 2 * block) * a + block * (a + 4)
 
 
 @dataclass
 class MemoryEstimate:
     parameters: int
     states: float  # weights, gradients and optimizer states held by one process
-    activations: float  # kept for backward, for one micro-batch
+    buffers: float  # FSDP's gathered weights and unsharded gradients (0 without FSDP)
+    activations: float  # kept for backward, for one micro-batch, at the peak
     processes: int  # processes sharing the memory compared against (CPU: all ranks of the node; GPU: 1)
     sharded_over: int
+    checkpointing: str  # the mode the activations are counted for (runtime.activation_checkpointing resolved)
 
     @property
     def per_process(self) -> float:
-        return self.states + self.activations + PROCESS_OVERHEAD_BYTES
+        return self.states + self.buffers + self.activations + PROCESS_OVERHEAD_BYTES
 
     @property
     def total(self) -> float:
@@ -85,37 +138,36 @@ class MemoryEstimate:
 
 
 def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
-                    activation_checkpointing: Optional[bool] = None,
-                    parameters: Optional[int] = None) -> MemoryEstimate:
+                    runtime: Optional[Runtime] = None, parameters: Optional[int] = None) -> MemoryEstimate:
     """The memory of this run: per process, and how many processes share one memory (train's check, the planner).
+    `runtime`: the run's (checkpointing and compile change the activations); None = Runtime's defaults, eager.
     `parameters`: the model's count when the caller has it already (count_parameters)."""
+    runtime = runtime or Runtime(compile=False)
     devices = trainer_cfg.get("devices", 1)
     devices = 1 if devices == "auto" else int(devices)
     world = devices * int(trainer_cfg.get("num_nodes", 1))
-    strategy = trainer_cfg.get("strategy")
-    fsdp = is_fsdp(strategy)
-    shards = world if fsdp else 1
-    checkpointing = fsdp if activation_checkpointing is None else activation_checkpointing  # Runtime.checkpoints_blocks
-    acts = activation_bytes(model_cfg, micro_batch)
-    activations = acts["activations_checkpointed" if checkpointing else "activations"]
-    if str(trainer_cfg.get("precision", "32-true")).startswith(("32", "64")):
-        activations *= 2  # the planner counts bf16 activations; fp32 runs keep 4 bytes each
+    fsdp = is_fsdp(trainer_cfg.get("strategy"))
+    precision = trainer_cfg.get("precision", "32-true")
+    mode = runtime.checkpointing(sharded=fsdp)
+    compiled = runtime.compiled_scope(sharded=fsdp) is not None
     n_params = count_parameters(model_cfg)["total"] if parameters is None else parameters
     return MemoryEstimate(
         parameters=n_params,
-        states=STATE_BYTES_PER_PARAM * n_params / shards,
-        activations=activations,
+        states=STATE_BYTES_PER_PARAM * n_params / (world if fsdp else 1),
+        buffers=fsdp_buffer_bytes(model_cfg, precision) if fsdp else 0.0,
+        activations=activation_bytes(model_cfg, micro_batch, mode, precision, compiled),
         processes=devices if accelerator == "cpu" else 1,
-        sharded_over=shards,
+        sharded_over=world if fsdp else 1,
+        checkpointing=mode,
     )
 
 
 def fitting_micro_batch(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
-                        activation_checkpointing: Optional[bool], free: float) -> Optional[int]:
+                        runtime: Optional[Runtime], free: float, parameters: Optional[int] = None) -> Optional[int]:
     """The largest micro-batch below `micro_batch` whose estimate fits in `free` bytes (None: not even 1), so a
     refusal's suggested data.batch_size is one that passes the same check."""
     def fits(size: int) -> bool:
-        return estimate_memory(model_cfg, size, trainer_cfg, accelerator, activation_checkpointing).total <= free
+        return estimate_memory(model_cfg, size, trainer_cfg, accelerator, runtime, parameters).total <= free
 
     if micro_batch <= 1 or not fits(1):
         return None
@@ -126,24 +178,32 @@ def fitting_micro_batch(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any
     return low
 
 
-def _per_gpu(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any) -> dict[str, float]:
-    """estimate_memory's bytes on one GPU, as the run checkpoints (runtime.activation_checkpointing's default: on
-    under FSDP only) and with activation checkpointing."""
-    plain = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu")  # as the run checkpoints (FSDP: on)
-    checkpointed = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu", activation_checkpointing=True)
-    return {"states": plain.states, "activations": plain.activations,
-            "activations_checkpointed": checkpointed.activations, "runtime": PROCESS_OVERHEAD_BYTES,
-            "total": plain.per_process, "total_checkpointed": checkpointed.per_process}
+CHECKPOINTING_VALUES = {"none": False, "selective": "selective", "full": True}  # mode -> activation_checkpointing
+
+
+def _per_gpu(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, runtime: Runtime) -> dict[str, Any]:
+    """estimate_memory's bytes on one GPU: as the run is configured ("total", its mode marked) and under each
+    activation checkpointing mode ("total_<mode>")."""
+    own = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu", runtime)
+    row: dict[str, Any] = {"states": own.states, "buffers": own.buffers, "runtime": PROCESS_OVERHEAD_BYTES,
+                           "total": own.per_process, "mode": own.checkpointing}
+    for mode, value in CHECKPOINTING_VALUES.items():
+        est = estimate_memory(model_cfg, micro_batch, trainer_cfg, "gpu",
+                              replace(runtime, activation_checkpointing=value))
+        row[f"activations_{mode}"], row[f"total_{mode}"] = est.activations, est.per_process
+    return row
 
 
 def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mfu: float = 0.4,
-              trainer_cfg: Optional[dict[str, Any]] = None) -> Plan:
+              trainer_cfg: Optional[dict[str, Any]] = None, runtime: Optional[Runtime] = None) -> Plan:
     """`trainer_cfg`: the run's trainer (devices, nodes, precision, strategy; default bf16 DDP on `gpus` GPUs); the
-    plan gives its memory under its own strategy and under the other one (DDP or FSDP over all its GPUs)."""
+    plan gives its memory under its own strategy and under the other one (DDP or FSDP over all its GPUs).
+    `runtime`: the run's (default: a GPU run's, compiled)."""
     n_params = count_parameters(cfg)["total"]
     flops_per_token = training_flops_per_token(cfg)["total"]
     total = flops_per_token * tokens
     trainer = dict(trainer_cfg or {"devices": gpus, "num_nodes": 1, "precision": "bf16-mixed"})
+    runtime = runtime or Runtime(compile=True)
     return Plan(
         parameters=n_params,
         flops_per_token=flops_per_token,
@@ -153,9 +213,9 @@ def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mf
         block_size=cfg.block_size,
         micro_batch=micro_batch,
         ddp=_per_gpu(cfg, micro_batch, trainer if not is_fsdp(trainer.get("strategy")) else
-                     {**trainer, "strategy": "ddp"}),
+                     {**trainer, "strategy": "ddp"}, runtime),
         fsdp=_per_gpu(cfg, micro_batch, trainer if is_fsdp(trainer.get("strategy")) else
-                      {**trainer, "strategy": {"_target_": "fsdp"}}),
+                      {**trainer, "strategy": {"_target_": "fsdp"}}, runtime),
         days={kind: total / (gpus * spec["peak_flops"] * mfu) / 86400 for kind, spec in GPUS.items()},
     )
 
@@ -184,13 +244,18 @@ def format_plan(plan: Plan, name: str, mfu: float, strategy: str) -> str:
         f"x {plan.block_size} tokens):",
         f"{'':<28}{'DDP' + own['DDP']:>18}{f'FSDP / {plan.gpus}' + own['FSDP']:>22}",
     ]
-    for part in ("states", "activations", "activations_checkpointed", "runtime", "total", "total_checkpointed"):
-        lines.append(f"{part:<28}{_gb(plan.ddp[part]):>18}{_gb(plan.fsdp[part]):>22}")
+    for part in ("states", "buffers", "activations_none", "activations_selective", "activations_full", "runtime",
+                 "total_none", "total_selective", "total_full"):
+        label = part.replace("_", " (", 1) + ")" if part.startswith(("activations_", "total_")) else part
+        marks = ["*" if part.endswith("_" + mem["mode"]) else " " for mem in (plan.ddp, plan.fsdp)]
+        lines.append(f"{label:<28}{_gb(plan.ddp[part]) + marks[0]:>18}{_gb(plan.fsdp[part]) + marks[1]:>22}")
+    lines.append("(* runtime.activation_checkpointing as the run sets it: null = selective under FSDP, none "
+                 "otherwise; total is the row the run needs)")
     lines.append("")
     for kind, spec in GPUS.items():
         verdicts = []
         for label, mem in (("DDP", plan.ddp), ("FSDP", plan.fsdp)):
-            need = min(mem["total"], mem["total_checkpointed"])  # with checkpointing if that is what it takes
+            need = min(mem["total"], mem["total_full"])  # with full checkpointing if that is what it takes
             fits = "fits" if need <= spec["memory_bytes"] else "does not fit"
             verdicts.append(f"{label} {fits} ({need / 1e9:,.1f} GB)")
         lines.append(

@@ -28,7 +28,7 @@ from gptlab.execution.peak_flops import device_peak
 from gptlab.model import GPT, GPTConfig, next_token_loss, training_flops_per_token
 from gptlab.model.sparse_attention import FLASH_DTYPES, attend, flash_available, flex_available
 from gptlab.preflight.devices import check_device
-from gptlab.preflight.planning import activation_bytes, memory_per_gpu
+from gptlab.preflight.planning import PROCESS_OVERHEAD_BYTES, estimate_memory
 from gptlab.tools.benchmarks.attention_speed import timed_ms
 from gptlab.train.optim import adamw, weight_decay_groups
 
@@ -180,9 +180,10 @@ def train_steps(report: Report, device: torch.device, repeats: int = 3, model: O
         ok = math.isfinite(loss)
         report.add(label, f"{tokens / seconds:,.0f} tok/s", f"{seconds * 1e3:.0f} ms/step, loss {loss:.3f}{mfu}", ok)
         if peak is not None and not compile:
-            planned = memory_per_gpu(cfg_params(cfg), 1, activation_bytes(cfg, batch))["total"]
+            est = estimate_memory(cfg, batch, {"precision": "bf16-mixed"}, "gpu", Runtime(compile=False))
+            planned = est.per_process - PROCESS_OVERHEAD_BYTES  # the allocator's peak leaves out the CUDA context
             report.add("memory peak vs planner", f"{peak / 2**30:.2f} GiB",
-                       f"planner {planned / 2**30:.2f} GiB ({peak / planned:.2f}x; planner counts bf16 activations)")
+                       f"planner {planned / 2**30:.2f} GiB ({peak / planned:.2f}x; eager, bf16-mixed)")
     if not on_gpu:
         report.skip("memory peak vs planner", "CPU memory has no allocator peak counter")
 

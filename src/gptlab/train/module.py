@@ -43,6 +43,7 @@ class GPTLitModule(L.LightningModule):
         # in configure_model; training and validation call the loss function it returns (the model's forward and
         # its loss, compiled as one graph when runtime.compile). Sampling calls the plain model.
         self.runtime = runtime or Runtime(compile=False)
+        self.checkpointing = self.runtime.checkpointing(sharded=False)  # resolved in configure_model (throughput)
         self.loss_fn: LossFn = eager_loss_fn(model)
         self._parallelized = False  # Lightning calls configure_model on every fit and validate
         # The newest logging step's own scalars (tensors, read only when a checkpoint is written): the checkpoint
@@ -80,6 +81,7 @@ class GPTLitModule(L.LightningModule):
             return
         strategy = self.trainer.strategy
         layout = strategy.layout() if hasattr(strategy, "layout") else {}
+        self.checkpointing = self.runtime.checkpointing(sharded=layout.get("mesh") is not None)
         self.loss_fn = parallelize(self.model, self.runtime, strategy.root_device, **layout)
         self._parallelized = True
 

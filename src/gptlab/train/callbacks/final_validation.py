@@ -8,8 +8,8 @@ last step begins, so that step is also a logging step (Lightning logs a step's s
 whatever trainer.log_every_n_steps is): a run's last train/ and x_ scalars are always in its events.
 
 A run preempted during its final validation is saved at its last step with that validation marked as begun
-(runtime/preemption.py). Lightning's fit loop is done at once when it resumes there and calls no hook in which the
-validation could run again, so that resume says so instead of writing a summary without it.
+(train/callbacks/preemption.py). Lightning's fit loop is done at once when it resumes there and calls no hook in
+which the validation could run again, so that resume says so instead of writing a summary without it.
 """
 
 from __future__ import annotations
