@@ -93,9 +93,8 @@ def writable_dir(field: str, value: Any) -> None:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         problem = "not writable for this user" if existing.is_dir() else "not a directory"
-        raise ConfigError(
-            f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can write to."
-        )
+        raise ConfigError(f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can "
+                          f"write to, e.g. {field}={Path.home() / path.name}.")
 
 
 def logged_metric(field: str, value: Any) -> None:

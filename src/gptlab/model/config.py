@@ -135,14 +135,12 @@ class GPTConfig:
             value = getattr(self, name)
             require_int(f"model.{name}", value)
         if self.head_dim is None and self.n_embd % self.n_head:
-            raise ConfigError(
-                f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
-                "pick n_head dividing n_embd, or set model.head_dim (and model.v_head_dim) explicitly."
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout={self.dropout!r} must be in [0, 1).")
-        if not self.layer_norm_eps > 0:
-            raise ConfigError(f"model.layer_norm_eps={self.layer_norm_eps!r} must be > 0.")
+            raise ConfigError(f"model.n_embd={self.n_embd} is not divisible by model.n_head={self.n_head}; "
+                              f"{heads_that_divide(self.n_embd, self.n_head)}.")
+        if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout!r} must be a number in [0, 1).")
+        if not is_number(self.layer_norm_eps) or not self.layer_norm_eps > 0:
+            raise ConfigError(f"model.layer_norm_eps={self.layer_norm_eps!r} must be a number > 0 (e.g. 1e-5).")
         self._validate_attention()
         self._validate_modern()
 
@@ -200,18 +198,20 @@ class GPTConfig:
         pattern = self.attn_pattern
         if isinstance(pattern, str) or not isinstance(pattern, Sequence):
             raise ConfigError(
-                f"model.attn_pattern={pattern!r} must be a list of kinds cycled over layers, e.g. [dense, local]."
+                f"model.attn_pattern={pattern!r} must be a list of kinds cycled over layers, e.g. "
+                "model.attn_pattern=[dense,local]."
             )
         if not pattern:
             raise ConfigError(
-                "model.attn_pattern is empty; give at least one kind, e.g. [dense], from: "
+                "model.attn_pattern is empty; give at least one kind, e.g. model.attn_pattern=[dense], from: "
                 f"{', '.join(ATTENTION_KINDS)}."
             )
         for kind in pattern:
             if kind not in ATTENTION_KINDS:
+                known = [k if k in ATTENTION_KINDS else _closest_kind(k) for k in pattern]
                 raise ConfigError(
                     f"model.attn_pattern={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
-                    f"{', '.join(ATTENTION_KINDS)}."
+                    f"{', '.join(ATTENTION_KINDS)}, e.g. model.attn_pattern=[{','.join(known)}]."
                 )
         window = self.attn_window
         if not is_int(window) or window < 1:
@@ -275,12 +275,29 @@ class GPTConfig:
         elif isinstance(values["vocab_size"], int) and values["vocab_size"] < tokenizer_vocab:
             raise ConfigError(
                 f"the tokenizer has {tokenizer_vocab} ids but model.vocab_size={values['vocab_size']}; "
-                f"set model.vocab_size >= {tokenizer_vocab} or null to take it from the tokenizer."
+                f"set model.vocab_size={tokenizer_vocab} (or more), or model.vocab_size=null to take it from the "
+                "tokenizer."
             )
         return cls.from_dict(values)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def heads_that_divide(n_embd: int, n_head: int) -> str:
+    """The way out of an n_head that does not divide n_embd: the nearest head counts that do, or a head_dim."""
+    divisors = [h for h in range(1, n_embd + 1) if n_embd % h == 0]
+    nearest = sorted(divisors, key=lambda h: (abs(h - n_head), h))[:2]
+    ways = f"use model.n_head={' or '.join(str(h) for h in sorted(nearest))} (dividing {n_embd})"
+    if n_embd // n_head:
+        ways += f", or set model.head_dim={n_embd // n_head} (D_K; H x D_K need not equal n_embd)"
+    return ways
+
+
+def _closest_kind(kind: Any) -> str:
+    import difflib
+
+    return (difflib.get_close_matches(str(kind), list(ATTENTION_KINDS), n=1) or ["dense"])[0]
 
 
 def default_d_ff(n_embd: int, activation: str) -> int:

@@ -39,7 +39,8 @@ def resume_mode(cfg: DictConfig) -> Optional[str]:
     if resume not in RESUME_CHOICES:
         raise invalid_choice("resume", resume, RESUME_CHOICES)
     if cfg.get("ckpt_path") is not None and resume is not None:
-        raise ConfigError(f"set either ckpt_path=<file> or resume={resume}, not both.")
+        raise ConfigError(f"set either ckpt_path or resume={resume}, not both: drop resume to continue from "
+                          f"ckpt_path={cfg.get('ckpt_path')!r}, or drop ckpt_path.")
     return resume
 
 
@@ -57,7 +58,8 @@ def given_checkpoint(cfg: DictConfig) -> Optional[str]:
         return None
     path = resolve_checkpoint(ckpt_path)
     if not path.is_file() and not is_sharded(path):
-        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
+        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run (or its run "
+                          "dir), or leave ckpt_path out to start from step 0.")
     return str(path)
 
 
