@@ -234,6 +234,7 @@ class Reading:
     ways: list[Way] = field(default_factory=list)
     unfollowable: list[str] = field(default_factory=list)  # ways the message offers that no test can type
     commands: list[str] = field(default_factory=list)  # `python scripts/x.py ...`: another tool to run first
+    untypable: list[str] = field(default_factory=list)  # a shell would split or brace-expand it as written
 
 
 def refused_key(message: str) -> Optional[str]:
@@ -270,6 +271,7 @@ def ways_out(message: str, command: tuple[str, ...]) -> Reading:
         key, value, tail = found.groups()
         if not _known_key(key):
             continue
+        quoted = found.start() > 0 and found.string[found.start() - 1] in "'\""
         if PLACEHOLDER.match(value):
             before = [o for o in command if key_of(o) == replaced or key_of(o) == bare(key)]
             if before:  # "add it with +trainer.x=<value>", "use runtime.compile=... instead": the value typed before
@@ -285,6 +287,8 @@ def ways_out(message: str, command: tuple[str, ...]) -> Reading:
         for v in [value, *ALTERNATIVE.findall(re.sub(r"\([^)]*\)", "", tail or ""))]:
             v = v.rstrip(".")
             if not any(same(_value(v), now) for now in current(command, key)):
+                if not quoted and (" " in v or ("{" in v and "," in v)):
+                    reading.untypable.append(found.group(0))
                 add(found.group(0), typed_in(command, key, typed(_value(v)) if v.startswith("'") else v))
     for found in re.finditer(rf"\b(?:[Dd]rop|[Ll]eave|[Rr]emove)\s+({KEY})(?!\w)", message):
         if _known_key(found.group(1)):
@@ -384,6 +388,8 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
         walk.broken.append(f"still refused after following its ways out: {path}: {refused.message}")
         return walk
     reading = ways_out(refused.message, command)
+    for said in reading.untypable:
+        walk.broken.append(f"{refused.message!r} offers {said!r}, which a shell splits or brace-expands: quote it")
     for tool in reading.commands:  # run by its own tests (fetch, plan); here it must exist
         if not (ROOT / tool.split()[1]).is_file():
             walk.broken.append(f"{refused.message!r} names a command whose script is not there: {tool}")

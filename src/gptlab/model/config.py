@@ -126,7 +126,7 @@ class GPTConfig:
     def _validate(self) -> None:
         for name, table in (("norm", PLACEMENTS), ("pos_emb", POSITIONS), ("activation", ACTIVATIONS),
                             ("norm_type", NORMS), ("parametrization", PARAMETRIZATIONS)):
-            if getattr(self, name) not in table:
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in table:  # [] is unhashable
                 raise invalid_choice(f"model.{name}", getattr(self, name), tuple(table))
         positive = ["block_size", "n_layer", "n_head", "n_embd", "mlp_layers", "mup_base_width"]
         optional = ("vocab_size", "head_dim", "v_head_dim", "d_ff", "pad_vocab_to")
