@@ -376,7 +376,8 @@ class Walk:
 def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None, seen: Optional[set] = None,
            history: tuple[str, ...] = ()) -> Walk:
     """Follow every way out of `command`'s refusal; each must lead to a command that passes, or is refused with a
-    new message whose ways out are followed in turn, `depth` refusals deep."""
+    new message whose first way out is followed in turn, `depth` refusals deep (every way out of that message is
+    followed by the case that refuses it first: each refusal has one)."""
     walk = Walk() if walk is None else walk
     seen = set() if seen is None else seen
     refused = refusal(command)
@@ -397,7 +398,7 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
         walk.broken.append(f"no way out to type in {refused.message!r} (for {path})"
                            + (f"; offers only {reading.unfollowable}" if reading.unfollowable else ""))
         return walk
-    for way in reading.ways:
+    for way in reading.ways if not history else reading.ways[:1]:
         walk.followed += 1
         again = refusal(way.command)
         if again is not None and again.message == refused.message:
