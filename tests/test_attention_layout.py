@@ -27,7 +27,7 @@ SMALL = dict(vocab_size=50, block_size=48, n_layer=3, n_head=2, n_embd=16)
         ({"attn_window": 2.5}, "model.attn_window=2.5", "positive integer"),
         ({"attn_pattern": ["dense", "banded"]}, "model.attn_pattern", "dense, local, strided"),
         ({"attn_pattern": []}, "model.attn_pattern is empty", "[dense]"),
-        ({"attn_pattern": "local"}, "model.attn_pattern='local'", "[dense, local]"),
+        ({"attn_pattern": "local"}, "model.attn_pattern='local'", "model.attn_pattern=[dense,local]"),
         ({"attn_impl": "triton"}, "model.attn_impl='triton'", "'chunked'"),
         ({"attn_scale": 0.0}, "model.attn_scale=0.0", "null for 1/sqrt(D_K)"),
     ],

@@ -49,7 +49,8 @@ REFUSED_IN_PROCESS = [
 NEIGHBOURS = [
     ("callbacks.text_samples.tempreature=0.5", "Did you mean callbacks.text_samples.temperature?"),
     ("+callbacks.text_samples.tempreature=0.5", "Did you mean callbacks.text_samples.temperature?"),
-    ("+data.batchsize=4", "not an argument of gptlab.data.GPTDataModule. Did you mean data.batch_size?"),
+    ("+data.batchsize=4", "not an argument of gptlab.data.GPTDataModule. Did you mean data.batch_size? Type it "
+                          "without +."),
     ("data.batchsize=4", "data.batchsize is not a key of data. Did you mean data.batch_size?"),
     ("seeed=1", "seeed is not a key of the top level of the config. Did you mean seed?"),
     ("+seeed=1", "seeed is not a key of the top level of the config. Did you mean seed?"),
@@ -59,7 +60,7 @@ NEIGHBOURS = [
     ("paths.logdir=x", "Did you mean paths.log_dir?"),
     ("runtime.compil=true", "Did you mean runtime.compile?"),
     ("model.n_layer=2.5", "model.n_layer=2.5 must be a positive integer."),  # GPTConfig's own words
-    ("model.dropout=high", "model.dropout='high' is invalid: use a number."),
+    ("model.dropout=high", "model.dropout='high' must be a number in [0, 1)."),
     ("model.attn_pattern=dense", "model.attn_pattern='dense' must be a list of kinds cycled over layers"),
     ("optimizer.betas=fast", "optimizer.betas='fast' is invalid: use two numbers in [0, 1), e.g. [0.9, 0.95]."),
     ("trainer.max_steps=-1", "trainer.max_steps=-1 is invalid: use an integer >= 1."),

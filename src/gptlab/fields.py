@@ -61,7 +61,7 @@ def must(holds: Callable[[Any], bool], what: str, number: bool = False) -> Check
     `number`: a value that is no number at all is refused as the schemas' checks word it (`use a number`)."""
     def check(field: str, value: Any) -> None:
         if number and not is_number(value):
-            raise fail(field, value, "use a number")
+            raise fail(field, value, f"use {what}")
         if not holds(value):
             raise ConfigError(f"{field}={value!r} must be {what}.")
 

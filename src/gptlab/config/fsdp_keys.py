@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+from gptlab.config.suggest import did_you_mean
+
 FSDP_TARGET = "gptlab.execution.strategies.fsdp"
 FSDP_KEYS = {
     "reshard_after_forward": "free each block's gathered weights after forward (ZeRO-3); false keeps them (ZeRO-2)",
@@ -13,12 +15,13 @@ FSDP_KEYS = {
     "process_group_backend": "gloo | nccl; default: nccl on CUDA, gloo on CPU",
 }
 # Keys trainer=fsdp once took (FSDP1's, Lightning's FSDPStrategy, and its own checkpointing switch) and what
-# replaced each.
+# replaced each, as the way out the refusal offers.
 FSDP1_KEYS = {
-    "sharding_strategy": "trainer.strategy.reshard_after_forward (true: FULL_SHARD, false: SHARD_GRAD_OP)",
-    "state_dict_type": "nothing: checkpoints are always sharded (a folder with one file per rank)",
-    "activation_checkpointing": "runtime.activation_checkpointing (one switch for every strategy; selective "
-                                "under trainer=fsdp unless set)",
+    "sharding_strategy": "drop it; trainer.strategy.reshard_after_forward=true (FULL_SHARD, the default) or false "
+                         "(SHARD_GRAD_OP) chooses the sharding now",
+    "state_dict_type": "drop it; checkpoints are always sharded (a folder with one file per rank)",
+    "activation_checkpointing": "drop it; runtime.activation_checkpointing=true, false or selective (one switch for "
+                                "every strategy; selective under trainer=fsdp unless set) chooses it now",
 }
 
 
@@ -27,11 +30,12 @@ def fsdp_key_problem(keys: Iterable[str]) -> Optional[str]:
     keys = set(keys) - {"_target_"}
     old = sorted(keys & set(FSDP1_KEYS))
     if old:
-        return "; ".join(f"trainer.strategy.{key} is gone: use {FSDP1_KEYS[key]}" for key in old)
+        return "; ".join(f"trainer.strategy.{key} is gone (it was FSDP1's): {FSDP1_KEYS[key]}" for key in old) + "."
     unknown = sorted(keys - set(FSDP_KEYS))
     if unknown:
-        return (f"trainer.strategy.{unknown[0]} is not a key of trainer=fsdp; it takes "
-                f"{', '.join(FSDP_KEYS)}.")
+        return (f"trainer.strategy.{unknown[0]} is not a key of trainer=fsdp."
+                f"{did_you_mean(unknown[0], FSDP_KEYS, 'trainer.strategy.')} It takes {', '.join(FSDP_KEYS)}; "
+                "drop it or use one of them.")
     return None
 
 

@@ -83,9 +83,8 @@ def writable_dir(field: str, value: Any) -> None:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         problem = "not writable for this user" if existing.is_dir() else "not a directory"
-        raise ConfigError(
-            f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can write to."
-        )
+        raise ConfigError(f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can "
+                          f"write to, e.g. {field}={Path.home() / path.name}.")
 
 
 def logged_metric(field: str, value: Any) -> None:
@@ -96,11 +95,15 @@ def logged_metric(field: str, value: Any) -> None:
                                  f"{' / '.join(p + '<source>' for p in PER_SOURCE)} for a mixture's source")
 
 
-def node_with_target(field: str, value: Any) -> None:
-    """A config node Hydra instantiates: a mapping that names its class in _target_."""
-    if not (isinstance(value, Mapping) and value.get("_target_")):
-        raise ConfigError(f"{field}={value!r} is not a node with _target_: give one, e.g. "
-                          f"{field}={{_target_: gptlab.data.sources.BuiltinSource, name: pydocs}} (see conf/data/).")
+def node_with_target(example: str, see: str) -> Check:
+    """A config node Hydra instantiates: a mapping that names its class in _target_. The message's example is
+    quoted for the shell, which would split it at a space and brace-expand it at a comma."""
+    def check(field: str, value: Any) -> None:
+        if not (isinstance(value, Mapping) and value.get("_target_")):
+            raise ConfigError(f"{field}={value!r} is not a node with _target_: give one, e.g. "
+                              f"'{field}={{_target_:{example}}}' (see {see}).")
+
+    return check
 
 
 def betas(field: str, value: Any) -> None:

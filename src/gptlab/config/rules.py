@@ -71,7 +71,8 @@ def ckpt_path_or_resume(cfg: DictConfig) -> Optional[str]:
     """A run continues the checkpoint it is given, or its run dir as `resume` says: not both."""
     resume = cfg.get("resume")
     if cfg.get("ckpt_path") is not None and resume is not None:
-        return f"set either ckpt_path=<file> or resume={resume}, not both."
+        return (f"set either ckpt_path or resume={resume}, not both: drop resume to continue from "
+                f"ckpt_path={cfg.get('ckpt_path')!r}, or drop ckpt_path.")
     return None
 
 

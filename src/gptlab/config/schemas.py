@@ -139,7 +139,7 @@ class Data:
     _target_: str = "gptlab.data.GPTDataModule"
     source: Any = setting(
         help="the corpus: a node with _target_ (gptlab.data.sources.BuiltinSource | TextFiles | HFDataset)",
-        check=c.node_with_target)
+        check=c.node_with_target("gptlab.data.sources.BuiltinSource,name:pydocs", "conf/data/"))
     store: str = setting("prepared", "memory (tokenize at start, hold in RAM) | prepared (shards on disk, memmap) | "
                          "streaming", c.choice("memory", "prepared", "streaming"))
     cache_dir: str = setting(help="prepared: shards go to <cache_dir>/<tokenizer name>/ (relative to the launch dir)",
@@ -305,7 +305,8 @@ class Trainer:
         False, "true (or N) runs N batches of train and val, no checkpoints: a smoke test",
         c.either(c.boolean, c.positive_int, wanted="use true, false or a positive number of batches"))
     profiler: Any = setting(None, "Lightning's profiler: null = off; debug=profile sets torch's, with a trace in the "
-                            "run dir", c.optional(c.node_with_target))
+                            "run dir", c.optional(c.node_with_target("lightning.pytorch.profilers.SimpleProfiler",
+                                                                       "conf/debug/profile.yaml")))
     enable_model_summary: bool = setting(
         False, "true prints Lightning's module table; the start banner already gives the parameters", c.boolean)
 

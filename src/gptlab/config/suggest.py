@@ -12,8 +12,8 @@ import typing
 from typing import Any, Iterable, Optional, Union
 
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ConfigTypeError, OmegaConfBaseException, ValidationError
 
 # Keys that moved, old -> new: the old name is refused naming the new one.
 RENAMED = {
@@ -55,7 +55,11 @@ def unknown_key(full_key: str, known: Iterable[str], extra: str = "", target: Op
         what = f"{full_key} is not an argument of {target}."
     else:
         what = f"{full_key} is not a key of {parent or 'the top level of the config'}."
+    if not known and not candidates:
+        return f"{what[:-1]}, which takes no keys here; drop it."
     hint = extra or did_you_mean(key, [*known, *candidates], prefix)  # a constructor argument needs no other guess
+    if target and closest(key, [*known, *candidates]) in known:  # typed with `+`, as keys the node lacks must be
+        hint += " Type it without +."
     return f"{what}{hint} Its keys: {', '.join(known)}."
 
 
@@ -124,6 +128,8 @@ def compose_message(err: BaseException) -> Optional[str]:
         return unknown_key(str(cause.full_key), known, appendable(parent, str(cause.key), str(cause.full_key)))
     if isinstance(cause, ValidationError):
         return wrong_type(cause)
+    if isinstance(cause, ConfigTypeError) and "Cannot merge" in str(cause.msg) and cause.full_key:
+        return replaced_node(err, cause)
     if isinstance(err, MissingConfigException):
         return missing_option(err)
     if isinstance(err, ValueError) and "Config group override must be a string" in str(err):
@@ -132,6 +138,27 @@ def compose_message(err: BaseException) -> Optional[str]:
         return first_line(str(err)) + (f" ({first_line(str(cause))})" if cause is not None and cause is not err
                                        else "")
     return None
+
+
+def replaced_node(err: BaseException, cause: ConfigTypeError) -> str:
+    """`data.source=[]`: a list typed over a node with keys (or a node over a list), which OmegaConf cannot merge;
+    worded by the field's own check where it has one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    full_key, node = str(cause.full_key), cause.parent_node
+    typed = re.search(r"override (\S+)", str(err))
+    text = typed.group(1).split("=", 1)[-1] if typed else "?"
+    try:
+        value = OverridesParser.create().parse_override(f"k={text}").value()
+    except Exception:
+        value = text
+    parent = node._get_parent() if node is not None else None
+    own = own_check_message(OmegaConf.get_type(parent), full_key.rsplit(".", 1)[-1], full_key, value) \
+        if isinstance(parent, DictConfig) else None
+    if own:
+        return own
+    kind = "a list, e.g. [a,b]" if isinstance(node, ListConfig) else f"a node with keys ({full_key}.<key>=<value>)"
+    return f"{full_key}={text} cannot replace {full_key}, which is {kind}; drop it, or give it as such."
 
 
 def group_set_to_null() -> str:

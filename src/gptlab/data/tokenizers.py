@@ -158,7 +158,8 @@ class TiktokenTokenizer:
         from tiktoken.load import load_tiktoken_bpe
 
         if not path.is_file():
-            raise ConfigError(f"tokenizer.ranks_file={str(path)!r} does not exist; give the path of a .tiktoken file.")
+            raise ConfigError(f"tokenizer.ranks_file={str(path)!r} does not exist; give the path of a .tiktoken file, "
+                              "or leave tokenizer.ranks_file out to use the cached or downloaded ranks.")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != RANKS_SHA256[encoding]:
             raise ConfigError(

@@ -8,6 +8,7 @@ How the model runs (compile, activation checkpointing) is the trainer's `runtime
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Optional
@@ -35,22 +36,29 @@ RUNTIME_FIELDS_BEFORE = ("compile", "activation_checkpointing")
 def one_of(table: Any) -> Check:
     """A name that is a key of the table that builds it."""
     def check(field: str, value: Any) -> None:
-        if value not in table:
+        if not isinstance(value, str) or value not in table:  # a list is unhashable: refused as a wrong choice
             raise invalid_choice(field, value, tuple(table))
 
     return check
 
 
 def attention_pattern(field: str, pattern: Any) -> None:
+    """The examples are written as typed on a command line: `[dense,local]` without a space, which a shell splits."""
     if isinstance(pattern, str) or not isinstance(pattern, Sequence):
-        raise ConfigError(f"{field}={pattern!r} must be a list of kinds cycled over layers, e.g. [dense, local].")
+        raise ConfigError(f"{field}={pattern!r} must be a list of kinds cycled over layers, e.g. "
+                          f"{field}=[dense,local].")
     if not pattern:
-        raise ConfigError(f"{field} is empty; give at least one kind, e.g. [dense], from: "
+        raise ConfigError(f"{field} is empty; give at least one kind, e.g. {field}=[dense], from: "
                           f"{', '.join(ATTENTION_KINDS)}.")
     for kind in pattern:
         if kind not in ATTENTION_KINDS:
+            known = [k if k in ATTENTION_KINDS else _closest_kind(k) for k in pattern]
             raise ConfigError(f"{field}={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
-                              f"{', '.join(ATTENTION_KINDS)}.")
+                              f"{', '.join(ATTENTION_KINDS)}, e.g. {field}=[{','.join(known)}].")
+
+
+def _closest_kind(kind: Any) -> str:
+    return (difflib.get_close_matches(str(kind), list(ATTENTION_KINDS), n=1) or ["dense"])[0]
 
 
 def rope_fraction(field: str, value: Any) -> None:
@@ -70,8 +78,8 @@ def optional_boolean(field: str, value: Any) -> None:
         boolean(field, value)
 
 
-DROPOUT = must(lambda v: 0.0 <= v < 1.0, "in [0, 1)", number=True)
-POSITIVE_EPS = must(lambda v: v > 0, "> 0", number=True)
+DROPOUT = must(lambda v: 0.0 <= v < 1.0, "a number in [0, 1)", number=True)
+POSITIVE_EPS = must(lambda v: v > 0, "a number > 0 (e.g. 1e-5)", number=True)
 WINDOW = must(lambda v: is_int(v) and v >= 1, "a positive integer (the band width w; GPT-Neo uses 256)")
 SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D_K)")
 THETA = must(lambda v: is_number(v) and v > 0.0, "a number > 0.0")
@@ -227,7 +235,8 @@ class GPTConfig:
         elif isinstance(values["vocab_size"], int) and values["vocab_size"] < tokenizer_vocab:
             raise ConfigError(
                 f"the tokenizer has {tokenizer_vocab} ids but model.vocab_size={values['vocab_size']}; "
-                f"set model.vocab_size >= {tokenizer_vocab} or null to take it from the tokenizer."
+                f"set model.vocab_size={tokenizer_vocab} (or more), or model.vocab_size=null to take it from the "
+                "tokenizer."
             )
         return cls.from_dict(values)
 
@@ -240,8 +249,18 @@ def heads_divide_width(cfg: GPTConfig) -> None:
     if cfg.head_dim is None and cfg.n_embd % cfg.n_head:
         raise ConfigError(
             f"model.n_embd={cfg.n_embd} is not divisible by model.n_head={cfg.n_head}; "
-            "pick n_head dividing n_embd, or set model.head_dim (and model.v_head_dim) explicitly."
+            f"{heads_that_divide(cfg.n_embd, cfg.n_head)}."
         )
+
+
+def heads_that_divide(n_embd: int, n_head: int) -> str:
+    """The way out of an n_head that does not divide n_embd: the nearest head counts that do, or a head_dim."""
+    divisors = [h for h in range(1, n_embd + 1) if n_embd % h == 0]
+    nearest = sorted(divisors, key=lambda h: (abs(h - n_head), h))[:2]
+    ways = f"use model.n_head={' or '.join(str(h) for h in sorted(nearest))} (dividing {n_embd})"
+    if n_embd // n_head:
+        ways += f", or set model.head_dim={n_embd // n_head} (D_K; H x D_K need not equal n_embd)"
+    return ways
 
 
 def rotary_pairs(cfg: GPTConfig) -> None:

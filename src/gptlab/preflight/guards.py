@@ -23,6 +23,7 @@ from gptlab.preflight.planning import (  # noqa: F401  (the estimate lives with 
     MemoryEstimate,
     estimate_memory,
     fitting_micro_batch,
+    is_fsdp,
 )
 
 GB = 1e9
@@ -62,11 +63,12 @@ def check_devices(trainer_cfg: Any) -> None:
     wants_gpus = accelerator in ("gpu", "cuda") or (accelerator == "auto" and devices > 1)
     if wants_gpus and devices > found:
         if found == 0:
+            strategy = "fsdp" if is_fsdp(trainer_cfg.get("strategy")) else "ddp"  # FSDP2 runs on CPU too (gloo)
             raise ConfigError(
                 f"trainer.devices={devices} asks for {devices} GPUs but this machine has none "
                 f"(torch.cuda.device_count() = 0, trainer.accelerator={accelerator}). For a CPU test of the same "
-                "code path type `trainer=ddp trainer.accelerator=cpu trainer.devices=2`; for the real run use a "
-                f"machine with {devices} GPUs (`python scripts/plan.py tokens=<count>` with this run's model=, "
+                f"code path type `trainer={strategy} trainer.accelerator=cpu trainer.devices=2`; for the real run use "
+                f"a machine with {devices} GPUs (`python scripts/plan.py tokens=<count>` with this run's model=, "
                 "trainer= and data.batch_size= shows the memory each GPU needs)."
             )
         raise ConfigError(

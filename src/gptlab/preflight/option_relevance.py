@@ -148,6 +148,14 @@ def sampling_defaults() -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(SamplingOptions)}
 
 
+def as_typed(value: Any) -> str:
+    """A value as a command line types it (`null`, `false`, `[dense,local]`): a group's YAML may set the option
+    (optimizer=sgd's nesterov), so dropping it from the command is not always a way out."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(as_typed(v) for v in value) + "]"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def ignored_options(cfg: DictConfig, in_sweep_job: bool, rules: tuple[OnlyWhen, ...] = RULES,
                     defaults: Optional[dict[str, Any]] = None) -> list[str]:
     """Raises ConfigError for the first refused row of `rules` (the train config's unless told); returns the
@@ -168,5 +176,6 @@ def ignored_options(cfg: DictConfig, in_sweep_job: bool, rules: tuple[OnlyWhen, 
         if rule.warn or in_sweep_job:
             warnings.append(message)
         else:
-            raise ConfigError(f"{message} Drop {rule.option}, or change {' / '.join(rule.shown)}.")
+            neutral = f"{rule.option}={as_typed(defaults.get(rule.option))}"
+            raise ConfigError(f"{message} Drop {rule.option} (or set {neutral}), or change {' / '.join(rule.shown)}.")
     return warnings

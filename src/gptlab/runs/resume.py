@@ -59,7 +59,8 @@ def given_checkpoint(ckpt_path: Optional[str]) -> Optional[str]:
         return None
     path = resolve_checkpoint(ckpt_path)
     if not path.is_file() and not is_sharded(path):
-        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run.")
+        raise ConfigError(f"ckpt_path={ckpt_path!r} is not a file; give a .ckpt written by a gptlab run (or its run "
+                          "dir), or leave ckpt_path out to start from step 0.")
     return str(path)
 
 

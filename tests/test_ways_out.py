@@ -1,0 +1,276 @@
+"""Every way out a config or machine refusal offers works when followed (issue 33, item 2), over refusals listed from
+the code, not by hand: every schema field that has a range check (gptlab.config.schemas, config.callbacks, and the
+Trainer arguments a user may append), every GPTConfig field, every cross-field rule of gptlab.config.rules, every
+refused row of gptlab.preflight.option_relevance, and, through the `raise` statements of the check modules, every
+other refusal (the early checks, resume, the machine guards, Hydra's compose errors as gptlab words them). A new rule
+or raise without a case here fails `test_every_*`.
+
+Each case's command is refused; tests/ways_out.py reads the message, types each way out it offers into the command
+and runs the same checks again: they pass, or refuse anew, and that refusal's ways out are followed in turn. In-process
+(Hydra's compose API, no run), on a pretend machine: 2 CPU cores, no GPU, 24 GB free.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import ways_out
+from helpers import CONF_DIR
+from omegaconf import DictConfig
+from ways_out import RUN_DIR, follow, refusal
+
+import gptlab
+from gptlab.config import rules, schemas
+from gptlab.config.callbacks import BY_TARGET
+from gptlab.config.fields import check_of, schema_fields
+from gptlab.config.store import SCHEMAS
+from gptlab.config.validate import NAMED_NODES, schema_of
+from gptlab.model import GPTConfig
+from gptlab.preflight import guards, option_relevance
+
+GB = 1e9
+DEPTH = 3
+SRC = Path(gptlab.__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def two_cores_no_gpu(monkeypatch):
+    """The same machine for every case, whatever runs the tests (refusals are cached per command)."""
+    monkeypatch.setattr(guards, "gpu_count", lambda: 0)
+    monkeypatch.setattr(guards.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 24 * GB)
+
+
+def assert_followed(command: tuple[str, ...]) -> None:
+    first = refusal(command)
+    assert first is not None, f"{' '.join(command)} is not refused"
+    walk = follow(command, DEPTH)
+    assert not walk.broken, "\n".join(walk.broken)
+
+
+# ---- every field with a range check, at the place a composed config has it -------------------------------------
+CHECKED = sorted({*SCHEMAS.values(), *BY_TARGET.values(), schemas.Runtime}, key=lambda s: s.__name__)
+FIELDS = [(schema, name) for schema in CHECKED for name, f in schema_fields(schema).items() if check_of(f)]
+APPENDED = [(schemas.Trainer, name) for name in schemas.Trainer.appended]
+# What a user types that a check should refuse, tried in turn for each field: numbers out of most ranges (first, so
+# that the range check's own raise is reached), a word, an empty list and string, null.
+BAD = ("-7", "0", "1.5", "0.5", "bogus", "[]", "''", "null", "[1,2,3]")
+# Commands whose configs hold every schema's node (group options beyond the defaults).
+WHERE = [(), *[(f"{group}={p.stem}",) for group in ("tokenizer", "optimizer", "scheduler", "trainer")
+               for p in sorted((CONF_DIR / group).glob("*.yaml"))]]
+
+
+def nodes(cfg: DictConfig):
+    """(prefix, node) of every node check() types: the top level, each group's node, each named callback/logger."""
+    yield "", cfg
+    for key, node in cfg.items():
+        if isinstance(node, DictConfig):
+            yield f"{key}.", node
+            if key in NAMED_NODES:
+                for name, inner in node.items():
+                    if isinstance(inner, DictConfig):
+                        yield f"{key}.{name}.", inner
+
+
+@functools.cache
+def typed_nodes() -> list[tuple[type, tuple[str, ...], str, frozenset[str]]]:
+    """(schema, command, prefix, keys set) of every typed node of the WHERE commands' configs."""
+    return [(schema_of(node), command, prefix, frozenset(node.keys())) for command in WHERE
+            for prefix, node in nodes(ways_out._base(command, str(RUN_DIR)))]
+
+
+def place(schema: type, name: str) -> tuple[tuple[str, ...], str]:
+    """A command whose config has a node of `schema` (one that sets `name`, if any does), and the node's prefix."""
+    found = [(command, prefix, name in keys) for typed, command, prefix, keys in typed_nodes() if typed is schema]
+    for command, prefix, _sets in sorted(found, key=lambda f: not f[2]):
+        return command, prefix
+    raise AssertionError(f"no shipped config has a {schema.__name__} node: add a command that has one to WHERE")
+
+
+def refused_values(command: tuple[str, ...], key: str, limit: int = 2) -> list[tuple[str, ...]]:
+    """Up to `limit` commands that set `key` to a BAD value and are refused for it, in different words (not only
+    the value they quote: a wrong type is often refused by the range check's own words)."""
+    found, messages = [], set()
+    for bad in BAD:
+        tried = (*command, f"{key}={bad}")
+        refused = refusal(tried)
+        words = refused and re.sub(r"^(\S+?)=(\[[^\]]*\]|\S+) ", r"\1=<value> ", refused.message)
+        if refused is not None and key.lstrip("+") in refused.message and words not in messages:
+            found.append(tried)
+            messages.add(words)
+            if len(found) == limit:
+                break
+    return found
+
+
+@pytest.mark.parametrize("schema,name", FIELDS + APPENDED, ids=lambda x: x if isinstance(x, str) else x.__name__)
+def test_each_checked_fields_refusals_ways_out_work(schema, name) -> None:
+    command, prefix = place(schema, name)
+    key = f"{'+' if (schema, name) in APPENDED else ''}{prefix}{name}"
+    refused = refused_values(command, key)
+    assert refused, f"no value of {BAD} is refused for {key}: add one its check refuses"
+    for tried in refused:
+        assert_followed(tried)
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(GPTConfig)])
+def test_each_model_fields_refusals_ways_out_work(name) -> None:
+    refused = refused_values((), f"model.{name}")
+    assert refused, f"no value of {BAD} is refused for model.{name}"
+    for tried in refused:
+        assert_followed(tried)
+
+
+# ---- rules between fields, each by its name; and every other refusal by hand, found through its raise ----------
+RULE_CASES = {
+    "windows_fit_the_context": [("data.block_size=512",)],
+    "mup_trains_with_adam": [("model.parametrization=mup", "optimizer=sgd")],
+    "fused_step_without_loss_scaling": [("optimizer.fused=true", "trainer.precision=16-mixed")],
+    "fsdp_strategy_keys": [("trainer=fsdp", "+trainer.strategy.foo=1"),
+                           ("trainer=fsdp", "+trainer.strategy.sharding_strategy=FULL_SHARD"),
+                           ("+trainer.strategy.reshard_after_forward=false",)],
+    "monitors_name_logged_metrics": [("+callbacks.early_stop._target_=lightning.pytorch.callbacks.EarlyStopping",
+                                      "+callbacks.early_stop.monitor=val/los")],
+    "ckpt_path_or_resume": [("resume=auto", "ckpt_path=/nonexistent/last.ckpt")],
+    "muon_needs_whole_matrices": [("optimizer=muon", "trainer=fsdp")],
+    "whole_model_compile_without_fsdp": [("trainer=fsdp", "runtime.compile_scope=model")],
+}
+ONLY_WHEN_CASES = {
+    "model.rope_theta": ("model.rope_theta=500000.0",),
+    "model.rope_fraction": ("model.rope_fraction=0.5",),
+    "model.activation": ("model.mlp_layers=1", "model.activation=relu"),
+    "model.d_ff": ("model.mlp_layers=1", "model.d_ff=256"),
+    "model.attn_window": ("model.attn_window=64",),
+    "model.attn_impl": ("model.attn_impl=chunked",),
+    "model.mup_base_width": ("model.mup_base_width=64",),
+    "data.shard_tokens": ("data.store=memory", "data.shard_tokens=1000"),
+    "data.verify_sha256": ("data.store=memory", "data.verify_sha256=false"),
+    "data.val_windows": ("data.val_windows=8",),
+    "data.sampling": ("data.store=streaming", "data.sampling=epoch"),
+    "data.samples_per_epoch": ("data.sampling=epoch", "data.samples_per_epoch=100"),
+    "optimizer.nesterov": ("optimizer=sgd", "optimizer.momentum=0.0"),
+    "callbacks.text_samples.top_k": ("callbacks.text_samples.temperature=0", "callbacks.text_samples.top_k=10"),
+    "callbacks.zero_shot.limit": ("callbacks.zero_shot.limit=100",),
+    "callbacks.zero_shot.every_n_steps": ("callbacks.zero_shot.every_n_steps=100",),
+    "runtime.compile_scope": ("runtime.compile_scope=blocks",),  # compile is off on this GPU-less machine
+}
+OTHER_CASES = [
+    # GPTConfig's rules between its own fields
+    ("model.n_head=3",), ("model.pos_emb=rope", "model.head_dim=7", "model.v_head_dim=8"),
+    ("model.pos_emb=rope", "model.rope_fraction=0.3"), ("model.pos_emb=rope", "model.rope_fraction=1.5"),
+    ("model.attn_pattern=[dense,sparse]",), ("+model.n_embdd=64",), ("optimizer.betas=[0.9,1.5]",),
+    ("model.attn_pattern=[]",), ("model.attn_pattern=dense",), ("model.vocab_size=100",),
+    # the attention kernels, float8, the optimizer under a strategy
+    ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flex", "model.dropout=0.1"),
+    ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flex"),
+    ("model.attn_pattern=[dense,strided]", "model.attn_window=64", "model.attn_impl=flash"),
+    ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flash"),
+    ("runtime.float8=true",),
+    # the machine
+    ("trainer.accelerator=gpu", "trainer.devices=8"), ("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=16"),
+    ("model=gpt2_small", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"),
+    # resume
+    ("ckpt_path=/nonexistent/last.ckpt",),
+    # check(): appended keys, true/false words, nodes
+    ("+optimizer.lrr=0.1",), ("+optimizer.params=1",), ("model.tie_weights=no",), ("callbacks.throughput=5",),
+    ("paths.log_dir=/etc/hostname/outputs",),
+    # Hydra's compose errors, as gptlab.config.suggest words them
+    ("model=nanoo",), ("model.n_embdd=64",), ("model.compile=true",), ("trainer.limit_train_batches=5",),
+    ("optimizer.lrr=0.1",),
+]
+# Raises no command on this test machine reaches, each with the reason.
+UNREACHED = {
+    ("model/sparse_attention.py", "torch.nn.attention.flex_attention"): "a torch without FlexAttention",
+    ("model/sparse_attention.py", "flash-attn package"): "a CUDA GPU without flash-attn",
+    ("model/sparse_attention.py", "cannot compute attention with"): "flash-attn installed (refused first without it)",
+    ("fields.py", 'f"use {what}"'): "Hydra's float type refuses a value that is no number first",
+    ("errors.py", "must be {what}"): "require_int, for builders called from Python (the schemas refuse first)",
+    ("execution/float8.py", "has compute capability"): "a CUDA GPU older than 8.9",
+    ("execution/float8.py", "pip install torchao"): "an H100 without torchao",
+    ("preflight/guards.py", "this machine has {found}"): "a machine with fewer GPUs than asked (test_suggestions.py)",
+    ("execution/strategies.py", "raise ConfigError(problem)"): "building trainer=fsdp's strategy (rules refuse first)",
+    ("model/config.py", "model.vocab_size is null"): "GPTConfig.padded_vocab_size, after the tokenizer filled it in",
+    # Hydra's typed nodes refuse these values first, in the same words (gptlab.config.suggest.own_check_message)
+    ("model/config.py", "model.qk_norm={self.qk_norm!r} must be true or false"): "Hydra's bool type, same words",
+    ("model/config.py", "must be a list of kinds cycled"): "Hydra's list type, in the same words",
+    ("runs/resume.py", "invalid_choice(\"resume\""): "the schema's choice check of `resume`",
+    ("model/config.py", "unknown model field(s)"): "a checkpoint's config (check_model names a typed key first)",
+    ("runs/resume.py", "already holds a run"): "a run dir with checkpoints: test_run_dir_ways_out below",
+    ("runs/resume.py", "_unreadable_message"): "a run dir with checkpoints: test_run_dir_ways_out below",
+}
+
+
+def cases() -> list[tuple[str, ...]]:
+    return [c for listed in RULE_CASES.values() for c in listed] + list(ONLY_WHEN_CASES.values()) + OTHER_CASES
+
+
+@pytest.mark.parametrize("command", cases(), ids=" ".join)
+def test_each_refusals_ways_out_work(command) -> None:
+    assert_followed(command)
+
+
+def test_every_rule_has_a_case_that_it_refuses() -> None:
+    assert set(RULE_CASES) == {rule.__name__ for rule in rules.RULES}, "a rule of config/rules.py needs a case"
+    for rule in rules.RULES:
+        for command in RULE_CASES[rule.__name__]:
+            message = rule(ways_out.compose(command))
+            assert message and refusal(command).message == message, (rule.__name__, command)
+
+
+def test_every_refused_option_relevance_row_has_a_case() -> None:
+    refused_rows = {row.option for row in option_relevance.RULES if not row.warn}
+    assert set(ONLY_WHEN_CASES) == refused_rows
+    for option, command in ONLY_WHEN_CASES.items():
+        assert refusal(command).message.startswith(f"{option}="), (option, refusal(command).message)
+
+
+CHECK_MODULES = ["config/validate.py", "config/ranges.py", "fields.py", "model/config.py", "model/sparse_attention.py",
+                 "config/fsdp_keys.py", "errors.py", "preflight/early_checks.py",
+                 "execution/float8.py", "execution/strategies.py", "preflight/guards.py", "runs/resume.py"]
+RAISED = {"ConfigError", "fail", "invalid_choice"}
+
+
+def raise_sites() -> dict[tuple[str, int], str]:
+    """(file, line) of every `raise ConfigError(...)`-like statement of the check modules, with its source."""
+    sites = {}
+    for module in CHECK_MODULES:
+        path = SRC / module
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
+                    getattr(node.exc.func, "id", None) in RAISED:
+                sites[(str(path), node.lineno)] = ast.get_source_segment(source, node)
+    return sites
+
+
+def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
+    """A refusal added to a check module without a case here (or in UNREACHED, with why) fails this test."""
+    reached = set()
+    for command in cases():
+        reached.add(refusal(command).site)
+    for schema, name in FIELDS + APPENDED:
+        command, prefix = place(schema, name)
+        key = f"{'+' if (schema, name) in APPENDED else ''}{prefix}{name}"
+        reached |= {refusal(c).site for c in refused_values(command, key)}
+    for f in dataclasses.fields(GPTConfig):
+        reached |= {refusal(c).site for c in refused_values((), f"model.{f.name}")}
+    missing = []
+    for (path, line), source in raise_sites().items():
+        excused = any(path.endswith(module) and words in source for (module, words) in UNREACHED)
+        if (path, line) not in reached and not excused:
+            missing.append(f"{Path(path).relative_to(SRC)}:{line}: {source.splitlines()[0]}")
+    assert not missing, "raises no case reaches:\n" + "\n".join(missing)
+
+
+def test_run_dir_ways_out(tmp_path: Path) -> None:
+    """A new run into a dir that holds a checkpoint: each way out (resume=auto, which refuses anew since it does not
+    load, and whose resume=restart then passes; resume=restart; leaving hydra.run.dir out) is followed."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    assert_followed((f"hydra.run.dir={run_dir}",))
