@@ -138,11 +138,11 @@ def test_a_partial_or_damaged_folder_is_never_taken_as_whole(sharded: Path, tmp_
 
 
 def test_restart_deletes_the_sharded_checkpoints(sharded: Path, tmp_path: Path) -> None:
-    from gptlab.runs.resume import start_over
+    from gptlab.runs.resume import resume_mode, start_over
 
     run = tmp_path / "run"
     shutil.copytree(sharded / "checkpoints", run / "checkpoints")
-    removed = start_over(compose_config(["resume=restart"], run), run)
+    removed = start_over(resume_mode(compose_config(["resume=restart"], run)), run)
     assert run / "checkpoints" / "last.ckpt" in removed
     assert not list((run / "checkpoints").iterdir())
 

@@ -7,16 +7,17 @@ packages on the same layer do not import each other:
 
     0  gptlab (errors, atomic, signals)    base utilities
     1  model                               the GPT as a plain nn.Module
-    2  data | checkpoint | config          corpora and batches; the checkpoint file; typed config schemas
-    3  runs                                run dirs and sweep jobs: files, the one-run lock, resume, failures
-    4  execution                           how the model runs: parallelize (compile, checkpointing, FSDP), kernels
-    5  preflight                           the checks made once before anything is built: machine, memory, disk
-    6  launch                              entry scripts' errors, Hydra callbacks, DDP rank launch, GPU launcher
-    7  interop                             Hugging Face in and out
-    8  eval                                zero-shot tasks, scoring, sampling
-    9  train                               the LightningModule, optimizers, callbacks
-   10  apps                                what the entry scripts call
-   11  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
+    2  checkpoint | config                 the checkpoint file; typed config schemas, their checks and rules
+    3  data                                corpora and batches (its ranges are the config schema's)
+    4  runs                                run dirs and sweep jobs: files, the one-run lock, resume, failures
+    5  execution                           how the model runs: parallelize (compile, checkpointing, FSDP), kernels
+    6  preflight                           the checks made once before anything is built: machine, memory, disk
+    7  launch                              entry scripts' errors, Hydra callbacks, DDP rank launch, GPU launcher
+    8  interop                             Hugging Face in and out
+    9  eval                                zero-shot tasks, scoring, sampling
+   10  train                               the LightningModule, optimizers, callbacks
+   11  apps                                what the entry scripts call
+   12  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ import pytest
 from helpers import CHECKOUT_ENV, ROOT
 
 PACKAGE = ROOT / "src" / "gptlab"
-LAYER = {"gptlab": 0, "model": 1, "data": 2, "checkpoint": 2, "config": 2, "runs": 3, "execution": 4, "preflight": 5,
-         "launch": 6, "interop": 7, "eval": 8, "train": 9, "apps": 10, "report": 11, "tools": 11}
+LAYER = {"gptlab": 0, "model": 1, "checkpoint": 2, "config": 2, "data": 3, "runs": 4, "execution": 5, "preflight": 6,
+         "launch": 7, "interop": 8, "eval": 9, "train": 10, "apps": 11, "report": 12, "tools": 12}
 FRAMEWORKS = ("lightning", "pytorch_lightning", "hydra", "omegaconf")
 MAX_FUNCTION_LINES = 60
 MAX_PACKAGE_SHARE = 0.20

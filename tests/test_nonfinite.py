@@ -37,7 +37,7 @@ def test_bad_check_interval_names_the_field(value: object) -> None:
 
 
 def test_first_nonfinite_loss_is_found_among_finite_ones_and_stays_found() -> None:
-    check = NonFiniteLossCheck()
+    check = NonFiniteLossCheck(every=10)
     assert check.first_nonfinite() == (-1, 0.0)  # nothing recorded yet
     for value in (2.0, 1.5):
         check.remember(0, torch.tensor(value))

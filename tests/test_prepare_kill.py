@@ -178,6 +178,9 @@ SIGNALLER = textwrap.dedent("""
     from gptlab.data import shard_writer
 
     signum, script, seen, add = getattr(signal, sys.argv[1]), sys.argv[2], [0], shard_writer.ShardWriter.add
+    # As in a terminal: a process started in the background by a non-interactive shell (a CI job, `cmd &`) inherits
+    # SIGINT ignored, and Python then keeps it ignored, so Ctrl-C would never arrive.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def add_then_signal(self, encoded):
         add(self, encoded)

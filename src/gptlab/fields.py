@@ -58,11 +58,9 @@ def boolean(field: str, value: Any) -> None:
 
 def must(holds: Callable[[Any], bool], what: str, number: bool = False) -> Check:
     """A check that refuses a value for which `holds` is false, saying `<field>=<value> must be <what>.`;
-    `number`: a value that is no number at all is refused as the schemas' checks word it (`use a number`)."""
+    `number`: a value that is no number at all is refused before `holds` compares it (in the same words)."""
     def check(field: str, value: Any) -> None:
-        if number and not is_number(value):
-            raise fail(field, value, f"use {what}")
-        if not holds(value):
+        if (number and not is_number(value)) or not holds(value):
             raise ConfigError(f"{field}={value!r} must be {what}.")
 
     return check

@@ -73,7 +73,7 @@ def build_callbacks(cfg: DictConfig) -> list[Any]:
     # The always-on ones around the configured ones: the non-finite check first, so that it holds a step's loss
     # before any other callback can save that step; the re-logging of a resumed run's last step after the others.
     configured = instantiate_dict(cfg.get("callbacks")).values()
-    callbacks = [NonFiniteLossCheck(cfg.get("nonfinite_check_every", 10)), *configured, FinalValidation(),
+    callbacks = [NonFiniteLossCheck(cfg.nonfinite_check_every), *configured, FinalValidation(),
                  TrainingClock(), RelogLastStep()]
     if cfg.trainer.get("fast_dev_run"):  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files
         callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
@@ -23,13 +24,13 @@ from gptlab.train.callbacks.preemption import PreemptionCheckpoint
 log = logging.getLogger(__name__)
 
 
-def write_setup_files(cfg: DictConfig, output_dir: Path, checked: Checked, run: Run) -> None:
+def write_setup_files(cfg: DictConfig, output_dir: Path, checked: Checked, run: Run, mode: Optional[str]) -> None:
     warning = vocab_warning(checked.model_cfg, cfg.model.get("vocab_size"), checked.tokenizer)
     if warning:
         log.warning(warning)
     if not run.trainer.is_global_zero or run.trainer.fast_dev_run:  # a smoke test writes no run files
         return
-    removed = start_over(cfg, output_dir)  # resume=restart: the earlier run's records go, named
+    removed = start_over(mode, output_dir)  # resume=restart: the earlier run's records go, named
     if removed:
         log.info("resume=restart: removed the earlier run's %s; training from step 0",
                  ", ".join(str(p.relative_to(output_dir)) for p in removed))

@@ -81,7 +81,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
             log.info("%s", start.finished.message(output_dir))
             return start.finished.best_val_loss
         run = build_run(cfg, checked, start.ckpt_path)
-        write_setup_files(cfg, output_dir, checked, run)
+        write_setup_files(cfg, output_dir, checked, run, start.mode)
         progress.started = lambda: run.trainer.global_step > 0
         fit_seconds = _fit(run)
     return _summarise(cfg, output_dir, run, fit_seconds)

@@ -50,7 +50,7 @@ RESTATED = {("eval.yaml", "task_data"): (cb.ZeroShotEval, "data")}
 # Schemas whose options reach a gptlab function other than their node's `_target_` (named as a `_target_` is).
 CONSUMERS: dict[type, tuple[str, ...]] = {
     s.Muon: ("gptlab.train.muon.MuonAdamW",),  # muon(params, **kwargs) passes them on
-    s.Train: ("gptlab.train.module.GPTLitModule",),  # label_smoothing, nonfinite_check_every
+    s.Train: ("gptlab.train.module.GPTLitModule",),  # label_smoothing
 }
 
 

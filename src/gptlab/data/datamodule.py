@@ -14,12 +14,14 @@ from typing import Any, Optional
 import lightning as L
 from torch.utils.data import DataLoader
 
+from gptlab.config.schemas import Data
+from gptlab.config.validate import check_fields
 from gptlab.data.documents import document_ids, masking_eot_id
 from gptlab.data.mixture import Mixture
 from gptlab.data.mixture_store import MixtureStore
-from gptlab.data.stores import SAMPLING, STORES, DataSettings, TokenStore
+from gptlab.data.stores import STORES, DataSettings, TokenStore
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.errors import ConfigError, invalid_choice, require_int
+from gptlab.errors import ConfigError
 
 
 class GPTDataModule(L.LightningDataModule):
@@ -54,14 +56,12 @@ class GPTDataModule(L.LightningDataModule):
                 f"data.source={source!r} is not a corpus: give a node with _target_, e.g. "
                 "{_target_: gptlab.data.sources.BuiltinSource, name: pydocs} (see conf/data/)."
             )
-        if store not in STORES:
-            raise invalid_choice("data.store", store, STORES)
-        if sampling not in SAMPLING:
-            raise invalid_choice("data.sampling", sampling, SAMPLING)
-        for name, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows)):
-            require_int(f"data.{name}", value)
-        if num_workers < 0:
-            raise ConfigError(f"data.num_workers={num_workers!r} must be >= 0.")
+        # The ranges are the Data schema's, checked here too for a module built from Python rather than a config.
+        check_fields("data.", dict(store=store, sampling=sampling, batch_size=batch_size, block_size=block_size,
+                                   val_fraction=val_fraction, samples_per_epoch=samples_per_epoch,
+                                   shard_tokens=shard_tokens, num_proc=num_proc, verify_sha256=verify_sha256,
+                                   val_windows=val_windows, num_workers=num_workers,
+                                   document_masking=document_masking), Data)
         self.tokenizer, self.source = tokenizer, source
         self.settings = DataSettings(
             block_size=block_size, batch_size=batch_size, val_fraction=val_fraction, num_workers=num_workers,
@@ -70,8 +70,6 @@ class GPTDataModule(L.LightningDataModule):
         )
         self.store: TokenStore = (MixtureStore(source, tokenizer, self.settings, store) if isinstance(source, Mixture)
                                   else STORES[store](source, tokenizer, self.settings))
-        if not isinstance(document_masking, bool):
-            raise ConfigError(f"data.document_masking={document_masking!r} must be true or false.")
         self.masking_eot = masking_eot_id(tokenizer) if document_masking else None
 
     @property

@@ -166,9 +166,10 @@ def continuation(cfg: DictConfig, output_dir: Path, given: Optional[str], model_
     return Continuation(mode, ckpt_path, finished_run(cfg, output_dir, ckpt_path, mode))
 
 
-def start_over(cfg: DictConfig, output_dir: Path) -> list[Path]:
-    """With resume=restart, deletes the earlier run's checkpoints, summary and event files; returns them."""
-    if resume_mode(cfg) != "restart" or not output_dir.is_dir():
+def start_over(mode: Optional[str], output_dir: Path) -> list[Path]:
+    """With resume=restart (`mode`, as `continuation` decided it), deletes the earlier run's checkpoints, summary
+    and event files; returns them."""
+    if mode != "restart" or not output_dir.is_dir():
         return []
     old = [*checkpoints_newest_first(output_dir), *event_files(output_dir), output_dir / SUMMARY_FILE]
     removed = [path for path in old if path.is_file() or is_sharded(path)]

@@ -14,12 +14,14 @@ from typing import Any, Optional
 import lightning as L
 import torch
 
-from gptlab.errors import NonFiniteLossError, require_int
+from gptlab.config.schemas import Train
+from gptlab.config.validate import check_fields
+from gptlab.errors import NonFiniteLossError
 
 
 class NonFiniteLossCheck(L.Callback):
-    def __init__(self, every: int = 10) -> None:
-        require_int("nonfinite_check_every", every, 1, "a positive integer (steps)")
+    def __init__(self, every: int) -> None:
+        check_fields("", {"nonfinite_check_every": every}, Train)  # the schema's range, also when built from Python
         self.every = every
         self._unchecked: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last check, on the device
         self._first_bad: Optional[tuple[int, float]] = None
