@@ -107,7 +107,7 @@ def test_tokenizer_without_end_of_text_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"data\.document_masking=true needs a tokenizer with an end-of-text") as e:
         GPTDataModule(NoEndOfText(), BuiltinSource("pydocs"), store="memory", document_masking=True)
     assert "'no-eot'" in str(e.value)
-    with pytest.raises(ConfigError, match=r"data\.document_masking='yes' must be true or false"):
+    with pytest.raises(ConfigError, match=r"data\.document_masking='yes' is invalid: use true or false\."):
         GPTDataModule(ByteTokenizer(), BuiltinSource("pydocs"), store="memory", document_masking="yes")
 
 
