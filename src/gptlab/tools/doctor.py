@@ -243,12 +243,6 @@ def float8_parity(report: Report, device: torch.device, steps: int = 300) -> Non
                f"{len(converted)} Linear layers in float8, the head in bf16", ok)
 
 
-def cfg_params(cfg: GPTConfig) -> int:
-    from gptlab.model import count_parameters
-
-    return count_parameters(cfg)["total"]
-
-
 def _ddp_worker(rank: int, port: int, result: torch.multiprocessing.SimpleQueue) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
