@@ -16,7 +16,7 @@ from gptlab.model.accounting import count_parameters
 from gptlab.preflight import checkpoint_plan
 from gptlab.preflight.checkpoint_plan import check_checkpoint_space, checkpoint_slots, need
 from gptlab.preflight.early_checks import build_model_config
-from gptlab.preflight.preflight import checkpoint_bytes
+from gptlab.preflight.output_dirs import checkpoint_bytes
 
 GIB = 2**30
 DISK = 16 * 2**20  # the small_disk fixture's tmpfs

@@ -13,7 +13,7 @@ from helpers import compose_tiny, load_checkpoint, train_in_process
 from gptlab.errors import ConfigError, NonFiniteLossError
 from gptlab.launch.cli import user_errors_exit
 from gptlab.preflight.checkpoint_plan import check_checkpoint_space
-from gptlab.preflight.preflight import check_output_dirs
+from gptlab.preflight.output_dirs import check_output_dirs
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from gptlab.apps.build import Run
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.preflight.checkpoint_plan import check_checkpoint_space
 from gptlab.preflight.early_checks import Checked
-from gptlab.preflight.preflight import check_output_dirs, checkpoint_bytes
+from gptlab.preflight.output_dirs import check_output_dirs, checkpoint_bytes
 from gptlab.runs.resume import start_over
 from gptlab.runs.run_dir import RESOLVED_CONFIG
 from gptlab.train.callbacks.preemption import PreemptionCheckpoint

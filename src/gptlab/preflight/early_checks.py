@@ -25,7 +25,7 @@ from gptlab.model.sparse_attention import computes_densely, refuse_flash, refuse
 from gptlab.preflight.checkpoint_plan import check_checkpoint_space
 from gptlab.preflight.guards import check_devices, check_memory, resolve_accelerator
 from gptlab.preflight.option_relevance import ignored_options
-from gptlab.preflight.preflight import checkpoint_bytes
+from gptlab.preflight.output_dirs import checkpoint_bytes
 from gptlab.runs import sweep_jobs
 from gptlab.runs.resume import given_checkpoint
 
