@@ -75,13 +75,18 @@ class PreemptionCheckpoint(L.Callback):
             self._save_and_stop(trainer, signum)
 
     def agree_now(self, trainer: L.Trainer) -> int:
-        """The signal any rank has seen (0: none), by a blocking all-reduce that every rank must join; afterwards
+        """The signal any rank has seen (0: none), by blocking all-reduces that every rank must join; afterwards
         each rank's flag holds it, so later checks (a following validation's first batches) agree on it too."""
         signum = FLAG.signum
         if trainer.world_size > 1 and dist.is_initialized():
-            flags = torch.tensor([signum], dtype=torch.int32, device=trainer.strategy.root_device)
+            # First wait for every rank (rank 0 may still be scoring): a signal to a rank that waits here is
+            # handled as this returns, so the flags all-reduced next include it.
+            dist.all_reduce(torch.zeros(1, dtype=torch.int32, device=trainer.strategy.root_device))
+            flags = torch.tensor([FLAG.signum], dtype=torch.int32, device=trainer.strategy.root_device)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-            signum = FLAG.signum = int(flags.item())
+            signum = int(flags.item())
+            if signum:  # never cleared here: a signal that came during the all-reduce is for the next check
+                FLAG.signum = signum
         return signum
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
