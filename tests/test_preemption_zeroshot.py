@@ -72,3 +72,15 @@ def test_sigterm_in_a_zero_shot_evaluation_stops_it_saves_that_step_and_the_resu
     resumed = scalars(run)
     for tag in ("train/loss", "val/loss", "zero_shot/lambada/ppl", "zero_shot/lambada/acc"):
         assert resumed[tag] == reference[tag], tag  # exact float equality at every step
+
+
+def test_a_zero_shot_evaluation_cut_at_the_last_step_is_named_on_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    run, last = tmp_path / "run", [*RUN, "trainer.max_steps=2", "trainer.val_check_interval=2"]
+    with monkeypatch.context() as patch:
+        _sigterm_at_scoring_batch(patch, aimed=2)
+        with pytest.raises(PreemptedError, match="SIGTERM at step 2;"):  # saved as the final validation begins
+            train_in_process(run, *last)
+    with caplog.at_level(logging.WARNING):
+        train_in_process(run, *last, "resume=auto")
+    assert "the evaluation at the last step (2) was cut by a preemption and is not run again" in caplog.text

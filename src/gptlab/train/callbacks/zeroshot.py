@@ -49,6 +49,10 @@ class ZeroShotEval(L.Callback):
         self._trainer = trainer
         if not self.tasks:
             return
+        if self._resume_due is not None and 0 < trainer.max_steps <= self._resume_due:
+            log.warning("callbacks.zero_shot: the evaluation at the last step (%d) was cut by a preemption and is not "
+                        "run again on resume (Lightning runs no training hook there); its metrics: python "
+                        "src/eval.py ckpt_path=<this checkpoint> tasks=[%s]", self._resume_due, ",".join(self.tasks))
         if shards_weights(trainer.strategy):
             log.warning("callbacks.zero_shot is off under FSDP (the weights are sharded across ranks).")
             self.tasks = []
