@@ -13,6 +13,7 @@ import signal
 from typing import Any, Mapping, Optional, Sequence
 
 import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn
 
 from gptlab.errors import StoppedBySignal
 from gptlab.eval.tasks import DEFAULT_DATA, Example
@@ -49,10 +50,6 @@ class ZeroShotEval(L.Callback):
         self._trainer = trainer
         if not self.tasks:
             return
-        if self._resume_due is not None and 0 < trainer.max_steps <= self._resume_due:
-            log.warning("callbacks.zero_shot: the evaluation at the last step (%d) was cut by a preemption and is not "
-                        "run again on resume (Lightning runs no training hook there); its metrics: python "
-                        "src/eval.py ckpt_path=<this checkpoint> tasks=[%s]", self._resume_due, ",".join(self.tasks))
         if shards_weights(trainer.strategy):
             log.warning("callbacks.zero_shot is off under FSDP (the weights are sharded across ranks).")
             self.tasks = []
@@ -74,6 +71,17 @@ class ZeroShotEval(L.Callback):
         if self.tasks and self._resume_due == trainer.global_step:  # ... unless its evaluation did not end
             self._scored = -1
             log.info("callbacks.zero_shot: scoring step %d, whose evaluation a preemption cut or preceded",
+                     trainer.global_step)
+            self._evaluate(trainer, pl_module, resumed=True)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A cut at the last step is saved as the final validation begins, so that validation was cut too; Lightning
+        # runs no training hook when it resumes there, and FinalValidation runs the validation after the fit: this
+        # evaluation goes first, as it would have.
+        resumed_last = trainer.state.fn == TrainerFn.VALIDATING and self._resume_due == trainer.global_step
+        if self.tasks and resumed_last:
+            self._resume_due = None
+            log.info("callbacks.zero_shot: scoring the last step (%d), whose evaluation a preemption cut",
                      trainer.global_step)
             self._evaluate(trainer, pl_module, resumed=True)
 
