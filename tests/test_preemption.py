@@ -67,12 +67,15 @@ def test_single_device_sigterm_exits_143_with_one_line(tmp_path: Path) -> None:
 
 def test_ddp_signals_at_aimed_moments_a_lost_rank_and_a_nan_on_one_rank(tmp_path: Path) -> None:
     """2 CPU ranks: SIGTERM to rank 0 mid-step and to rank 1 mid-validation, SIGUSR1 to both mid-checkpoint,
+    SIGTERM to both and to rank 1 mid zero-shot evaluation (rank 0 alone scores, rank 1 waits; stopped at that step),
     SIGKILL of rank 1, NaN on rank 1. Each job ends within 60 s of its signal, with the documented exit code, one
     message, no traceback, every rank gone, and a last.ckpt that loads at the step the message names."""
     _check_drill([
         Case("preempt", "rank0", "step", "SIGTERM", 3),
         Case("preempt", "rank1", "validation", "SIGTERM", 4),
         Case("preempt", "all", "checkpoint", "SIGUSR1", 3),
+        Case("preempt", "all", "zero_shot", "SIGTERM", 3),
+        Case("preempt", "rank1", "zero_shot", "SIGTERM", 3),
         Case("lost", "rank1", "step", "SIGKILL", 3),
         Case("nan", step=3),
     ], tmp_path)

@@ -48,15 +48,23 @@ def test_a_validation_cut_by_sigterm_is_run_again_on_resume_and_the_run_stays_bi
     assert summaries[0]["best_val_loss"] == summaries[1]["best_val_loss"]
 
 
-def test_sigterm_in_the_final_validation_saves_the_last_step_and_its_resume_says_what_is_missing(
+def test_sigterm_in_the_final_validation_saves_the_last_step_and_its_resume_runs_it_after_the_fit(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    short = [*RUN, "trainer.max_steps=5"]  # validations after steps 3 and 5 (the final one)
+    train_in_process(tmp_path / "ref", *short)
+    reference = scalars(tmp_path / "ref")
     run = tmp_path / "run"
-    with pytest.raises(PreemptedError, match="SIGTERM at step 8;"):  # before: the run ended "finished", signal lost
-        train_in_process(run, *RUN, *_in_validation(step=8))
+    with pytest.raises(PreemptedError, match="SIGTERM at step 5;"):  # before: the run ended "finished", signal lost
+        train_in_process(run, *short, *_in_validation(step=5))
     assert not (run / "run_summary.json").exists()
+    assert sorted(scalars(run)["val/loss"]) == [3]
     with caplog.at_level(logging.WARNING):
-        train_in_process(run, *RUN, "resume=auto")
-    assert "the final validation at step 8 was cut short by a preemption" in caplog.text
+        train_in_process(run, *short, "resume=auto")
+    assert "the final validation at step 5, cut short by a preemption, runs now" in caplog.text
+    assert scalars(run)["val/loss"] == reference["val/loss"]  # step 5's, once, bit for bit
+    summaries = [json.loads((d / "run_summary.json").read_text()) for d in (tmp_path / "ref", run)]
+    for key in ("best_val_loss", "final_val_loss", "global_step"):
+        assert summaries[0][key] == summaries[1][key], key
 
 
 def test_sigterm_in_the_sanity_check_stops_before_training_and_saves_nothing(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from gptlab.runs.continuation import expected_warnings_silenced
 from gptlab.runs.resume import continuation
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE, Progress, discard_on_early_error
 from gptlab.signals import FLAG
+from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.callbacks.training_clock import TrainingClock
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ def _fit(run: Run) -> float:
     with expected_warnings_silenced(run.ckpt_path, checkpoint_dirs):
         # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
         run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
+        final = next((c for c in run.callbacks if isinstance(c, FinalValidation)), None)
+        if final is not None:
+            final.run_cut_validation(run.trainer, run.module, run.datamodule)
     return time.perf_counter() - started
 
 

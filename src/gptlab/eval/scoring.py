@@ -10,7 +10,7 @@ real ids (`config.vocab_size`), not the padded vocabulary, as sampling does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -19,6 +19,7 @@ from gptlab.errors import ConfigError
 from gptlab.model import GPT
 
 Pair = tuple[list[int], list[int]]  # (context ids, continuation ids)
+BatchHook = Optional[Callable[[], None]]  # called before each batch; raising there abandons the scoring
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,11 @@ def fit_to_block(pair: Pair, block_size: int) -> tuple[list[int], int]:
 
 
 @torch.no_grad()
-def score_pairs(model: GPT, pairs: Sequence[Pair], batch_size: int = 16) -> list[Score]:
+def score_pairs(model: GPT, pairs: Sequence[Pair], batch_size: int = 16, before_batch: BatchHook = None) -> list[Score]:
     """A Score per pair, in order, computed on the model's device. Pairs are sorted by length so a batch holds
     similar lengths; the result does not depend on that order beyond float rounding. The model is put in eval
-    mode and restored."""
+    mode and restored. `before_batch` lets a caller stop between batches (training's callback, on a preemption
+    signal)."""
     if batch_size < 1:
         raise ConfigError(f"batch_size={batch_size!r} must be a positive integer.")
     device = next(model.parameters()).device
@@ -67,6 +69,8 @@ def score_pairs(model: GPT, pairs: Sequence[Pair], batch_size: int = 16) -> list
     model.eval()
     try:
         for start in range(0, len(order), batch_size):
+            if before_batch is not None:
+                before_batch()
             rows = order[start:start + batch_size]
             width = max(len(inputs[i][0]) for i in rows)
             idx = torch.zeros(len(rows), width, dtype=torch.long)
@@ -92,6 +96,6 @@ def score_pairs(model: GPT, pairs: Sequence[Pair], batch_size: int = 16) -> list
 
 
 def score_texts(model: GPT, tokenizer: Tokenizer, requests: Sequence[tuple[str, str]],
-                batch_size: int = 16) -> list[Score]:
+                batch_size: int = 16, before_batch: BatchHook = None) -> list[Score]:
     """`score_pairs` for (context, continuation) strings."""
-    return score_pairs(model, [encode_pair(tokenizer, c, t) for c, t in requests], batch_size)
+    return score_pairs(model, [encode_pair(tokenizer, c, t) for c, t in requests], batch_size, before_batch)

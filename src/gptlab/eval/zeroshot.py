@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.errors import ConfigError, is_int
-from gptlab.eval.scoring import score_texts
+from gptlab.eval.scoring import BatchHook, score_texts
 from gptlab.eval.tasks import DEFAULT_DATA, Example, task_examples
 from gptlab.model import GPT
 
@@ -47,8 +47,9 @@ def load_examples(tasks: Sequence[str], data: Optional[Mapping[str, str]] = None
 
 
 def lambada_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Example],
-                    batch_size: int = 16) -> dict[str, float]:
-    scores = score_texts(model, tokenizer, [(ex.context, ex.continuations[0]) for ex in examples], batch_size)
+                    batch_size: int = 16, before_batch: BatchHook = None) -> dict[str, float]:
+    requests = [(ex.context, ex.continuations[0]) for ex in examples]
+    scores = score_texts(model, tokenizer, requests, batch_size, before_batch)
     nll = -sum(s.logprob for s in scores)
     return {
         "acc": sum(s.greedy for s in scores) / len(scores),
@@ -58,9 +59,9 @@ def lambada_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Example
 
 
 def hellaswag_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Example],
-                      batch_size: int = 16) -> dict[str, float]:
+                      batch_size: int = 16, before_batch: BatchHook = None) -> dict[str, float]:
     requests = [(ex.context, ending) for ex in examples for ending in ex.continuations]
-    scores = iter(score_texts(model, tokenizer, requests, batch_size))
+    scores = iter(score_texts(model, tokenizer, requests, batch_size, before_batch))
     right = right_norm = 0
     for ex in examples:
         lps = [next(scores).logprob for _ in ex.continuations]
@@ -75,13 +76,14 @@ METRICS = {"lambada": lambada_metrics, "hellaswag": hellaswag_metrics}
 
 
 def evaluate_tasks(model: GPT, tokenizer: Tokenizer, examples: Mapping[str, Sequence[Example]],
-                   batch_size: int = 16) -> dict[str, float]:
-    """`<task>/<metric>` for every task, plus `<task>/n`, the number of examples scored (on the model's device)."""
+                   batch_size: int = 16, before_batch: BatchHook = None) -> dict[str, float]:
+    """`<task>/<metric>` for every task, plus `<task>/n`, the number of examples scored (on the model's device).
+    `before_batch` runs before each scoring batch (see gptlab.eval.scoring)."""
     results: dict[str, float] = {}
     for task, items in examples.items():
         if not items:
             raise ConfigError(f"task {task!r} has no examples; check task_data.{task}.")
-        metrics = METRICS[task](model, tokenizer, items, batch_size)
+        metrics = METRICS[task](model, tokenizer, items, batch_size, before_batch)
         results |= {f"{task}/{name}": value for name, value in metrics.items()} | {f"{task}/n": len(items)}
     return results
 

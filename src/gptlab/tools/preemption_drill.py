@@ -1,6 +1,6 @@
 """The DDP preemption drill behind scripts/preemption_drill.py: start a 2-rank CPU job again and again, signal one
-rank, the other or both at a chosen moment (mid-step, mid-validation, mid-sample generation, mid-checkpoint, or at a
-random time from the launch on, imports included), and check how the job ends.
+rank, the other or both at a chosen moment (mid-step, mid-validation, mid-sample generation, mid-checkpoint, mid
+zero-shot evaluation, or at a random time from the launch on, imports included), and check how the job ends.
 
 A preempted job must end every rank within `deadline` seconds of the signal, with exit code 128 + the signal
 number, one `gptlab: preempted ...` line saying how to resume, no traceback, and a `last.ckpt` that loads and
@@ -33,7 +33,7 @@ import torch
 from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.tools.fault_drill import REPO, RUN_OVERRIDES, TRAIN
 
-MOMENTS = ("step", "validation", "sample", "checkpoint", "anytime")
+MOMENTS = ("step", "validation", "sample", "checkpoint", "zero_shot", "anytime")
 TARGETS = ("rank0", "rank1", "all")
 RECORD = "drill_signal.json"  # what SignalAt sent, when, at which step: in the run dir
 CHECKPOINT_EVERY = 4
@@ -45,6 +45,10 @@ RUN = [*RUN_OVERRIDES, "trainer=ddp", "trainer.devices=2", f"trainer.max_steps={
        f"trainer.val_check_interval={VAL_EVERY}", "trainer.limit_val_batches=4",
        f"callbacks.periodic_checkpoint.every_n_train_steps={CHECKPOINT_EVERY}",
        "callbacks.text_samples.max_new_tokens=48"]
+# The "zero_shot" moment's jobs score 3 batches of a small LAMBADA-like file every 2 steps (rank 0 alone).
+ZERO_SHOT = ["callbacks.zero_shot.tasks=[lambada]", "callbacks.zero_shot.every_n_steps=2",
+             "callbacks.zero_shot.limit=5", "callbacks.zero_shot.batch_size=2"]
+ZERO_SHOT_TEXTS = [f"On day {i} the keeper climbed the stairs to light the lamp for the ships" for i in range(5)]
 
 
 def rank_pids(launcher: int) -> dict[int, int]:
@@ -73,7 +77,8 @@ def target_pids(target: str, pids: dict[int, int]) -> list[int]:
 class SignalAt(L.Callback):
     """In rank 0: at `moment` of the first optimizer step >= `after_step`, sends `signal_name` to the `target` ranks
     (once) and records what it sent in the run dir. Moments: "step" (between forward and backward), "validation"
-    (a validation batch), "sample" (a text-sample generation), "checkpoint" (a checkpoint write)."""
+    (a validation batch), "sample" (a text-sample generation), "checkpoint" (a checkpoint write), "zero_shot" (the
+    second scoring batch of a callbacks.zero_shot evaluation)."""
 
     def __init__(self, moment: str, after_step: int, target: str, signal_name: str, record: str) -> None:
         self.moment, self.after_step, self.target = moment, after_step, target
@@ -104,6 +109,27 @@ class SignalAt(L.Callback):
             self._wrap(pl_module.model, "generate", trainer)
         elif self.moment == "checkpoint":
             self._wrap(trainer.strategy.checkpoint_io, "save_checkpoint", trainer)
+        elif self.moment == "zero_shot":
+            self._wrap_scoring(trainer)
+
+    def _wrap_scoring(self, trainer: L.Trainer) -> None:
+        from gptlab.eval import scoring
+
+        inner = scoring.score_pairs
+
+        def score_pairs(model: Any, pairs: Any, batch_size: int = 16, before_batch: Any = None) -> Any:
+            batches = [0]
+
+            def hook() -> None:
+                batches[0] += 1
+                if batches[0] == 2:
+                    self._fire(trainer)
+                if before_batch is not None:
+                    before_batch()
+
+            return inner(model, pairs, batch_size, hook)
+
+        scoring.score_pairs = score_pairs
 
     def on_before_backward(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_rank == 0 and self.moment == "step":
@@ -169,10 +195,16 @@ class PreemptionDrill:
                     "+callbacks.drill.rank=1"]
         if case.moment == "anytime":
             return []
+        if case.moment == "zero_shot":
+            lambada = self.root / "lambada.jsonl"
+            lambada.write_text("".join(json.dumps({"text": text}) + "\n" for text in ZERO_SHOT_TEXTS))
+            extra = [*ZERO_SHOT, f"callbacks.zero_shot.data.lambada={lambada}"]
+        else:
+            extra = []
         signal_name = "SIGKILL" if case.kind == "lost" else case.signal_name
         return [f"+callbacks.drill._target_={__name__}.SignalAt", f"+callbacks.drill.moment={case.moment}",
                 f"+callbacks.drill.after_step={case.step}", f"+callbacks.drill.target={case.target}",
-                f"+callbacks.drill.signal_name={signal_name}", f"+callbacks.drill.record={run_dir / RECORD}"]
+                f"+callbacks.drill.signal_name={signal_name}", f"+callbacks.drill.record={run_dir / RECORD}", *extra]
 
     def run(self, case: Case) -> Outcome:
         self.runs += 1
@@ -278,6 +310,12 @@ class PreemptionDrill:
         if int(saved["global_step"]) != int(match.group(1)):
             out.problems.append(f"the preemption checkpoint holds step {saved['global_step']}, the message says "
                                 f"{match.group(1)}")
+        record = run_dir / RECORD
+        if out.case.moment == "zero_shot" and record.is_file():  # the evaluation is cut, not finished plus a step
+            sent = json.loads(record.read_text())["step"]
+            if int(match.group(1)) != sent:
+                out.problems.append(f"signalled in step {sent}'s zero-shot evaluation, stopped at step "
+                                    f"{match.group(1)}")
 
 
 def _alive(pid: int) -> bool:

@@ -19,10 +19,11 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 
 def steps_done_axis(trainer: L.Trainer) -> Callable[[Mapping[str, Any]], Optional[int]]:
-    """The step a metrics dict Lightning logs without one goes to: `global_step` while fitting, else Lightning's."""
+    """The step a metrics dict Lightning logs without one goes to: `global_step` while fitting or validating (the
+    final validation a resume runs after its fit, train/callbacks/final_validation.py), else Lightning's."""
 
     def logged_step(metrics: Mapping[str, Any]) -> Optional[int]:
-        fitting = "step" not in metrics and trainer.state.fn == TrainerFn.FITTING
-        return trainer.global_step if fitting else None
+        ours = "step" not in metrics and trainer.state.fn in (TrainerFn.FITTING, TrainerFn.VALIDATING)
+        return trainer.global_step if ours else None
 
     return logged_step

@@ -9,13 +9,15 @@ whatever trainer.log_every_n_steps is): a run's last train/ and x_ scalars are a
 
 A run preempted during its final validation is saved at its last step with that validation marked as begun
 (train/callbacks/preemption.py). Lightning's fit loop is done at once when it resumes there and calls no hook in
-which the validation could run again, so that resume says so instead of writing a summary without it.
+which the validation could run again, so gptlab's fit runs it after the fit (`run_cut_validation`, trainer.validate
+on the restored weights): its val/loss is logged at that step and reaches run_summary.json. Only the val-best
+checkpoint cannot see it (Lightning's ModelCheckpoint saves only while fitting); the resume says so.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
 import lightning as L
 
@@ -26,12 +28,21 @@ log = logging.getLogger(__name__)
 
 
 class FinalValidation(L.Callback):
+    def __init__(self) -> None:
+        self.cut_at: Optional[int] = None  # the last step, whose final validation a preemption cut
+
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         step = checkpoint.get("global_step", 0)
-        if 0 < trainer.max_steps <= step and validation_cut(checkpoint):
-            log.warning("the final validation at step %d was cut short by a preemption and is not run again on "
-                        "resume: run_summary.json and the best checkpoint leave it out; its val/loss: python "
-                        "src/eval.py ckpt_path=<this checkpoint>", step)
+        self.cut_at = step if 0 < trainer.max_steps <= step and validation_cut(checkpoint) else None
+
+    def run_cut_validation(self, trainer: L.Trainer, module: L.LightningModule, datamodule: Any) -> None:
+        """After a fit that resumed at its last step with the final validation cut: that validation, now."""
+        if self.cut_at is None or trainer.global_step != self.cut_at:
+            return
+        log.warning("the final validation at step %d, cut short by a preemption, runs now (after the fit: the "
+                    "val-best checkpoint does not consider it)", self.cut_at)
+        self.cut_at = None
+        trainer.validate(module, datamodule=datamodule, verbose=False)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         last = 0 < trainer.max_steps <= trainer.global_step + 1 and completes_optimizer_step(trainer)

@@ -16,6 +16,10 @@ saved as if that validation had not begun (its batch counters and the RNGs as th
 resume runs it again in full (Lightning's restart "mid-evaluation"). A signal in the step that a validation follows
 is saved at that validation's first batch, for the same reason. In the sanity check no step has been taken since the
 run started or resumed: nothing is saved, and the run stops as it does in data preparation (StoppedBySignal).
+
+Work that rank 0 alone does at a step boundary after this callback's check (callbacks.zero_shot) stops between its
+batches on a signal and then calls `stop_at_this_boundary` on every rank: the other ranks are waiting for rank 0
+there anyway, so one blocking all-reduce costs nothing, and every rank saves and stops at that same step.
 """
 
 from __future__ import annotations
@@ -62,6 +66,28 @@ class PreemptionCheckpoint(L.Callback):
         flags = torch.tensor([FLAG.signum], dtype=torch.int32, device=trainer.strategy.root_device)
         self._pending = (flags, dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True))
         return agreed
+
+    def stop_at_this_boundary(self, trainer: L.Trainer) -> None:
+        """Called by every rank at the same optimizer-step boundary, after this callback's own check: saves and stops
+        there if any rank has seen a signal (by the next validation's first batch where one follows this step)."""
+        signum = self.agree_now(trainer)
+        if signum and not _validation_follows(trainer):
+            self._save_and_stop(trainer, signum)
+
+    def agree_now(self, trainer: L.Trainer) -> int:
+        """The signal any rank has seen (0: none), by blocking all-reduces that every rank must join; afterwards
+        each rank's flag holds it, so later checks (a following validation's first batches) agree on it too."""
+        signum = FLAG.signum
+        if trainer.world_size > 1 and dist.is_initialized():
+            # First wait for every rank (rank 0 may still be scoring): a signal to a rank that waits here is
+            # handled as this returns, so the flags all-reduced next include it.
+            dist.all_reduce(torch.zeros(1, dtype=torch.int32, device=trainer.strategy.root_device))
+            flags = torch.tensor([FLAG.signum], dtype=torch.int32, device=trainer.strategy.root_device)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            signum = int(flags.item())
+            if signum:  # never cleared here: a signal that came during the all-reduce is for the next check
+                FLAG.signum = signum
+        return signum
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
