@@ -22,7 +22,7 @@ import pytest
 import ways_out
 from helpers import CONF_DIR
 from omegaconf import DictConfig
-from ways_out import RUN_DIR, follow, refusal
+from ways_out import RUN_DIR, built_refusal, follow, refusal
 
 import gptlab
 from gptlab.config import rules, schemas
@@ -46,10 +46,10 @@ def two_cores_no_gpu(monkeypatch):
     monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 24 * GB)
 
 
-def assert_followed(command: tuple[str, ...]) -> None:
-    first = refusal(command)
+def assert_followed(command: tuple[str, ...], refuse=refusal) -> None:
+    first = refuse(command)
     assert first is not None, f"{' '.join(command)} is not refused"
-    walk = follow(command, DEPTH)
+    walk = follow(command, DEPTH, refuse=refuse)
     assert not walk.broken, "\n".join(walk.broken)
 
 
@@ -183,6 +183,21 @@ OTHER_CASES = [
     ("model=nanoo",), ("model.n_embdd=64",), ("model.compile=true",), ("trainer.limit_train_batches=5",),
     ("optimizer.lrr=0.1",),
 ]
+MIXTURE = "data=mixture_example"
+# Refusals the checks pass and building the run's objects raises (gptlab.apps.build.build_run: the datamodule and its
+# corpus, the Trainer, the batching), followed through ways_out.built_refusal.
+BUILD_CASES = [
+    ("global_batch_tokens=1000",), ("global_batch_tokens=8192", "trainer.accumulate_grad_batches=2"),
+    ("trainer.strategy=bogus",),
+    ("data.source._target_=builtins.dict",), ("data.source._target_=gptlab.data.sources.Bogus",),
+    ("+data.source.foo=1",),
+    (MIXTURE, "data.store=streaming"),
+    (MIXTURE, "data.source.sources.pydocs.weight=0", "data.source.sources.python_stdlib.weight=0"),
+    (MIXTURE, "~data.source.sources.pydocs", "~data.source.sources.python_stdlib"),
+    (MIXTURE, "~data.source.sources.pydocs.source"), (MIXTURE, "+data.source.sources.pydocs.foo=1"),
+    (MIXTURE, "data.source.sources.pydocs.source=5"), (MIXTURE, "data.source.sources.pydocs.weight=-1"),
+    (MIXTURE, "+data.source.sources.pydocs.tokenizer={_target_:gptlab.data.tokenizers.BiteTokenizer}"),
+]
 # Raises no command on this test machine reaches, each with the reason.
 UNREACHED = {
     ("model/sparse_attention.py", "torch.nn.attention.flex_attention"): "a torch without FlexAttention",
@@ -201,6 +216,9 @@ UNREACHED = {
     ("model/config.py", "unknown model field(s)"): "a checkpoint's config (check_model names a typed key first)",
     ("runs/resume.py", "already holds a run"): "a run dir with checkpoints: test_run_dir_ways_out below",
     ("runs/resume.py", "_unreadable_message"): "a run dir with checkpoints: test_run_dir_ways_out below",
+    ("data/mixture.py", "a Mixture is read source by source"): "a Mixture read as one corpus (MixtureStore refuses)",
+    ("data/mixture.py", "but the run tokenizes with"): "a source's tokenizer other than bytes: GPT-2's ranks, offline",
+    ("data/mixture_store.py", "the checkpoint"): "resuming a checkpoint of another corpus (test_mixture.py)",
 }
 
 
@@ -211,6 +229,12 @@ def cases() -> list[tuple[str, ...]]:
 @pytest.mark.parametrize("command", cases(), ids=" ".join)
 def test_each_refusals_ways_out_work(command) -> None:
     assert_followed(command)
+
+
+@pytest.mark.parametrize("command", BUILD_CASES, ids=" ".join)
+def test_each_build_refusals_ways_out_work(command) -> None:
+    assert refusal(command) is None, "the checks refuse it: a case for test_each_refusals_ways_out_work"
+    assert_followed(command, built_refusal)
 
 
 def test_every_rule_has_a_case_that_it_refuses() -> None:
@@ -230,7 +254,8 @@ def test_every_refused_option_relevance_row_has_a_case() -> None:
 
 CHECK_MODULES = ["config/validate.py", "config/ranges.py", "fields.py", "model/config.py", "model/sparse_attention.py",
                  "config/fsdp_keys.py", "errors.py", "preflight/early_checks.py",
-                 "execution/float8.py", "execution/strategies.py", "preflight/guards.py", "runs/resume.py"]
+                 "execution/float8.py", "execution/strategies.py", "preflight/guards.py", "runs/resume.py",
+                 "apps/build.py", "data/datamodule.py", "data/mixture.py", "data/mixture_store.py"]
 RAISED = {"ConfigError", "fail", "invalid_choice"}
 
 
@@ -249,7 +274,7 @@ def raise_sites() -> dict[tuple[str, int], str]:
 
 def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
     """A refusal added to a check module without a case here (or in UNREACHED, with why) fails this test."""
-    reached = set()
+    reached = {built_refusal(command).site for command in BUILD_CASES}
     for command in cases():
         reached.add(refusal(command).site)
     for schema, name in FIELDS + APPENDED:

@@ -25,13 +25,14 @@ import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from helpers import CONF_DIR, ROOT, compose_config
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.apps.build import build_run
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import strict_booleans
 from gptlab.errors import find_config_error
@@ -138,6 +139,25 @@ def refusal(command: tuple[str, ...]) -> Optional[Refusal]:
     return None
 
 
+@functools.cache
+def built_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
+    """What train says to `command` up to its first step: `refusal`, then what building the run's objects refuses
+    (gptlab.apps.build.build_run: the datamodule, model, callbacks, Trainer and batching; ~0.1 s, so only the cases
+    that need it use it). The datamodule's setup, which reads the corpus, is not run."""
+    first = refusal(command)
+    if first is not None:
+        return first
+    cfg = compose(command)
+    try:
+        build_run(cfg, early_checks._check_before_run(cfg), None)
+    except Exception as err:
+        found = find_config_error(err)
+        if found is None:
+            raise
+        return Refusal(str(found), _site(found))
+    return None
+
+
 # ---- reading a message -------------------------------------------------------------------------------------------
 KEY = r"\+{0,2}[A-Za-z_][\w]*(?:[./][\w]+)*"
 VALUE = r"(?:<[^>]*>|\[[^\]]*\]|\{[^}]*\}|'[^']*'|\"[^\"]*\"|[^\s,;:?!()\[\]{}'\"]+)"
@@ -212,7 +232,8 @@ def typed_in(command: tuple[str, ...], key: str, value: str) -> tuple[str, ...]:
 
 
 def dropped(command: tuple[str, ...], key: str) -> Optional[tuple[str, ...]]:
-    kept = tuple(o for o in command if key_of(o) != bare(key))
+    """The command without the overrides that set `key` or a key under it."""
+    kept = tuple(o for o in command if key_of(o) != bare(key) and not key_of(o).startswith(bare(key) + "."))
     return kept if kept != command else None
 
 
@@ -374,13 +395,13 @@ class Walk:
 
 
 def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None, seen: Optional[set] = None,
-           history: tuple[str, ...] = ()) -> Walk:
-    """Follow every way out of `command`'s refusal; each must lead to a command that passes, or is refused with a
-    new message whose first way out is followed in turn, `depth` refusals deep (every way out of that message is
-    followed by the case that refuses it first: each refusal has one)."""
+           history: tuple[str, ...] = (), refuse: Callable[[tuple[str, ...]], Optional[Refusal]] = refusal) -> Walk:
+    """Follow every way out of `command`'s refusal (by `refuse`: `refusal`, or `built_refusal`); each must lead to a
+    command that passes, or is refused with a new message whose first way out is followed in turn, `depth` refusals
+    deep (every way out of that message is followed by the case that refuses it first: each refusal has one)."""
     walk = Walk() if walk is None else walk
     seen = set() if seen is None else seen
-    refused = refusal(command)
+    refused = refuse(command)
     if refused is None or command in seen:
         return walk
     seen.add(command)
@@ -400,10 +421,10 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
         return walk
     for way in reading.ways if not history else reading.ways[:1]:
         walk.followed += 1
-        again = refusal(way.command)
+        again = refuse(way.command)
         if again is not None and again.message == refused.message:
             walk.broken.append(f"following {way.said!r} ({' '.join(way.command)}) gives the same refusal: "
                                f"{refused.message}")
             continue
-        follow(way.command, depth - 1, walk, seen, (*history, " ".join(command)))
+        follow(way.command, depth - 1, walk, seen, (*history, " ".join(command)), refuse)
     return walk
