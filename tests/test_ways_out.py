@@ -31,9 +31,14 @@ from gptlab.config.fields import check_of, schema_fields
 from gptlab.config.store import SCHEMAS
 from gptlab.config.validate import NAMED_NODES, schema_of
 from gptlab.model import GPTConfig
-from gptlab.preflight import guards, option_relevance
+from gptlab.preflight import checkpoint_plan, guards, option_relevance
 
 GB = 1e9
+MB = 2**20
+# Pretend disks for the checkpoint space check (a nano checkpoint is ~9.8 MB; the default callbacks keep 3 at once):
+# one that holds last.ckpt and one being written but not a best copy besides, one that holds fewer than two.
+SMALL_DISK, TINY_DISK = RUN_DIR.parent / "small-disk", RUN_DIR.parent / "tiny-disk"
+DISKS = {SMALL_DISK: 25 * MB, TINY_DISK: int(15.06 * MB)}  # 15.06: the space to free is not a round number
 DEPTH = 3
 SRC = Path(gptlab.__file__).parent
 
@@ -44,6 +49,10 @@ def two_cores_no_gpu(monkeypatch):
     monkeypatch.setattr(guards, "gpu_count", lambda: 0)
     monkeypatch.setattr(guards.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 24 * GB)
+    for disk in DISKS:
+        disk.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(checkpoint_plan, "free_bytes", lambda directory: next(
+        (free for disk, free in DISKS.items() if disk in (directory, *directory.parents)), 24 * GB))
 
 
 def assert_followed(command: tuple[str, ...], refuse=refusal) -> None:
@@ -176,6 +185,8 @@ OTHER_CASES = [
     ("model=gpt2_small", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"),
     # resume
     ("ckpt_path=/nonexistent/last.ckpt",),
+    # the checkpoints' disk (its ways out that no command types: test_checkpoint_space_ways_out below)
+    (f"hydra.run.dir={SMALL_DISK}/run",), (f"hydra.run.dir={TINY_DISK}/run",), (f"paths.log_dir={TINY_DISK}",),
     # check(): appended keys, true/false words, nodes
     ("+optimizer.lrr=0.1",), ("+optimizer.params=1",), ("model.tie_weights=no",), ("callbacks.throughput=5",),
     ("paths.log_dir=/etc/hostname/outputs",),
@@ -298,3 +309,28 @@ def test_run_dir_ways_out(tmp_path: Path) -> None:
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
     assert_followed((f"hydra.run.dir={run_dir}",))
+
+
+SIZE = re.compile(r"free ([\d,.]+) (KB|MB|GiB) on that disk")
+UNIT = {"KB": 2**10, "MB": 2**20, "GiB": 2**30}
+
+
+@pytest.mark.parametrize("command", [(f"hydra.run.dir={SMALL_DISK}/run",), (f"hydra.run.dir={TINY_DISK}/run",),
+                                     (f"paths.log_dir={TINY_DISK}",)], ids=" ".join)
+def test_checkpoint_space_ways_out(command, monkeypatch) -> None:
+    """The ways out of the checkpoint space refusal that no command types, followed as a user would: freeing the
+    space it names on that disk, or giving a run dir (paths.log_dir when the run dir is under it) on a larger one.
+    Its typed ways (save_top_k=0, the callbacks set to null) are followed by test_each_refusals_ways_out_work."""
+    message = refusal(command).message
+    assert message.startswith("checkpoint dir "), message
+    key = "paths.log_dir" if "point paths.log_dir at a larger disk" in message else "hydra.run.dir"
+    assert key in message
+    larger = RUN_DIR.parent / "larger-disk"
+    moved = ways_out.typed_in(command, key, str(larger / "run") if key == "hydra.run.dir" else str(larger))
+    assert refusal(moved) is None, (moved, refusal(moved))
+    freed = SIZE.search(message)
+    assert freed, message
+    disk = next(d for d in DISKS if str(d) in command[0])
+    more = DISKS[disk] + int(float(freed.group(1).replace(",", "")) * UNIT[freed.group(2)])
+    monkeypatch.setattr(checkpoint_plan, "free_bytes", lambda directory: more)
+    assert refusal.__wrapped__(command) is None, f"freeing what {message!r} names is not enough"

@@ -76,9 +76,12 @@ def _base(groups: tuple[str, ...], run_dir: str) -> DictConfig:
 
 
 def run_dir_of(command: tuple[str, ...]) -> Path:
-    """`hydra.run.dir=X` is the run dir the compose API cannot make: the checks get it as paths.output_dir."""
+    """`hydra.run.dir=X` is the run dir the compose API cannot make: the checks get it as paths.output_dir. Without
+    one, a run goes under paths.log_dir (conf/hydra/default.yaml: <log_dir>/runs/<name>/<date>/<time>) when the
+    command gives one, else to RUN_DIR."""
     given = [o.split("=", 1)[1] for o in command if key_of(o) == "hydra.run.dir"]
-    return Path(given[-1]) if given else RUN_DIR
+    log_dir = [o.split("=", 1)[1] for o in command if key_of(o) == "paths.log_dir"]
+    return Path(given[-1]) if given else Path(log_dir[-1]) / "runs" / "train" / "run" if log_dir else RUN_DIR
 
 
 def compose(command: tuple[str, ...]) -> DictConfig:
