@@ -22,7 +22,7 @@ import pytest
 import ways_out
 from helpers import CONF_DIR
 from omegaconf import DictConfig
-from ways_out import RUN_DIR, built_refusal, follow, refusal
+from ways_out import RUN_DIR, app_refusal, built_refusal, follow, refusal, tiny_checkpoint
 
 import gptlab
 from gptlab.config import rules, schemas
@@ -334,3 +334,31 @@ def test_checkpoint_space_ways_out(command, monkeypatch) -> None:
     more = DISKS[disk] + int(float(freed.group(1).replace(",", "")) * UNIT[freed.group(2)])
     monkeypatch.setattr(checkpoint_plan, "free_bytes", lambda directory: more)
     assert refusal.__wrapped__(command) is None, f"freeing what {message!r} names is not enough"
+
+
+# ---- eval.py's and sample.py's own refusals, on a tiny checkpoint (ways_out.app_refusal) -------------------------
+FIXTURES = Path(__file__).parent / "fixtures" / "zeroshot"
+CKPT = f"ckpt_path={ways_out.CKPT}"
+# What the words ask for by a placeholder (`ckpt_path=<...>`), typed as a user would: a file that is one.
+STAND_INS = {"ckpt_path": str(ways_out.CKPT), "task_data.lambada": str(FIXTURES / "lambada.jsonl"),
+             "task_data.hellaswag": str(FIXTURES / "hellaswag.jsonl")}
+APP_CASES = {
+    "sample": [(), ("ckpt_path=/nonexistent.ckpt",), ("ckpt_path=/etc/hostname",), (CKPT, "temperature=-1"),
+               (CKPT, "top_k=0"), (CKPT, "top_p=2"), (CKPT, "num_beams=0"), (CKPT, "temperature=0", "top_k=5"),
+               (CKPT, "num_beams=2", "top_k=5"), (CKPT, "device=cuda"), (CKPT, "device=tpu"),
+               (CKPT, "tokenizer=gpt2"), (CKPT, "prompt=hi", "prompt_file=/etc/hostname"),
+               (CKPT, "prompt_file=/nonexistent"), (CKPT, "prompt="), (CKPT, "num_samples=0")],
+    "eval": [(), ("ckpt_path=/nonexistent.ckpt",), (CKPT, "val_loss=false"), (CKPT, "tasks=[bogus]"),
+             (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
+             (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe")],
+}
+
+
+@pytest.mark.parametrize("app,command", [(app, c) for app, listed in APP_CASES.items() for c in listed],
+                         ids=lambda x: x if isinstance(x, str) else " ".join(x).replace(CKPT, "ckpt_path=<tiny>"))
+def test_each_eval_and_sample_refusals_ways_out_work(app, command) -> None:
+    tiny_checkpoint()
+    refuse = functools.partial(app_refusal, app)
+    assert refuse(command) is not None, f"{app} {' '.join(command)} is not refused"
+    walk = follow(command, DEPTH + 1, refuse=refuse, stand_ins=STAND_INS)  # + 1: each task needs its data
+    assert not walk.broken, "\n".join(walk.broken)

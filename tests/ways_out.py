@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import hydra
+import torch
 from helpers import CONF_DIR, ROOT, compose_config
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -36,6 +38,8 @@ from gptlab.apps.build import build_run
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import strict_booleans
 from gptlab.errors import find_config_error
+from gptlab.launch.hydra_callbacks import missing_message, missing_values
+from gptlab.model import GPT, GPTConfig
 from gptlab.preflight import early_checks
 from gptlab.runs.resume import resume_checkpoint
 
@@ -161,6 +165,79 @@ def built_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
     return None
 
 
+# ---- eval.py and sample.py: their own refusals, up to the work (scoring, generating) ---------------------------
+APPS = ("eval", "sample")
+CKPT = RUN_DIR.parent / "tiny" / "last.ckpt"  # a checkpoint of a 1-layer model trained with tokenizer=bytes
+
+
+class _Started(Exception):
+    """Raised where the app would start its work: everything it refuses has been checked."""
+
+
+def tiny_checkpoint() -> Path:
+    """CKPT, written once: the weights and hyperparameters that eval.py and sample.py read from a run's checkpoint."""
+    if not CKPT.is_file():
+        node = compose_config([], RUN_DIR.parent / "eval", config_name="eval").tokenizer
+        tokenizer = OmegaConf.to_container(node, resolve=True)
+        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32,
+                              vocab_size=hydra.utils.instantiate(node).vocab_size))
+        CKPT.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                    "hyper_parameters": {"model": model.config.to_dict(), "run": {"tokenizer": tokenizer}}},
+                   CKPT)
+    return CKPT
+
+
+@functools.cache
+def app_config(app: str) -> DictConfig:
+    return compose_config([], RUN_DIR.parent / "eval" if app == "eval" else None, config_name=app)
+
+
+@functools.cache
+def app_keys() -> frozenset[str]:
+    """The top-level keys of eval.yaml and sample.yaml, which their refusals name."""
+    return frozenset(k for app in APPS for k in app_config(app))
+
+
+@functools.cache
+def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
+    """What `python src/<app>.py <command>` says before it scores (eval) or generates (sample); None: it would."""
+    from unittest import mock
+
+    from gptlab.apps import evaluate
+    from gptlab.eval import sampling
+
+    def started(*args: Any, **kwargs: Any) -> None:
+        raise _Started
+
+    try:
+        cfg = compose_config(list(command), RUN_DIR.parent / "eval" if app == "eval" else None, config_name=app)
+    except Exception as err:
+        message = compose_message(err)
+        if message is None:
+            raise
+        return Refusal(message, None)
+    missing = missing_values(cfg)  # the Hydra callback CheckMissingValues, before the app
+    if missing:
+        return Refusal(missing_message(missing, app), None)
+    try:
+        if app == "eval":
+            with mock.patch.object(evaluate, "GPTLitModule", started), \
+                    mock.patch.object(evaluate, "evaluate_tasks", started):
+                evaluate.evaluate(cfg)
+        else:
+            sampling.sample(cfg)  # a 1-layer model: generating is as cheap as stopping before it
+            return None
+    except _Started:
+        return None
+    except Exception as err:
+        found = find_config_error(err)
+        if found is None:
+            raise
+        return Refusal(str(found), _site(found))
+    raise AssertionError(f"{app} {command} neither refused nor started")
+
+
 # ---- reading a message -------------------------------------------------------------------------------------------
 KEY = r"\+{0,2}[A-Za-z_][\w]*(?:[./][\w]+)*"
 VALUE = r"(?:<[^>]*>|\[[^\]]*\]|\{[^}]*\}|'[^']*'|\"[^\"]*\"|[^\s,;:?!()\[\]{}'\"]+)"
@@ -172,7 +249,7 @@ PLACEHOLDER = re.compile(r"^(<[^>]*>|\.\.\.)$")
 
 def _known_key(key: str) -> bool:
     top = bare(key).split(".")[0].split("/")[0]
-    return top in GROUPS or top in _base((), str(RUN_DIR)) or top == "hydra"
+    return top in GROUPS or top in _base((), str(RUN_DIR)) or top == "hydra" or top in app_keys()
 
 
 def _value(text: str) -> Any:
@@ -207,6 +284,9 @@ def current(command: tuple[str, ...], key: str) -> list[Any]:
     values = [_value(o.split("=", 1)[1]) for o in command if key_of(o) == key and "=" in o]
     if "." not in key and key in GROUPS:
         return values or [DEFAULT_CHOICES.get(key)]
+    if key.split(".")[0] not in _base((), str(RUN_DIR)):  # an option of eval.py or sample.py: typed, else default
+        return values or [OmegaConf.select(app_config(app), key, default=None, throw_on_missing=False)
+                          for app in APPS if key.split(".")[0] in app_config(app)][:1]
     try:
         cfg = compose(command)
     except Exception:
@@ -269,8 +349,9 @@ def refused_key(message: str) -> Optional[str]:
     return None
 
 
-def ways_out(message: str, command: tuple[str, ...]) -> Reading:
-    """Each way out `message` offers, typed into `command` (see the module docstring)."""
+def ways_out(message: str, command: tuple[str, ...], stand_ins: Optional[dict[str, str]] = None) -> Reading:
+    """Each way out `message` offers, typed into `command` (see the module docstring); `key=<...>` is typed with
+    `stand_ins[key]` where it has one (a file the words ask for: a checkpoint, a prompt file)."""
     reading = Reading()
     refused = refused_key(message)
     # "X is now Y" / "X is gone: use Y=v": a key that replaces the refused one, which goes
@@ -298,7 +379,9 @@ def ways_out(message: str, command: tuple[str, ...]) -> Reading:
         quoted = found.start() > 0 and found.string[found.start() - 1] in "'\""
         if PLACEHOLDER.match(value):
             before = [o for o in command if key_of(o) == replaced or key_of(o) == bare(key)]
-            if before:  # "add it with +trainer.x=<value>", "use runtime.compile=... instead": the value typed before
+            if stand_ins and bare(key) in stand_ins:
+                add(found.group(0), typed_in(command, key, stand_ins[bare(key)]))
+            elif before:  # "add it with +trainer.x=<value>", "use runtime.compile=... instead": the value typed before
                 add(found.group(0), renamed(command, before[0], key) if key.startswith("+") or replaced else None)
             else:
                 reading.unfollowable.append(found.group(0))
@@ -377,7 +460,7 @@ def described_values(message: str) -> list[tuple[str, Any]]:
         found.append((m.group(0), float(m.group(1)) + 1))
     for m in re.finditer(r"positive number", text):
         found.append((m.group(0), 1.0))
-    for m in re.finditer(r"e\.g\. (\[[^\]]*\]|[\w.]+)", text):
+    for m in re.finditer(r"e\.g\. (\[[^\]]*\]|[\w.]+)(?![\w.=])", text):  # not "e.g. key=value": a way of its own
         found.append((m.group(0), _value(m.group(1))))
     for m in re.finditer(r"non-empty string", text):
         found.append((m.group(0), "x"))
@@ -398,10 +481,12 @@ class Walk:
 
 
 def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None, seen: Optional[set] = None,
-           history: tuple[str, ...] = (), refuse: Callable[[tuple[str, ...]], Optional[Refusal]] = refusal) -> Walk:
+           history: tuple[str, ...] = (), refuse: Callable[[tuple[str, ...]], Optional[Refusal]] = refusal,
+           stand_ins: Optional[dict[str, str]] = None) -> Walk:
     """Follow every way out of `command`'s refusal (by `refuse`: `refusal`, or `built_refusal`); each must lead to a
     command that passes, or is refused with a new message whose first way out is followed in turn, `depth` refusals
-    deep (every way out of that message is followed by the case that refuses it first: each refusal has one)."""
+    deep (every way out of that message is followed by the case that refuses it first: each refusal has one);
+    `stand_ins` as for `ways_out`."""
     walk = Walk() if walk is None else walk
     seen = set() if seen is None else seen
     refused = refuse(command)
@@ -412,7 +497,7 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
     if depth == 0:
         walk.broken.append(f"still refused after following its ways out: {path}: {refused.message}")
         return walk
-    reading = ways_out(refused.message, command)
+    reading = ways_out(refused.message, command, stand_ins)
     for said in reading.untypable:
         walk.broken.append(f"{refused.message!r} offers {said!r}, which a shell splits or brace-expands: quote it")
     for tool in reading.commands:  # run by its own tests (fetch, plan); here it must exist
@@ -429,5 +514,5 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
             walk.broken.append(f"following {way.said!r} ({' '.join(way.command)}) gives the same refusal: "
                                f"{refused.message}")
             continue
-        follow(way.command, depth - 1, walk, seen, (*history, " ".join(command)), refuse)
+        follow(way.command, depth - 1, walk, seen, (*history, " ".join(command)), refuse, stand_ins)
     return walk

@@ -39,7 +39,8 @@ class ZeroShotEval(L.Callback):
             log.warning("callbacks.zero_shot is off under FSDP (the weights are sharded across ranks).")
             self.tasks = []
             return
-        self._examples = load_examples(self.tasks, self.data, self.limit, "callbacks.zero_shot.data")
+        self._examples = load_examples(self.tasks, self.data, self.limit, "callbacks.zero_shot.data",
+                                       "callbacks.zero_shot.limit")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_step = trainer.global_step  # a resumed run does not re-score the step it resumed at
