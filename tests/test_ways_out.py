@@ -229,6 +229,12 @@ UNREACHED = {
     ("runs/resume.py", "_unreadable_message"): "a run dir with checkpoints: test_run_dir_ways_out below",
     ("data/mixture.py", "a Mixture is read source by source"): "a Mixture read as one corpus (MixtureStore refuses)",
     ("data/mixture.py", "but the run tokenizes with"): "a source's tokenizer other than bytes: GPT-2's ranks, offline",
+    ("eval/sampling.py", "no tokenizer for ckpt_path"): "a checkpoint that records no tokenizer (one from before)",
+    ("eval/sampling.py", "produced id"): "a checkpoint whose vocab is smaller than its own tokenizer's",
+    ("eval/zeroshot.py", "has no examples"): "an empty task file (test_zeroshot.py)",
+    ("preflight/devices.py", "CUDA GPU(s) (cuda:0 to"): "a machine with CUDA GPUs",
+    ("model/generation.py", "must be >= "): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
+    ("model/generation.py", "must be in (0, 1]"): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
     ("data/mixture_store.py", "the checkpoint"): "resuming a checkpoint of another corpus (test_mixture.py)",
 }
 
@@ -266,7 +272,9 @@ def test_every_refused_option_relevance_row_has_a_case() -> None:
 CHECK_MODULES = ["config/validate.py", "config/ranges.py", "fields.py", "model/config.py", "model/sparse_attention.py",
                  "config/fsdp_keys.py", "errors.py", "preflight/early_checks.py",
                  "execution/float8.py", "execution/strategies.py", "preflight/guards.py", "runs/resume.py",
-                 "apps/build.py", "data/datamodule.py", "data/mixture.py", "data/mixture_store.py"]
+                 "apps/build.py", "data/datamodule.py", "data/mixture.py", "data/mixture_store.py",
+                 "apps/evaluate.py", "eval/sampling.py", "eval/zeroshot.py", "preflight/devices.py",
+                 "model/generation.py"]
 RAISED = {"ConfigError", "fail", "invalid_choice"}
 
 
@@ -286,6 +294,8 @@ def raise_sites() -> dict[tuple[str, int], str]:
 def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
     """A refusal added to a check module without a case here (or in UNREACHED, with why) fails this test."""
     reached = {built_refusal(command).site for command in BUILD_CASES}
+    tiny_checkpoint()
+    reached |= {app_refusal(app, command).site for app, listed in APP_CASES.items() for command in listed}
     for command in cases():
         reached.add(refusal(command).site)
     for schema, name in FIELDS + APPENDED:
@@ -347,10 +357,11 @@ APP_CASES = {
                (CKPT, "top_k=0"), (CKPT, "top_p=2"), (CKPT, "num_beams=0"), (CKPT, "temperature=0", "top_k=5"),
                (CKPT, "num_beams=2", "top_k=5"), (CKPT, "device=cuda"), (CKPT, "device=tpu"),
                (CKPT, "tokenizer=gpt2"), (CKPT, "prompt=hi", "prompt_file=/etc/hostname"),
-               (CKPT, "prompt_file=/nonexistent"), (CKPT, "prompt="), (CKPT, "num_samples=0")],
+               (CKPT, "prompt_file=/nonexistent"), (CKPT, f"prompt_file={ways_out.CKPT}"), (CKPT, "prompt="),
+               (CKPT, "num_samples=0"), (CKPT, "device=mps"), (CKPT, "device=meta")],
     "eval": [(), ("ckpt_path=/nonexistent.ckpt",), (CKPT, "val_loss=false"), (CKPT, "tasks=[bogus]"),
              (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
-             (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe")],
+             (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe"), (CKPT, "data.block_size=64")],
 }
 
 

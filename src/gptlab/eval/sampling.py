@@ -74,7 +74,7 @@ def read_prompt(cfg: DictConfig) -> str:
             return path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             raise ConfigError(f"prompt_file={cfg.prompt_file!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
-                              "give a UTF-8 text file.") from err
+                              "give a UTF-8 text file, or drop prompt_file to start a fresh document.") from err
     return DEFAULT_PROMPT if cfg.prompt is None else str(cfg.prompt)
 
 
