@@ -192,6 +192,7 @@ OTHER_CASES = [
     ("paths.log_dir=/etc/hostname/outputs",),
     # Hydra's compose errors, as gptlab.config.suggest words them
     ("model=nanoo",), ("model.n_embdd=64",), ("model.compile=true",), ("trainer.limit_train_batches=5",),
+    ("logger=null",),
     ("optimizer.lrr=0.1",),
 ]
 MIXTURE = "data=mixture_example"
@@ -199,7 +200,7 @@ MIXTURE = "data=mixture_example"
 # corpus, the Trainer, the batching), followed through ways_out.built_refusal.
 BUILD_CASES = [
     ("global_batch_tokens=1000",), ("global_batch_tokens=8192", "trainer.accumulate_grad_batches=2"),
-    ("trainer.strategy=bogus",),
+    ("trainer.strategy=bogus",), ("trainer.strategy=deepspeed",),
     ("data.source._target_=builtins.dict",), ("data.source._target_=gptlab.data.sources.Bogus",),
     ("+data.source.foo=1",),
     (MIXTURE, "data.store=streaming"),

@@ -9,7 +9,8 @@ overrides by Hydra's own ConfigLoaderImpl._apply_overrides_to_config on a copy, 
 
 `ways_out(message, command)` reads a message as a user would: a `key=value` that differs from what the command has
 is one to type (one that equals it only describes the command); `key=a or b` offers each value; "Drop key" /
-"leave key out" drop it; "Did you mean key?" and "X is now key" rename the typed key; "+key=<value>" appends it;
+"leave key out" drop it; "~group" removes the group;
+"Did you mean key?" and "X is now key" rename the typed key; "+key=<value>" appends it;
 and a refused field's range ("use an integer >= 1", "must be in [0, 1)", "use one of 'a', 'b'", "e.g. 6.0")
 offers a value that the words say is allowed.
 """
@@ -21,11 +22,13 @@ import copy
 import functools
 import math
 import re
+import sys
 import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+from unittest import mock
 
 import hydra
 import torch
@@ -130,7 +133,8 @@ def refusal(command: tuple[str, ...]) -> Optional[Refusal]:
     try:
         cfg = compose(command)
     except Exception as err:
-        message = compose_message(err)
+        with mock.patch.object(sys, "argv", ["src/train.py", *command]):  # `group=null`'s words read the command
+            message = compose_message(err)
         if message is None:
             raise
         return Refusal(message, None)
@@ -202,8 +206,6 @@ def app_keys() -> frozenset[str]:
 @functools.cache
 def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
     """What `python src/<app>.py <command>` says before it scores (eval) or generates (sample); None: it would."""
-    from unittest import mock
-
     from gptlab.apps import evaluate
     from gptlab.eval import sampling
 
@@ -400,6 +402,9 @@ def ways_out(message: str, command: tuple[str, ...], stand_ins: Optional[dict[st
     for found in re.finditer(rf"\b(?:[Dd]rop|[Ll]eave|[Rr]emove)\s+({KEY})(?!\w)", message):
         if _known_key(found.group(1)):
             add(found.group(0), dropped(command, found.group(1)))
+    for found in re.finditer(rf"(?<![\w.~])~({KEY})", message):  # "remove it with ~logger": the group goes
+        if _known_key(found.group(1)):
+            add(found.group(0), (*(o for o in command if key_of(o) != bare(found.group(1))), found.group(0)))
     if refused and re.search(r"\b(?:[Dd]rop it|drop the override)\b", message):
         add("drop it", dropped(command, refused))
     misspelt = re.match(rf"({KEY}) is not (?:a key|an argument)", message)
@@ -460,7 +465,7 @@ def described_values(message: str) -> list[tuple[str, Any]]:
         found.append((m.group(0), float(m.group(1)) + 1))
     for m in re.finditer(r"positive number", text):
         found.append((m.group(0), 1.0))
-    for m in re.finditer(r"e\.g\. (\[[^\]]*\]|[\w.]+)(?![\w.=])", text):  # not "e.g. key=value": a way of its own
+    for m in re.finditer(r"e\.g\. (\[[^\]]*\]|[\w.]+(?![\w.]*=))", text):  # not "e.g. key=value": a way of its own
         found.append((m.group(0), _value(m.group(1))))
     for m in re.finditer(r"non-empty string", text):
         found.append((m.group(0), "x"))

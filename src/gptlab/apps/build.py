@@ -128,10 +128,10 @@ def instantiate_trainer(node: DictConfig, **kwargs: Any) -> L.Trainer:
 
 
 def _way_out_of_trainer(node: DictConfig, said: str) -> str:
-    """The trainer.* key Lightning's words name first (`strategy='bogus'`), to change or drop: its default is one
-    Lightning builds."""
+    """The trainer.* key Lightning's words name first (`strategy='bogus'`, `DeepSpeedStrategy`), to change or drop:
+    its default is one Lightning builds."""
     named = sorted((found.start(), key) for key in node if not key.startswith("_")
-                   for found in [re.search(rf"(?<![\w.]){re.escape(str(key))}\b", said)] if found)
+                   for found in [re.search(rf"{re.escape(str(key))}\b", said, re.IGNORECASE)] if found)
     return f"Change or drop trainer.{named[0][1]}" if named else "Change the trainer.* override it names"
 
 
