@@ -208,6 +208,7 @@ def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
     """What `python src/<app>.py <command>` says before it scores (eval) or generates (sample); None: it would."""
     from gptlab.apps import evaluate
     from gptlab.eval import sampling
+    from gptlab.model import generation
 
     def started(*args: Any, **kwargs: Any) -> None:
         raise _Started
@@ -227,9 +228,10 @@ def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
             with mock.patch.object(evaluate, "GPTLitModule", started), \
                     mock.patch.object(evaluate, "evaluate_tasks", started):
                 evaluate.evaluate(cfg)
-        else:
-            sampling.sample(cfg)  # a 1-layer model: generating is as cheap as stopping before it
-            return None
+        else:  # the decoding loops: after every check of gptlab.model.generation.generate
+            with mock.patch.object(generation, "_sample", started), \
+                    mock.patch.object(generation, "_beam_search", started):
+                sampling.sample(cfg)
     except _Started:
         return None
     except Exception as err:
