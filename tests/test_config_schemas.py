@@ -32,7 +32,7 @@ from gptlab.model import GPT, GPTConfig
 REFUSED = [
     (["model.n_layers=2"], ["model.n_layers is not a key of model.", "Did you mean model.n_layer?"]),
     (["+optimizer.foo=1"], ["optimizer.foo is not an argument of gptlab.train.optim.adamw.", "lr"]),
-    (["data.block_size=512", "model.block_size=256"], ["data.block_size=512 is longer than model.block_size=256"]),
+    (["data.block_size=512", "model.block_size=256"], ["data.block_size=512 is longer than model.block_size (256)"]),
     (["model=nanoo"], ["conf/model/ has no option nanoo.", "Did you mean model=nano?"]),
 ]
 # The same ways, more examples, through the same two steps in-process (compose, then check); the entry script's

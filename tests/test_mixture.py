@@ -70,7 +70,7 @@ class OtherTokenizer(ByteTokenizer):
 @pytest.mark.parametrize("sources,message", [
     ({}, r"data\.source\.sources is empty"),
     ({"a": {"weight": 1.0}}, r"data\.source\.sources\.a has no `source`"),
-    ({"a": {"source": None, "weight": 1.0}}, r"data\.source\.sources\.a\.source=None is not a corpus"),
+    ({"a": {"source": None, "weight": 1.0}}, r"data\.source\.sources\.a\.source is None, not a corpus"),
     ({"a": {"source": source(), "weight": -0.5}}, r"data\.source\.sources\.a\.weight=-0\.5 is invalid"),
     ({"a": {"source": source(), "weight": "much"}}, r"data\.source\.sources\.a\.weight='much' is invalid"),
     ({"a": {"source": source(), "weight": 0}, "b": {"source": source(), "weight": 0.0}}, r"every weight is 0"),

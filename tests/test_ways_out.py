@@ -22,7 +22,7 @@ import pytest
 import ways_out
 from helpers import CONF_DIR
 from omegaconf import DictConfig
-from ways_out import RUN_DIR, follow, refusal
+from ways_out import RUN_DIR, app_refusal, built_refusal, follow, refusal, tiny_checkpoint
 
 import gptlab
 from gptlab.config import rules, schemas
@@ -31,9 +31,14 @@ from gptlab.config.fields import check_of, schema_fields
 from gptlab.config.store import SCHEMAS
 from gptlab.config.validate import NAMED_NODES, schema_of
 from gptlab.model import GPTConfig
-from gptlab.preflight import guards, option_relevance
+from gptlab.preflight import checkpoint_plan, guards, option_relevance
 
 GB = 1e9
+MB = 2**20
+# Pretend disks for the checkpoint space check (a nano checkpoint is ~9.8 MB; the default callbacks keep 3 at once):
+# one that holds last.ckpt and one being written but not a best copy besides, one that holds fewer than two.
+SMALL_DISK, TINY_DISK = RUN_DIR.parent / "small-disk", RUN_DIR.parent / "tiny-disk"
+DISKS = {SMALL_DISK: 25 * MB, TINY_DISK: int(15.06 * MB)}  # 15.06: the space to free is not a round number
 DEPTH = 3
 SRC = Path(gptlab.__file__).parent
 
@@ -44,12 +49,16 @@ def two_cores_no_gpu(monkeypatch):
     monkeypatch.setattr(guards, "gpu_count", lambda: 0)
     monkeypatch.setattr(guards.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 24 * GB)
+    for disk in DISKS:
+        disk.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(checkpoint_plan, "free_bytes", lambda directory: next(
+        (free for disk, free in DISKS.items() if disk in (directory, *directory.parents)), 24 * GB))
 
 
-def assert_followed(command: tuple[str, ...]) -> None:
-    first = refusal(command)
+def assert_followed(command: tuple[str, ...], refuse=refusal) -> None:
+    first = refuse(command)
     assert first is not None, f"{' '.join(command)} is not refused"
-    walk = follow(command, DEPTH)
+    walk = follow(command, DEPTH, refuse=refuse)
     assert not walk.broken, "\n".join(walk.broken)
 
 
@@ -176,12 +185,30 @@ OTHER_CASES = [
     ("model=gpt2_small", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"),
     # resume
     ("ckpt_path=/nonexistent/last.ckpt",),
+    # the checkpoints' disk (its ways out that no command types: test_checkpoint_space_ways_out below)
+    (f"hydra.run.dir={SMALL_DISK}/run",), (f"hydra.run.dir={TINY_DISK}/run",), (f"paths.log_dir={TINY_DISK}",),
     # check(): appended keys, true/false words, nodes
     ("+optimizer.lrr=0.1",), ("+optimizer.params=1",), ("model.tie_weights=no",), ("callbacks.throughput=5",),
     ("paths.log_dir=/etc/hostname/outputs",),
     # Hydra's compose errors, as gptlab.config.suggest words them
     ("model=nanoo",), ("model.n_embdd=64",), ("model.compile=true",), ("trainer.limit_train_batches=5",),
+    ("logger=null",),
     ("optimizer.lrr=0.1",),
+]
+MIXTURE = "data=mixture_example"
+# Refusals the checks pass and building the run's objects raises (gptlab.apps.build.build_run: the datamodule and its
+# corpus, the Trainer, the batching), followed through ways_out.built_refusal.
+BUILD_CASES = [
+    ("global_batch_tokens=1000",), ("global_batch_tokens=8192", "trainer.accumulate_grad_batches=2"),
+    ("trainer.strategy=bogus",), ("trainer.strategy=deepspeed",),
+    ("data.source._target_=builtins.dict",), ("data.source._target_=gptlab.data.sources.Bogus",),
+    ("+data.source.foo=1",),
+    (MIXTURE, "data.store=streaming"),
+    (MIXTURE, "data.source.sources.pydocs.weight=0", "data.source.sources.python_stdlib.weight=0"),
+    (MIXTURE, "~data.source.sources.pydocs", "~data.source.sources.python_stdlib"),
+    (MIXTURE, "~data.source.sources.pydocs.source"), (MIXTURE, "+data.source.sources.pydocs.foo=1"),
+    (MIXTURE, "data.source.sources.pydocs.source=5"), (MIXTURE, "data.source.sources.pydocs.weight=-1"),
+    (MIXTURE, "+data.source.sources.pydocs.tokenizer={_target_:gptlab.data.tokenizers.BiteTokenizer}"),
 ]
 # Raises no command on this test machine reaches, each with the reason.
 UNREACHED = {
@@ -201,6 +228,15 @@ UNREACHED = {
     ("model/config.py", "unknown model field(s)"): "a checkpoint's config (check_model names a typed key first)",
     ("runs/resume.py", "already holds a run"): "a run dir with checkpoints: test_run_dir_ways_out below",
     ("runs/resume.py", "_unreadable_message"): "a run dir with checkpoints: test_run_dir_ways_out below",
+    ("data/mixture.py", "a Mixture is read source by source"): "a Mixture read as one corpus (MixtureStore refuses)",
+    ("data/mixture.py", "but the run tokenizes with"): "a source's tokenizer other than bytes: GPT-2's ranks, offline",
+    ("eval/sampling.py", "no tokenizer for ckpt_path"): "a checkpoint that records no tokenizer (one from before)",
+    ("eval/sampling.py", "produced id"): "a checkpoint whose vocab is smaller than its own tokenizer's",
+    ("eval/zeroshot.py", "has no examples"): "an empty task file (test_zeroshot.py)",
+    ("preflight/devices.py", "CUDA GPU(s) (cuda:0 to"): "a machine with CUDA GPUs",
+    ("model/generation.py", "must be >= "): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
+    ("model/generation.py", "must be in (0, 1]"): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
+    ("data/mixture_store.py", "the checkpoint"): "resuming a checkpoint of another corpus (test_mixture.py)",
 }
 
 
@@ -211,6 +247,12 @@ def cases() -> list[tuple[str, ...]]:
 @pytest.mark.parametrize("command", cases(), ids=" ".join)
 def test_each_refusals_ways_out_work(command) -> None:
     assert_followed(command)
+
+
+@pytest.mark.parametrize("command", BUILD_CASES, ids=" ".join)
+def test_each_build_refusals_ways_out_work(command) -> None:
+    assert refusal(command) is None, "the checks refuse it: a case for test_each_refusals_ways_out_work"
+    assert_followed(command, built_refusal)
 
 
 def test_every_rule_has_a_case_that_it_refuses() -> None:
@@ -230,7 +272,10 @@ def test_every_refused_option_relevance_row_has_a_case() -> None:
 
 CHECK_MODULES = ["config/validate.py", "config/ranges.py", "fields.py", "model/config.py", "model/sparse_attention.py",
                  "config/fsdp_keys.py", "errors.py", "preflight/early_checks.py",
-                 "execution/float8.py", "execution/strategies.py", "preflight/guards.py", "runs/resume.py"]
+                 "execution/float8.py", "execution/strategies.py", "preflight/guards.py", "runs/resume.py",
+                 "apps/build.py", "data/datamodule.py", "data/mixture.py", "data/mixture_store.py",
+                 "apps/evaluate.py", "eval/sampling.py", "eval/zeroshot.py", "preflight/devices.py",
+                 "model/generation.py"]
 RAISED = {"ConfigError", "fail", "invalid_choice"}
 
 
@@ -249,7 +294,9 @@ def raise_sites() -> dict[tuple[str, int], str]:
 
 def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
     """A refusal added to a check module without a case here (or in UNREACHED, with why) fails this test."""
-    reached = set()
+    reached = {built_refusal(command).site for command in BUILD_CASES}
+    tiny_checkpoint()
+    reached |= {app_refusal(app, command).site for app, listed in APP_CASES.items() for command in listed}
     for command in cases():
         reached.add(refusal(command).site)
     for schema, name in FIELDS + APPENDED:
@@ -273,3 +320,57 @@ def test_run_dir_ways_out(tmp_path: Path) -> None:
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
     assert_followed((f"hydra.run.dir={run_dir}",))
+
+
+SIZE = re.compile(r"free ([\d,.]+) (KB|MB|GiB) on that disk")
+UNIT = {"KB": 2**10, "MB": 2**20, "GiB": 2**30}
+
+
+@pytest.mark.parametrize("command", [(f"hydra.run.dir={SMALL_DISK}/run",), (f"hydra.run.dir={TINY_DISK}/run",),
+                                     (f"paths.log_dir={TINY_DISK}",)], ids=" ".join)
+def test_checkpoint_space_ways_out(command, monkeypatch) -> None:
+    """The ways out of the checkpoint space refusal that no command types, followed as a user would: freeing the
+    space it names on that disk, or giving a run dir (paths.log_dir when the run dir is under it) on a larger one.
+    Its typed ways (save_top_k=0, the callbacks set to null) are followed by test_each_refusals_ways_out_work."""
+    message = refusal(command).message
+    assert message.startswith("checkpoint dir "), message
+    key = "paths.log_dir" if "point paths.log_dir at a larger disk" in message else "hydra.run.dir"
+    assert key in message
+    larger = RUN_DIR.parent / "larger-disk"
+    moved = ways_out.typed_in(command, key, str(larger / "run") if key == "hydra.run.dir" else str(larger))
+    assert refusal(moved) is None, (moved, refusal(moved))
+    freed = SIZE.search(message)
+    assert freed, message
+    disk = next(d for d in DISKS if str(d) in command[0])
+    more = DISKS[disk] + int(float(freed.group(1).replace(",", "")) * UNIT[freed.group(2)])
+    monkeypatch.setattr(checkpoint_plan, "free_bytes", lambda directory: more)
+    assert refusal.__wrapped__(command) is None, f"freeing what {message!r} names is not enough"
+
+
+# ---- eval.py's and sample.py's own refusals, on a tiny checkpoint (ways_out.app_refusal) -------------------------
+FIXTURES = Path(__file__).parent / "fixtures" / "zeroshot"
+CKPT = f"ckpt_path={ways_out.CKPT}"
+# What the words ask for by a placeholder (`ckpt_path=<...>`), typed as a user would: a file that is one.
+STAND_INS = {"ckpt_path": str(ways_out.CKPT), "task_data.lambada": str(FIXTURES / "lambada.jsonl"),
+             "task_data.hellaswag": str(FIXTURES / "hellaswag.jsonl")}
+APP_CASES = {
+    "sample": [(), ("ckpt_path=/nonexistent.ckpt",), ("ckpt_path=/etc/hostname",), (CKPT, "temperature=-1"),
+               (CKPT, "top_k=0"), (CKPT, "top_p=2"), (CKPT, "num_beams=0"), (CKPT, "temperature=0", "top_k=5"),
+               (CKPT, "num_beams=2", "top_k=5"), (CKPT, "device=cuda"), (CKPT, "device=tpu"),
+               (CKPT, "tokenizer=gpt2"), (CKPT, "prompt=hi", "prompt_file=/etc/hostname"),
+               (CKPT, "prompt_file=/nonexistent"), (CKPT, f"prompt_file={ways_out.CKPT}"), (CKPT, "prompt="),
+               (CKPT, "num_samples=0"), (CKPT, "device=mps"), (CKPT, "device=meta")],
+    "eval": [(), ("ckpt_path=/nonexistent.ckpt",), (CKPT, "val_loss=false"), (CKPT, "tasks=[bogus]"),
+             (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
+             (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe"), (CKPT, "data.block_size=64")],
+}
+
+
+@pytest.mark.parametrize("app,command", [(app, c) for app, listed in APP_CASES.items() for c in listed],
+                         ids=lambda x: x if isinstance(x, str) else " ".join(x).replace(CKPT, "ckpt_path=<tiny>"))
+def test_each_eval_and_sample_refusals_ways_out_work(app, command) -> None:
+    tiny_checkpoint()
+    refuse = functools.partial(app_refusal, app)
+    assert refuse(command) is not None, f"{app} {' '.join(command)} is not refused"
+    walk = follow(command, DEPTH + 1, refuse=refuse, stand_ins=STAND_INS)  # + 1: each task needs its data
+    assert not walk.broken, "\n".join(walk.broken)

@@ -138,7 +138,7 @@ def test_limit_and_data_errors_name_the_task_and_what_to_do(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match=r"task 'hellaswag': could not read the Hugging Face Hub dataset "
                                           r"'Rowan/hellaswag'.*task_data.hellaswag=.*without a network"):
         load_examples(["hellaswag"])
-    with pytest.raises(ConfigError, match=r"the example limit 0 \(task_limit, callbacks.zero_shot.limit\) must be a "):
+    with pytest.raises(ConfigError, match=r"task_limit=0 must be a "):
         load_examples(["lambada"], {"lambada": str(LAMBADA)}, limit=0)
 
 

@@ -9,7 +9,8 @@ overrides by Hydra's own ConfigLoaderImpl._apply_overrides_to_config on a copy, 
 
 `ways_out(message, command)` reads a message as a user would: a `key=value` that differs from what the command has
 is one to type (one that equals it only describes the command); `key=a or b` offers each value; "Drop key" /
-"leave key out" drop it; "Did you mean key?" and "X is now key" rename the typed key; "+key=<value>" appends it;
+"leave key out" drop it; "~group" removes the group;
+"Did you mean key?" and "X is now key" rename the typed key; "+key=<value>" appends it;
 and a refused field's range ("use an integer >= 1", "must be in [0, 1)", "use one of 'a', 'b'", "e.g. 6.0")
 offers a value that the words say is allowed.
 """
@@ -21,20 +22,27 @@ import copy
 import functools
 import math
 import re
+import sys
 import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+from unittest import mock
 
+import hydra
+import torch
 from helpers import CONF_DIR, ROOT, compose_config
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.apps.build import build_run
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import strict_booleans
 from gptlab.errors import find_config_error
+from gptlab.launch.hydra_callbacks import missing_message, missing_values
+from gptlab.model import GPT, GPTConfig
 from gptlab.preflight import early_checks
 from gptlab.runs.resume import resume_checkpoint
 
@@ -75,9 +83,12 @@ def _base(groups: tuple[str, ...], run_dir: str) -> DictConfig:
 
 
 def run_dir_of(command: tuple[str, ...]) -> Path:
-    """`hydra.run.dir=X` is the run dir the compose API cannot make: the checks get it as paths.output_dir."""
+    """`hydra.run.dir=X` is the run dir the compose API cannot make: the checks get it as paths.output_dir. Without
+    one, a run goes under paths.log_dir (conf/hydra/default.yaml: <log_dir>/runs/<name>/<date>/<time>) when the
+    command gives one, else to RUN_DIR."""
     given = [o.split("=", 1)[1] for o in command if key_of(o) == "hydra.run.dir"]
-    return Path(given[-1]) if given else RUN_DIR
+    log_dir = [o.split("=", 1)[1] for o in command if key_of(o) == "paths.log_dir"]
+    return Path(given[-1]) if given else Path(log_dir[-1]) / "runs" / "train" / "run" if log_dir else RUN_DIR
 
 
 def compose(command: tuple[str, ...]) -> DictConfig:
@@ -122,7 +133,8 @@ def refusal(command: tuple[str, ...]) -> Optional[Refusal]:
     try:
         cfg = compose(command)
     except Exception as err:
-        message = compose_message(err)
+        with mock.patch.object(sys, "argv", ["src/train.py", *command]):  # `group=null`'s words read the command
+            message = compose_message(err)
         if message is None:
             raise
         return Refusal(message, None)
@@ -138,6 +150,98 @@ def refusal(command: tuple[str, ...]) -> Optional[Refusal]:
     return None
 
 
+@functools.cache
+def built_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
+    """What train says to `command` up to its first step: `refusal`, then what building the run's objects refuses
+    (gptlab.apps.build.build_run: the datamodule, model, callbacks, Trainer and batching; ~0.1 s, so only the cases
+    that need it use it). The datamodule's setup, which reads the corpus, is not run."""
+    first = refusal(command)
+    if first is not None:
+        return first
+    cfg = compose(command)
+    try:
+        build_run(cfg, early_checks._check_before_run(cfg), None)
+    except Exception as err:
+        found = find_config_error(err)
+        if found is None:
+            raise
+        return Refusal(str(found), _site(found))
+    return None
+
+
+# ---- eval.py and sample.py: their own refusals, up to the work (scoring, generating) ---------------------------
+APPS = ("eval", "sample")
+CKPT = RUN_DIR.parent / "tiny" / "last.ckpt"  # a checkpoint of a 1-layer model trained with tokenizer=bytes
+
+
+class _Started(Exception):
+    """Raised where the app would start its work: everything it refuses has been checked."""
+
+
+def tiny_checkpoint() -> Path:
+    """CKPT, written once: the weights and hyperparameters that eval.py and sample.py read from a run's checkpoint."""
+    if not CKPT.is_file():
+        node = compose_config([], RUN_DIR.parent / "eval", config_name="eval").tokenizer
+        tokenizer = OmegaConf.to_container(node, resolve=True)
+        model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32,
+                              vocab_size=hydra.utils.instantiate(node).vocab_size))
+        CKPT.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                    "hyper_parameters": {"model": model.config.to_dict(), "run": {"tokenizer": tokenizer}}},
+                   CKPT)
+    return CKPT
+
+
+@functools.cache
+def app_config(app: str) -> DictConfig:
+    return compose_config([], RUN_DIR.parent / "eval" if app == "eval" else None, config_name=app)
+
+
+@functools.cache
+def app_keys() -> frozenset[str]:
+    """The top-level keys of eval.yaml and sample.yaml, which their refusals name."""
+    return frozenset(k for app in APPS for k in app_config(app))
+
+
+@functools.cache
+def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
+    """What `python src/<app>.py <command>` says before it scores (eval) or generates (sample); None: it would."""
+    from gptlab.apps import evaluate
+    from gptlab.eval import sampling
+    from gptlab.model import generation
+
+    def started(*args: Any, **kwargs: Any) -> None:
+        raise _Started
+
+    try:
+        cfg = compose_config(list(command), RUN_DIR.parent / "eval" if app == "eval" else None, config_name=app)
+    except Exception as err:
+        message = compose_message(err)
+        if message is None:
+            raise
+        return Refusal(message, None)
+    missing = missing_values(cfg)  # the Hydra callback CheckMissingValues, before the app
+    if missing:
+        return Refusal(missing_message(missing, app), None)
+    try:
+        if app == "eval":
+            with mock.patch.object(evaluate, "GPTLitModule", started), \
+                    mock.patch.object(evaluate, "evaluate_tasks", started):
+                evaluate.evaluate(cfg)
+        else:  # the decoding loops: after every check of gptlab.model.generation.generate
+            with mock.patch.object(generation, "_sample", started), \
+                    mock.patch.object(generation, "_beam_search", started):
+                sampling.sample(cfg)
+    except _Started:
+        return None
+    except Exception as err:
+        found = find_config_error(err)
+        if found is None:
+            raise
+        return Refusal(str(found), _site(found))
+    raise AssertionError(f"{app} {command} neither refused nor started")
+
+
 # ---- reading a message -------------------------------------------------------------------------------------------
 KEY = r"\+{0,2}[A-Za-z_][\w]*(?:[./][\w]+)*"
 VALUE = r"(?:<[^>]*>|\[[^\]]*\]|\{[^}]*\}|'[^']*'|\"[^\"]*\"|[^\s,;:?!()\[\]{}'\"]+)"
@@ -149,7 +253,7 @@ PLACEHOLDER = re.compile(r"^(<[^>]*>|\.\.\.)$")
 
 def _known_key(key: str) -> bool:
     top = bare(key).split(".")[0].split("/")[0]
-    return top in GROUPS or top in _base((), str(RUN_DIR)) or top == "hydra"
+    return top in GROUPS or top in _base((), str(RUN_DIR)) or top == "hydra" or top in app_keys()
 
 
 def _value(text: str) -> Any:
@@ -184,6 +288,9 @@ def current(command: tuple[str, ...], key: str) -> list[Any]:
     values = [_value(o.split("=", 1)[1]) for o in command if key_of(o) == key and "=" in o]
     if "." not in key and key in GROUPS:
         return values or [DEFAULT_CHOICES.get(key)]
+    if key.split(".")[0] not in _base((), str(RUN_DIR)):  # an option of eval.py or sample.py: typed, else default
+        return values or [OmegaConf.select(app_config(app), key, default=None, throw_on_missing=False)
+                          for app in APPS if key.split(".")[0] in app_config(app)][:1]
     try:
         cfg = compose(command)
     except Exception:
@@ -212,7 +319,8 @@ def typed_in(command: tuple[str, ...], key: str, value: str) -> tuple[str, ...]:
 
 
 def dropped(command: tuple[str, ...], key: str) -> Optional[tuple[str, ...]]:
-    kept = tuple(o for o in command if key_of(o) != bare(key))
+    """The command without the overrides that set `key` or a key under it."""
+    kept = tuple(o for o in command if key_of(o) != bare(key) and not key_of(o).startswith(bare(key) + "."))
     return kept if kept != command else None
 
 
@@ -245,8 +353,9 @@ def refused_key(message: str) -> Optional[str]:
     return None
 
 
-def ways_out(message: str, command: tuple[str, ...]) -> Reading:
-    """Each way out `message` offers, typed into `command` (see the module docstring)."""
+def ways_out(message: str, command: tuple[str, ...], stand_ins: Optional[dict[str, str]] = None) -> Reading:
+    """Each way out `message` offers, typed into `command` (see the module docstring); `key=<...>` is typed with
+    `stand_ins[key]` where it has one (a file the words ask for: a checkpoint, a prompt file)."""
     reading = Reading()
     refused = refused_key(message)
     # "X is now Y" / "X is gone: use Y=v": a key that replaces the refused one, which goes
@@ -274,7 +383,9 @@ def ways_out(message: str, command: tuple[str, ...]) -> Reading:
         quoted = found.start() > 0 and found.string[found.start() - 1] in "'\""
         if PLACEHOLDER.match(value):
             before = [o for o in command if key_of(o) == replaced or key_of(o) == bare(key)]
-            if before:  # "add it with +trainer.x=<value>", "use runtime.compile=... instead": the value typed before
+            if stand_ins and bare(key) in stand_ins:
+                add(found.group(0), typed_in(command, key, stand_ins[bare(key)]))
+            elif before:  # "add it with +trainer.x=<value>", "use runtime.compile=... instead": the value typed before
                 add(found.group(0), renamed(command, before[0], key) if key.startswith("+") or replaced else None)
             else:
                 reading.unfollowable.append(found.group(0))
@@ -293,6 +404,9 @@ def ways_out(message: str, command: tuple[str, ...]) -> Reading:
     for found in re.finditer(rf"\b(?:[Dd]rop|[Ll]eave|[Rr]emove)\s+({KEY})(?!\w)", message):
         if _known_key(found.group(1)):
             add(found.group(0), dropped(command, found.group(1)))
+    for found in re.finditer(rf"(?<![\w.~])~({KEY})", message):  # "remove it with ~logger": the group goes
+        if _known_key(found.group(1)):
+            add(found.group(0), (*(o for o in command if key_of(o) != bare(found.group(1))), found.group(0)))
     if refused and re.search(r"\b(?:[Dd]rop it|drop the override)\b", message):
         add("drop it", dropped(command, refused))
     misspelt = re.match(rf"({KEY}) is not (?:a key|an argument)", message)
@@ -353,7 +467,7 @@ def described_values(message: str) -> list[tuple[str, Any]]:
         found.append((m.group(0), float(m.group(1)) + 1))
     for m in re.finditer(r"positive number", text):
         found.append((m.group(0), 1.0))
-    for m in re.finditer(r"e\.g\. (\[[^\]]*\]|[\w.]+)", text):
+    for m in re.finditer(r"e\.g\. (\[[^\]]*\]|[\w.]+(?![\w.]*=))", text):  # not "e.g. key=value": a way of its own
         found.append((m.group(0), _value(m.group(1))))
     for m in re.finditer(r"non-empty string", text):
         found.append((m.group(0), "x"))
@@ -374,13 +488,15 @@ class Walk:
 
 
 def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None, seen: Optional[set] = None,
-           history: tuple[str, ...] = ()) -> Walk:
-    """Follow every way out of `command`'s refusal; each must lead to a command that passes, or is refused with a
-    new message whose first way out is followed in turn, `depth` refusals deep (every way out of that message is
-    followed by the case that refuses it first: each refusal has one)."""
+           history: tuple[str, ...] = (), refuse: Callable[[tuple[str, ...]], Optional[Refusal]] = refusal,
+           stand_ins: Optional[dict[str, str]] = None) -> Walk:
+    """Follow every way out of `command`'s refusal (by `refuse`: `refusal`, or `built_refusal`); each must lead to a
+    command that passes, or is refused with a new message whose first way out is followed in turn, `depth` refusals
+    deep (every way out of that message is followed by the case that refuses it first: each refusal has one);
+    `stand_ins` as for `ways_out`."""
     walk = Walk() if walk is None else walk
     seen = set() if seen is None else seen
-    refused = refusal(command)
+    refused = refuse(command)
     if refused is None or command in seen:
         return walk
     seen.add(command)
@@ -388,7 +504,7 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
     if depth == 0:
         walk.broken.append(f"still refused after following its ways out: {path}: {refused.message}")
         return walk
-    reading = ways_out(refused.message, command)
+    reading = ways_out(refused.message, command, stand_ins)
     for said in reading.untypable:
         walk.broken.append(f"{refused.message!r} offers {said!r}, which a shell splits or brace-expands: quote it")
     for tool in reading.commands:  # run by its own tests (fetch, plan); here it must exist
@@ -400,10 +516,10 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
         return walk
     for way in reading.ways if not history else reading.ways[:1]:
         walk.followed += 1
-        again = refusal(way.command)
+        again = refuse(way.command)
         if again is not None and again.message == refused.message:
             walk.broken.append(f"following {way.said!r} ({' '.join(way.command)}) gives the same refusal: "
                                f"{refused.message}")
             continue
-        follow(way.command, depth - 1, walk, seen, (*history, " ".join(command)))
+        follow(way.command, depth - 1, walk, seen, (*history, " ".join(command)), refuse, stand_ins)
     return walk

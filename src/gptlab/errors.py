@@ -40,11 +40,15 @@ class DiskFullError(ConfigError):
     paragraph with the numbers, no traceback; the message says that nothing was half-written."""
 
 
-def format_size(n_bytes: int) -> str:
-    """MB below 1 GiB (where the precision matters to a user freeing space; KB below 1 MB), else GiB."""
-    if n_bytes < 2**20:
-        return f"{n_bytes / 2**10:,.1f} KB"
-    return f"{n_bytes / 2**20:,.1f} MB" if n_bytes < 2**30 else f"{n_bytes / 2**30:,.2f} GiB"
+def format_size(n_bytes: int, up: bool = False) -> str:
+    """MB below 1 GiB (where the precision matters to a user freeing space; KB below 1 MB), else GiB. `up` rounds
+    up at the precision shown, for an amount to free: freeing what the message says is then enough."""
+    unit, scale, digits = ("KB", 2**10, 1) if n_bytes < 2**20 else ("MB", 2**20, 1) if n_bytes < 2**30 \
+        else ("GiB", 2**30, 2)
+    value = n_bytes / scale
+    if up:
+        value = math.ceil(value * 10**digits) / 10**digits
+    return f"{value:,.{digits}f} {unit}"
 
 
 class NonFiniteLossError(RuntimeError):

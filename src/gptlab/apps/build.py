@@ -3,12 +3,14 @@ function per object, and `build_run` lists them in the order they depend on each
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import hydra
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
@@ -46,7 +48,7 @@ class Run:
 def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Run:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
-    datamodule = hydra.utils.instantiate(cfg.data, tokenizer=checked.tokenizer)
+    datamodule = instantiate_data(cfg.data, checked.tokenizer)
     model = GPT(checked.model_cfg)  # plain: how it runs is applied by runtime.parallelize (module.configure_model)
     module = build_module(cfg, model, checked.tokenizer, checked.runtime)
     callbacks = build_callbacks(cfg)
@@ -55,6 +57,22 @@ def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Ru
                                          checked.model_cfg.block_size)
     module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
     return Run(model, module, datamodule, callbacks, trainer, tokens_per_step, ckpt_path)
+
+
+def instantiate_data(node: DictConfig, tokenizer: Any) -> Any:
+    """The datamodule from the `data` node; a node Hydra cannot build (a _target_ that does not import, an argument
+    its class does not take) is a ConfigError naming the key, not a traceback through Hydra's instantiate."""
+    try:
+        return hydra.utils.instantiate(node, tokenizer=tokenizer)
+    except InstantiationException as err:
+        if find_config_error(err) is not None:
+            raise
+        lines = [line for line in str(err).splitlines() if line.strip() and not line.startswith("full_key:")]
+        said = re.sub(r",? set env var HYDRA_FULL_ERROR=1 to see chained exception\.?", ".", " ".join(lines))
+        found = re.search(r"^full_key: (\S+)", str(err), re.MULTILINE)
+        key = found.group(1) if found else "data"
+        raise ConfigError(f"{key} cannot be built: {said} Change or drop {key} (conf/data/ has working "
+                          "examples).") from err
 
 
 def build_module(cfg: DictConfig, model: GPT, tokenizer: Any, runtime: Runtime) -> GPTLitModule:
@@ -104,9 +122,17 @@ def instantiate_trainer(node: DictConfig, **kwargs: Any) -> L.Trainer:
             raise
         cause = err.__cause__ or err
         said = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        raise ConfigError(f"Lightning cannot build the Trainer from the trainer.* settings: {said} Change the "
-                          "trainer.* override it names (docs/reference/configuration.md lists each with its "
-                          "values).") from err
+        raise ConfigError(f"Lightning cannot build the Trainer from the trainer.* settings: {said} "
+                          f"{_way_out_of_trainer(node, said)} (docs/reference/configuration.md lists each trainer.* "
+                          "setting with its values).") from err
+
+
+def _way_out_of_trainer(node: DictConfig, said: str) -> str:
+    """The trainer.* key Lightning's words name first (`strategy='bogus'`, `DeepSpeedStrategy`), to change or drop:
+    its default is one Lightning builds."""
+    named = sorted((found.start(), key) for key in node if not key.startswith("_")
+                   for found in [re.search(rf"{re.escape(str(key))}\b", said, re.IGNORECASE)] if found)
+    return f"Change or drop trainer.{named[0][1]}" if named else "Change the trainer.* override it names"
 
 
 def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
@@ -152,7 +178,9 @@ def configure_batching(trainer: L.Trainer, global_batch_tokens: Optional[int], m
     val_check_interval in optimizer steps; returns the tokens per optimizer step."""
     if global_batch_tokens is not None:
         if trainer.accumulate_grad_batches != 1:
-            raise ConfigError("set either global_batch_tokens or trainer.accumulate_grad_batches, not both.")
+            raise ConfigError("set either global_batch_tokens or trainer.accumulate_grad_batches, not both: drop "
+                              "trainer.accumulate_grad_batches (global_batch_tokens derives it), or set "
+                              "global_batch_tokens=null.")
         trainer.accumulate_grad_batches = gradient_accumulation(
             global_batch_tokens, micro_batch, block_size, trainer.num_devices, trainer.num_nodes
         )

@@ -70,8 +70,9 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
     try:
         return _load(Path(path), mmap)
     except UnreadableCheckpoint as err:
-        raise ConfigError(f"{what}={str(path)!r}: {err}; give another checkpoint of the run (a .ckpt written by "
-                          "src/train.py), or its run dir to take the newest one that loads.") from err.__cause__
+        raise ConfigError(f"{what}={str(path)!r}: {err}; give {what}=<another checkpoint of the run: a .ckpt "
+                          "written by src/train.py, or its run dir to take the newest one that loads>."
+                          ) from err.__cause__
 
 
 def checkpoints_newest_first(directory: Path) -> list[Path]:

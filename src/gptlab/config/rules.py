@@ -20,9 +20,9 @@ def windows_fit_the_context(cfg: DictConfig) -> Optional[str]:
     if not data or not model or not isinstance(data.get("block_size"), int):
         return None
     if data.block_size > model.block_size:
-        return (f"data.block_size={data.block_size} is longer than model.block_size={model.block_size}, the longest "
-                "context the model has positions for; leave data.block_size out (it follows model.block_size) or "
-                f"set it to at most {model.block_size}.")
+        return (f"data.block_size={data.block_size} is longer than model.block_size ({model.block_size}), the "
+                "longest context the model has positions for; leave data.block_size out (it follows model.block_size) "
+                f"or set it to at most {model.block_size}.")
     return None
 
 

@@ -9,6 +9,7 @@ import re
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 from hydra.errors import HydraException, MissingConfigException
@@ -166,7 +167,7 @@ def group_set_to_null() -> str:
     groups = [arg.split("=", 1)[0] for arg in sys.argv[1:] if arg.endswith("=null") and "." not in arg.split("=")[0]]
     group = groups[0] if groups else "<group>"
     return (f"{group}=null: a config group takes the name of one of its options, not null; to run without it, "
-            f"remove it with ~{group} (e.g. python src/train.py ~{group}).")
+            f"remove it with ~{group} (e.g. `python {Path(sys.argv[0]).as_posix()} ~{group}`).")
 
 
 def appendable(parent: Any, key: str, full_key: str) -> str:

@@ -53,8 +53,9 @@ class GPTDataModule(L.LightningDataModule):
         super().__init__()
         if not hasattr(source, "documents") or not hasattr(source, "describe"):
             raise ConfigError(
-                f"data.source={source!r} is not a corpus: give a node with _target_, e.g. "
-                "{_target_: gptlab.data.sources.BuiltinSource, name: pydocs} (see conf/data/)."
+                f"data.source is {source!r}, not a corpus: give a node with _target_, e.g. "
+                "{_target_: gptlab.data.sources.BuiltinSource, name: pydocs} (see conf/data/); or drop data.source "
+                "to keep the data= option's own."
             )
         # The ranges are the Data schema's, checked here too for a module built from Python rather than a config.
         check_fields("data.", dict(store=store, sampling=sampling, batch_size=batch_size, block_size=block_size,

@@ -25,26 +25,32 @@ class Mixture:
         if not isinstance(sources, Mapping) or not sources:
             raise ConfigError(f"{FIELD} is empty; give at least one named source with a weight, e.g. "
                               "{pydocs: {source: {_target_: gptlab.data.sources.BuiltinSource, name: pydocs}, "
-                              "weight: 1.0}} (see conf/data/mixture_example.yaml).")
+                              "weight: 1.0}} (see conf/data/mixture_example.yaml); "
+                              f"or drop {FIELD} to keep the data= "
+                              "option's sources.")
         self.sources: dict[str, Any] = {}
         self.weights: dict[str, float] = {}
         self.tokenizers: dict[str, Any] = {}
         for name, entry in sources.items():
             self._add(str(name), entry)
         if not any(self.weights.values()):
-            raise ConfigError(f"{FIELD}: every weight is 0 ({self.weights}); give at least one source a weight > 0.")
+            raise ConfigError(f"{FIELD}: every weight is 0 ({self.weights}); give at least one source a weight > 0, "
+                              f"e.g. {FIELD}.{next(iter(self.weights))}.weight=1.0.")
 
     def _add(self, name: str, entry: Any) -> None:
         where = f"{FIELD}.{name}"
         if not isinstance(entry, Mapping) or "source" not in entry:
-            raise ConfigError(f"{where} has no `source`; give {{source: <a corpus node with _target_>, weight: w}}.")
+            raise ConfigError(f"{where} has no `source`; give {{source: <a corpus node with _target_>, weight: w}}, "
+                              f"or leave {where} out.")
         unknown = set(entry) - {"source", "weight", "tokenizer"}
         if unknown:
-            raise ConfigError(f"{where} has unknown keys {sorted(unknown)}; a source takes source, weight, tokenizer.")
+            raise ConfigError(f"{where} has unknown keys {sorted(unknown)}; a source takes source, weight, tokenizer: "
+                              f"drop {' and '.join(f'{where}.{key}' for key in sorted(unknown))}.")
         source = entry["source"]
         if source is None or not hasattr(source, "documents") or not hasattr(source, "describe"):
-            raise ConfigError(f"{where}.source={source!r} is not a corpus: give a node with _target_, e.g. "
-                              "{_target_: gptlab.data.sources.BuiltinSource, name: pydocs}.")
+            raise ConfigError(f"{where}.source is {source!r}, not a corpus: give a node with _target_, e.g. "
+                              "{_target_: gptlab.data.sources.BuiltinSource, name: pydocs}; "
+                              f"or leave {where} out.")
         weight = entry.get("weight")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
             raise ConfigError(f"{where}.weight={weight!r} is invalid: use a finite number >= 0 (a share of the "
@@ -60,8 +66,8 @@ class Mixture:
             if fingerprint(theirs) != mine:
                 raise ConfigError(
                     f"{FIELD}.{name}.tokenizer is {theirs.name!r}, but the run tokenizes with {tokenizer.name!r}: "
-                    "a mixture's sources share the run's tokenizer (one vocabulary per model); drop the source's "
-                    "tokenizer or set tokenizer= to match it."
+                    "a mixture's sources share the run's tokenizer (one vocabulary per model); drop "
+                    f"{FIELD}.{name}.tokenizer, or set tokenizer= to the run tokenizer that matches it."
                 )
 
     @property

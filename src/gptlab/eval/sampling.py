@@ -68,19 +68,21 @@ def read_prompt(cfg: DictConfig) -> str:
         path = Path(cfg.prompt_file)
         if not path.is_file():
             problem = "is a directory" if path.is_dir() else "does not exist"
-            raise ConfigError(f"prompt_file={cfg.prompt_file!r} {problem}; give a UTF-8 text file.")
+            raise ConfigError(f"prompt_file={cfg.prompt_file!r} {problem}; give a UTF-8 text file, or drop "
+                              "prompt_file to start a fresh document.")
         try:
             return path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             raise ConfigError(f"prompt_file={cfg.prompt_file!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
-                              "give a UTF-8 text file.") from err
+                              "give a UTF-8 text file, or drop prompt_file to start a fresh document.") from err
     return DEFAULT_PROMPT if cfg.prompt is None else str(cfg.prompt)
 
 
 def sample(cfg: DictConfig) -> list[str]:
     """num_samples continuations of the prompt (prompt included), decoded to text."""
     if cfg.ckpt_path is None:
-        raise ConfigError("ckpt_path is not set: give a Lightning .ckpt of a run or a Hugging Face directory.")
+        raise ConfigError("ckpt_path is not set: give ckpt_path=<a run's .ckpt, its run dir, or a Hugging Face "
+                          "directory>.")
     device = check_device("device", cfg.device)  # before the model is loaded: torch's own error is an assertion
     check_table("", {k: cfg.get(k) for k in SAMPLE}, SAMPLE)
     ignored_options(cfg, in_sweep_job=False, rules=SAMPLE_RULES, defaults=sampling_defaults())
@@ -91,7 +93,9 @@ def sample(cfg: DictConfig) -> list[str]:
     tokenizer = load_tokenizer(cfg, trained_with)
     ids = tokenizer.encode(read_prompt(cfg))
     if not ids:
-        raise ConfigError("the prompt is empty; give at least one character.")
+        given = f"prompt_file={cfg.prompt_file!r}" if cfg.prompt_file is not None else f"prompt={cfg.prompt!r}"
+        raise ConfigError(f"{given} is empty; give at least one character, or drop {given.split('=')[0]} to start "
+                          "a fresh document.")
     if max(ids) >= model.config.vocab_size:
         raise ConfigError(f"tokenizer {tokenizer.name} produced id {max(ids)}, but the model has "
                           f"vocab_size={model.config.vocab_size}; choose the tokenizer the model was trained with.")

@@ -30,18 +30,19 @@ def check_tasks(tasks: Sequence[str], field: str = "tasks") -> list[str]:
         tasks = [tasks]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
+        example = f" (e.g. {field}=[{next(iter(TASKS))}])" if field.endswith("tasks") else ""
         raise ConfigError(f"{field}={list(tasks)} has unknown task(s) {unknown}; the known tasks are: "
-                          f"{', '.join(TASKS)}.")
+                          f"{', '.join(TASKS)}{example}.")
     return list(tasks)
 
 
 def load_examples(tasks: Sequence[str], data: Optional[Mapping[str, str]] = None, limit: Optional[int] = None,
-                  field: str = "task_data") -> dict[str, list[Example]]:
+                  field: str = "task_data", limit_field: str = "task_limit") -> dict[str, list[Example]]:
     """Each task's examples from `data[task]` (a Hub dataset name or a local path; default: the Hub dataset).
-    `field` is the config key of `data`, for the error messages."""
+    `field` and `limit_field` are the config keys of `data` and `limit`, for the error messages."""
     if limit is not None and not (is_int(limit) and limit >= 1):
-        raise ConfigError(f"the example limit {limit!r} (task_limit, callbacks.zero_shot.limit) must be a positive "
-                          "number of examples, or null for all.")
+        raise ConfigError(f"{limit_field}={limit!r} must be a positive number of examples, or null for all; use e.g. "
+                          f"{limit_field}=100, or {limit_field}=null.")
     data = {**DEFAULT_DATA, **(data or {})}
     return {task: task_examples(task, str(data[task]), limit, field) for task in check_tasks(tasks)}
 

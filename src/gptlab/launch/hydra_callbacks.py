@@ -112,9 +112,13 @@ class CheckMissingValues(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         missing = missing_values(config)
         if missing:
-            script = Path(sys.argv[0]).as_posix()
-            given = " ".join(f"{key}=<value>" for key in missing)
-            verb = "is" if len(missing) == 1 else "are"
-            print(f"gptlab: error: {', '.join(missing)} {verb} not set; pass {given} (python {script} {given}; "
-                  f"what each takes: conf/{config.hydra.job.config_name}.yaml).", file=sys.stderr)
+            print(f"gptlab: error: {missing_message(missing, config.hydra.job.config_name)}", file=sys.stderr)
             sys.exit(2)
+
+
+def missing_message(missing: list[str], config_name: str) -> str:
+    script = Path(sys.argv[0]).as_posix()
+    given = " ".join(f"{key}=<value>" for key in missing)
+    verb = "is" if len(missing) == 1 else "are"
+    return (f"{', '.join(missing)} {verb} not set; pass {given} (python {script} {given}; what each takes: "
+            f"conf/{config_name}.yaml).")

@@ -51,8 +51,9 @@ class SamplingOptions:
         if self.num_beams < 1:
             raise ConfigError(f"num_beams={self.num_beams!r} must be >= 1 (1 = no beam search).")
         if self.num_beams > 1 and (self.top_k is not None or self.top_p is not None):
+            given = " ".join(f"{k}=null" for k in ("top_k", "top_p") if getattr(self, k) is not None)
             raise ConfigError(f"num_beams={self.num_beams} is deterministic beam search; top_k and top_p apply "
-                              "to sampling only: set them to null or num_beams=1.")
+                              f"to sampling only: set `{given}`, or num_beams=1.")
 
 
 class _Decoder:

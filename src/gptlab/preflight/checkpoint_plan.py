@@ -148,7 +148,7 @@ def _message(group: list[Slot], size: int, free: int, log_dir: Optional[str]) ->
     have = f"{format_size(free)} free" + (
         f" plus {format_size(now.credit)} in the checkpoints this run replaces "
         f"({', '.join(p.name for p in now.replaced)})" if now.replaced else "")
-    ways = [f"free {format_size(now.count * size - free - now.credit)} on that disk"]
+    ways = [f"free {format_size(now.count * size - free - now.credit, up=True)} on that disk"]
     if not now.replaced:  # a run that continues its checkpoints cannot move; a new one can
         under_log_dir = log_dir is not None and Path(log_dir).absolute() in directory.absolute().parents
         ways.append("point paths.log_dir at a larger disk" if under_log_dir
@@ -160,7 +160,8 @@ def _message(group: list[Slot], size: int, free: int, log_dir: Optional[str]) ->
                     + f" (no best copy kept, last.ckpt still resumes the run: {fewer.count} checkpoints)")
     elif not now.replaced:
         names = sorted({c for s in group for c in s.callbacks})
-        ways.append(" ".join(f"callbacks.{c}=null" for c in names) + " (no checkpoints: the run cannot be resumed)")
+        ways.append("`" + " ".join(f"callbacks.{c}=null" for c in names) + "` (no checkpoints: the run cannot be "
+                    "resumed)")
     return (f"checkpoint dir {directory} has {have} but the checkpoints that can exist there at once need about "
             f"{format_size(now.count * size)}: {kept} and one being written, {now.count} x {format_size(size)} "
             f"(weights and optimizer states). To make it fit: {'; or '.join(ways)}.")

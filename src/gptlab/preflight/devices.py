@@ -29,7 +29,7 @@ def check_device(field: str, value: Any) -> torch.device:
         device = torch.device(str(value))
     except RuntimeError as err:
         raise ConfigError(f"{field}={value!r} is not a device name; use cpu, cuda, cuda:<index> or mps "
-                          f"(this machine has {default_device()}).") from err
+                          f"(this machine has {default_device()}: {field}={default_device()}).") from err
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -37,7 +37,7 @@ def check_device(field: str, value: Any) -> torch.device:
                               f"False); use {field}={default_device()}.")
         if device.index is not None and device.index >= count:
             raise ConfigError(f"{field}={value!r} but this machine has {count} CUDA GPU(s) (cuda:0 to "
-                              f"cuda:{count - 1}).")
+                              f"cuda:{count - 1}); use e.g. {field}=cuda:0.")
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"{field}={value!r} but this machine has no Apple GPU (MPS); use {field}={default_device()}.")
     elif device.type not in ("cpu", "cuda", "mps"):

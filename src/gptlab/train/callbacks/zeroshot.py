@@ -54,7 +54,8 @@ class ZeroShotEval(L.Callback):
             log.warning("callbacks.zero_shot is off under FSDP (the weights are sharded across ranks).")
             self.tasks = []
             return
-        self._examples = load_examples(self.tasks, self.data, self.limit, "callbacks.zero_shot.data")
+        self._examples = load_examples(self.tasks, self.data, self.limit, "callbacks.zero_shot.data",
+                                       "callbacks.zero_shot.limit")
 
     def state_dict(self) -> dict[str, Any]:
         """A checkpoint saved at an evaluation step before its evaluation ended (cut by a preemption, or saved by
