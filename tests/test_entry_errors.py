@@ -125,7 +125,7 @@ OPTION_PROBES = [
     ("eval", ["val_loss=false", "tasks=[hellaswag]", "task_data.hellaswag={f}/hellaswag_no_endings.jsonl"],
      ["task_data.hellaswag", "endings"]),
     ("eval", ["val_loss=false", "tasks=lambada", "task_data.lambada={f}/a_dir"], ["task_data.lambada"]),
-    ("eval", ["data.block_size=512"], ["data.block_size=512", "model.block_size=32"]),
+    ("eval", ["data.block_size=512"], ["data.block_size=512", "model.block_size (32)"]),
     ("eval", ["trainer.limit_val_batches=abc"], ["trainer.limit_val_batches='abc'"]),
     ("eval", ["trainer.precision=transformer-engine"], ["trainer.precision='transformer-engine'"]),
 ]

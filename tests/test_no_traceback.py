@@ -42,10 +42,11 @@ def test_valid_neighbours_still_pass(tmp_path: Path) -> None:
 
 
 def _logged_names(path: Path) -> set[str]:
-    """The literal names passed to `.log(...)` in a source file."""
+    """The literal names passed to `.log(...)` (or `log_step_scalar(...)`, the module's self.log that a checkpoint
+    also carries) in a source file."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "log" and node.args:
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("log", "log_step_scalar") and node.args:
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
                 names.add(first.value)
