@@ -16,7 +16,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.apps.build import instantiate_trainer
 from gptlab.atomic import atomic_write_text
-from gptlab.checkpoint.reader import check_tokenizer_fits, check_tokenizer_matches, load_model, recorded_tokenizer
+from gptlab.checkpoint.reader import (
+    check_tokenizer_fits,
+    check_tokenizer_matches,
+    load_model,
+    recorded_tokenizer,
+    tokenizer_overrides,
+)
 from gptlab.config.ranges import boolean, positive_int, writable_dir
 from gptlab.config.rules import windows_fit_the_context
 from gptlab.config.schemas import Trainer
@@ -53,7 +59,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     model, hparams = load_model(cfg.ckpt_path)
     trained_tokenizer = recorded_tokenizer(hparams)
     tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
-    check_tokenizer_matches(trained_tokenizer, tokenizer_cfg, "pass the training run's tokenizer=... override")
+    if trained_tokenizer is not None:
+        check_tokenizer_matches(trained_tokenizer, tokenizer_cfg,
+                                f"pass the training run's: {tokenizer_overrides(trained_tokenizer)}")
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     check_tokenizer_fits(tokenizer, model, "tokenizer=... override")
     # Task data first: a missing dataset fails before minutes of validation, not after.

@@ -173,6 +173,15 @@ def check_tokenizer_matches(recorded: Optional[dict[str, Any]], given: Optional[
                           f"would stand for other text; {fix}.")
 
 
+def tokenizer_overrides(recorded: dict[str, Any]) -> str:
+    """The overrides that give a run the tokenizer a checkpoint recorded: its conf/tokenizer option (named after a
+    tiktoken encoding, or `bytes`) and a ranks_file it was given."""
+    if "encoding" not in recorded:
+        return "tokenizer=bytes"
+    ranks = f" tokenizer.ranks_file={recorded['ranks_file']}" if recorded.get("ranks_file") else ""
+    return f"tokenizer={recorded['encoding']}{ranks}"
+
+
 def check_tokenizer_fits(tokenizer: Any, model: GPT, fix: str) -> None:
     """A tokenizer with more ids than the model's embedding rows would index past them; `fix` says what to pass."""
     if tokenizer.vocab_size > model.config.vocab_size:
