@@ -363,7 +363,7 @@ APP_CASES = {
     "eval": [(), ("ckpt_path=/nonexistent.ckpt",), (CKPT, "val_loss=false"), (CKPT, "tasks=[bogus]"),
              (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
              (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe"), (CKPT, "data.block_size=64"),
-             (CKPT, "tokenizer=gpt2")],
+             (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4")],
 }
 
 

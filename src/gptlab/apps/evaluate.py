@@ -45,7 +45,7 @@ def check_eval_config(cfg: DictConfig) -> None:
     for group in ("trainer", "data"):  # fields that interpolate the model's (set from the checkpoint below): left out
         check_node(f"{group}.", cfg[group], set_values_only=True)
     check_fields("trainer.", cfg.trainer, Trainer, set_values_only=True)  # eval.yaml's own trainer, by train's rules
-    check_devices(cfg.trainer)
+    check_devices(cfg.trainer, training=False)
     writable_dir("paths.output_dir", cfg.paths.output_dir)  # eval.json goes there, after the work
 
 

@@ -54,14 +54,21 @@ def resolve_accelerator(accelerator: str) -> str:
     return "cpu"
 
 
-def check_devices(trainer_cfg: Any) -> None:
-    """More GPUs than present (or more CPU processes than cores) fails, naming trainer.devices."""
+def check_devices(trainer_cfg: Any, training: bool = True) -> None:
+    """More GPUs than present (or more CPU processes than cores) fails, naming trainer.devices. `training`: the way
+    out may name train's trainer= groups (eval.py has none)."""
     devices, accelerator = trainer_cfg.get("devices", 1), trainer_cfg.get("accelerator", "auto")
     if devices == "auto" or accelerator == "mps":
         return
     found = gpu_count()
     wants_gpus = accelerator in ("gpu", "cuda") or (accelerator == "auto" and devices > 1)
     if wants_gpus and devices > found:
+        if found == 0 and not training:
+            raise ConfigError(
+                f"trainer.devices={devices} asks for {devices} GPUs but this machine has none "
+                f"(torch.cuda.device_count() = 0, trainer.accelerator={accelerator}); use trainer.devices=1 "
+                "trainer.accelerator=cpu, or a machine with GPUs."
+            )
         if found == 0:
             strategy = "fsdp" if is_fsdp(trainer_cfg.get("strategy")) else "ddp"  # FSDP2 runs on CPU too (gloo)
             raise ConfigError(
