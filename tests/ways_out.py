@@ -143,11 +143,16 @@ def refusal(command: tuple[str, ...]) -> Optional[Refusal]:
         early_checks._check_before_run(cfg)  # uncached: the Hydra callback's and train()'s checks
         resume_checkpoint(cfg, run_dir_of(command), warn=False)
     except Exception as err:
-        found = find_config_error(err)
-        if found is None:
-            raise
-        return Refusal(str(found), _site(found))
+        return as_refusal(err)
     return None
+
+
+def as_refusal(err: Exception) -> Refusal:
+    """The user error inside `err` as the refusal it is, where it was raised; anything else is a bug: raised again."""
+    found = find_config_error(err)
+    if found is None:
+        raise err
+    return Refusal(str(found), _site(found))
 
 
 @functools.cache
@@ -162,10 +167,7 @@ def built_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
     try:
         build_run(cfg, early_checks._check_before_run(cfg), None)
     except Exception as err:
-        found = find_config_error(err)
-        if found is None:
-            raise
-        return Refusal(str(found), _site(found))
+        return as_refusal(err)
     return None
 
 
@@ -235,10 +237,7 @@ def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
     except _Started:
         return None
     except Exception as err:
-        found = find_config_error(err)
-        if found is None:
-            raise
-        return Refusal(str(found), _site(found))
+        return as_refusal(err)
     raise AssertionError(f"{app} {command} neither refused nor started")
 
 
