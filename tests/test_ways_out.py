@@ -215,7 +215,6 @@ UNREACHED = {
     ("model/sparse_attention.py", "torch.nn.attention.flex_attention"): "a torch without FlexAttention",
     ("model/sparse_attention.py", "flash-attn package"): "a CUDA GPU without flash-attn",
     ("model/sparse_attention.py", "cannot compute attention with"): "flash-attn installed (refused first without it)",
-    ("errors.py", "must be {what}"): "require_int, for builders called from Python (the schemas refuse first)",
     ("execution/float8.py", "has compute capability"): "a CUDA GPU older than 8.9",
     ("execution/float8.py", "pip install torchao"): "an H100 without torchao",
     ("preflight/guards.py", "this machine has {found}"): "a machine with fewer GPUs than asked (test_suggestions.py)",

@@ -24,12 +24,6 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def require_int(field: str, value: Any, low: int = 1, what: str = "a positive integer") -> None:
-    """Refuse `value` unless it is an integer >= low; the message says `field=value must be <what>.`"""
-    if not is_int(value) or value < low:
-        raise ConfigError(f"{field}={value!r} must be {what}.")
-
-
 def invalid_choice(field: str, value: Any, allowed: Iterable[Any]) -> ConfigError:
     choices = ", ".join(repr(a) for a in allowed)
     return ConfigError(f"{field}={value!r} is not a valid choice; use one of: {choices}.")
