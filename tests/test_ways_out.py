@@ -12,7 +12,6 @@ and runs the same checks again: they pass, or refuse anew, and that refusal's wa
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 import re
@@ -22,9 +21,8 @@ import pytest
 import ways_out
 from helpers import CONF_DIR
 from omegaconf import DictConfig
-from ways_out import RUN_DIR, app_refusal, built_refusal, follow, refusal, tiny_checkpoint
+from ways_out import RUN_DIR, app_refusal, built_refusal, follow, refusal, tiny_checkpoint, unreached
 
-import gptlab
 from gptlab.config import rules, schemas
 from gptlab.config.callbacks import BY_TARGET
 from gptlab.config.fields import check_of, schema_fields
@@ -40,7 +38,6 @@ MB = 2**20
 SMALL_DISK, TINY_DISK = RUN_DIR.parent / "small-disk", RUN_DIR.parent / "tiny-disk"
 DISKS = {SMALL_DISK: 25 * MB, TINY_DISK: int(15.06 * MB)}  # 15.06: the space to free is not a round number
 DEPTH = 3
-SRC = Path(gptlab.__file__).parent
 
 
 @pytest.fixture(autouse=True)
@@ -269,28 +266,6 @@ def test_every_refused_option_relevance_row_has_a_case() -> None:
         assert refusal(command).message.startswith(f"{option}="), (option, refusal(command).message)
 
 
-CHECK_MODULES = ["config/validate.py", "config/ranges.py", "fields.py", "model/config.py", "model/sparse_attention.py",
-                 "config/fsdp_keys.py", "errors.py", "preflight/early_checks.py",
-                 "execution/float8.py", "execution/strategies.py", "preflight/guards.py", "runs/resume.py",
-                 "apps/build.py", "data/datamodule.py", "data/mixture.py", "data/mixture_store.py",
-                 "apps/evaluate.py", "eval/sampling.py", "eval/zeroshot.py", "preflight/devices.py",
-                 "model/generation.py"]
-RAISED = {"ConfigError", "fail", "invalid_choice"}
-
-
-def raise_sites() -> dict[tuple[str, int], str]:
-    """(file, line) of every `raise ConfigError(...)`-like statement of the check modules, with its source."""
-    sites = {}
-    for module in CHECK_MODULES:
-        path = SRC / module
-        source = path.read_text()
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
-                    getattr(node.exc.func, "id", None) in RAISED:
-                sites[(str(path), node.lineno)] = ast.get_source_segment(source, node)
-    return sites
-
-
 def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
     """A refusal added to a check module without a case here (or in UNREACHED, with why) fails this test."""
     reached = {built_refusal(command).site for command in BUILD_CASES}
@@ -304,12 +279,19 @@ def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
         reached |= {refusal(c).site for c in refused_values(command, key)}
     for f in dataclasses.fields(GPTConfig):
         reached |= {refusal(c).site for c in refused_values((), f"model.{f.name}")}
-    missing = []
-    for (path, line), source in raise_sites().items():
-        excused = any(path.endswith(module) and words in source for (module, words) in UNREACHED)
-        if (path, line) not in reached and not excused:
-            missing.append(f"{Path(path).relative_to(SRC)}:{line}: {source.splitlines()[0]}")
+    missing = unreached(reached, UNREACHED, ways_out.AREAS[Path(__file__).name])
     assert not missing, "raises no case reaches:\n" + "\n".join(missing)
+
+
+def test_every_module_that_raises_a_user_error_is_in_an_area() -> None:
+    """Each module of gptlab that raises a user error is followed by one test file (ways_out.AREAS), which exists."""
+    listed = [m for modules in ways_out.AREAS.values() for m in modules]
+    assert len(listed) == len(set(listed)), "a module in two areas"
+    raising = {str(Path(path).relative_to(ways_out.SRC)) for (path, _) in
+               ways_out.raise_sites([str(p.relative_to(ways_out.SRC)) for p in ways_out.SRC.rglob("*.py")])}
+    assert raising <= set(listed), f"modules no ways-out test follows: {sorted(raising - set(listed))}"
+    for name in ways_out.AREAS:
+        assert (Path(__file__).parent / name).is_file(), name
 
 
 def test_run_dir_ways_out(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+import gptlab
 from gptlab.apps.build import build_run
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import strict_booleans
@@ -522,3 +523,63 @@ def follow(command: tuple[str, ...], depth: int = 3, walk: Optional[Walk] = None
             continue
         follow(way.command, depth - 1, walk, seen, (*history, " ".join(command)), refuse, stand_ins)
     return walk
+
+
+# ---- which `raise` each follower test must reach -----------------------------------------------------------------
+SRC = Path(gptlab.__file__).parent
+RAISED = {"ConfigError", "DiskFullError", "fail", "invalid_choice"}  # the user errors an entry point prints, exit 2
+# Every module of gptlab that raises a user error, by the test file whose cases reach each of its raises (or excuse
+# one, saying why no command on this machine reaches it). A module that starts raising one joins an area here.
+AREAS = {
+    # train's command line: the config and machine checks, building the run
+    "test_ways_out.py": [
+        "config/validate.py", "config/ranges.py", "config/rules.py", "config/ladder_steps.py", "fields.py",
+        "model/config.py", "model/sparse_attention.py", "model/gpt.py", "model/generation.py", "config/fsdp_keys.py",
+        "errors.py", "preflight/early_checks.py", "preflight/guards.py", "preflight/devices.py",
+        "preflight/checkpoint_plan.py", "preflight/option_relevance.py", "preflight/output_dirs.py",
+        "execution/float8.py", "execution/strategies.py", "runs/resume.py", "apps/build.py",
+        "apps/evaluate.py", "eval/sampling.py", "eval/zeroshot.py", "data/datamodule.py", "data/mixture.py",
+        "data/mixture_store.py", "train/optim.py", "train/muon.py", "train/callbacks/loss_spike.py",
+    ],
+    # the corpus: sources, tokenizers, prepare_data.py's shards, the stores that read them
+    "test_ways_out_data.py": [
+        "data/documents.py", "data/position.py", "data/prepare.py", "data/ranks.py", "data/shards.py",
+        "data/sources.py", "data/split.py", "data/stores.py", "data/stream_identity.py", "data/tokenizers.py",
+        "data/windows.py",
+    ],
+    # files a run leaves and other tools read: checkpoints, their conversion, HF export, eval's task files
+    "test_ways_out_files.py": [
+        "atomic.py", "checkpoint/convert.py", "checkpoint/reader.py", "interop/hf.py", "interop/gpt_neo.py", "interop/llama.py",
+        "eval/lm_eval_adapter.py", "eval/scoring.py", "eval/task_rows.py", "eval/tasks.py",
+    ],
+    # sweeps and their reports, run dirs shared by jobs, the GPU launcher
+    "test_ways_out_runs.py": [
+        "report/ladder_report.py", "report/lr_report.py", "report/mup_transfer.py", "report/runs.py",
+        "report/sweep.py", "runs/relayout.py", "runs/run_dir_lock.py", "runs/sweep_identity.py",
+        "runs/sweep_jobs.py", "runs/write_targets.py", "launch/gpu_launcher.py",
+    ],
+}
+
+
+def raise_sites(modules: list[str]) -> dict[tuple[str, int], str]:
+    """(file, line) of every `raise ConfigError(...)`-like statement of `modules` (paths under src/gptlab), with its
+    source."""
+    sites = {}
+    for module in modules:
+        path = SRC / module
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
+                    getattr(node.exc.func, "id", None) in RAISED:
+                sites[(str(path), node.lineno)] = ast.get_source_segment(source, node)
+    return sites
+
+
+def unreached(reached: set, excused: dict[tuple[str, str], str], modules: list[str]) -> list[str]:
+    """The raises of `modules` that no reached site (file, line) is and no `excused` (module, words in its source):
+    why no command here reaches it) covers, one line each."""
+    missing = []
+    for (path, line), source in raise_sites(modules).items():
+        if (path, line) not in reached and not any(path.endswith(m) and w in source for (m, w) in excused):
+            missing.append(f"{Path(path).relative_to(SRC)}:{line}: {source.splitlines()[0]}")
+    return missing
