@@ -76,6 +76,9 @@ def test_ladder_experiment_trains_each_size_on_its_tokens_per_parameter(size: st
     per_step = cfg.data.batch_size * cfg.model.block_size
     assert cfg.trainer.max_steps == math.ceil(20 * n / per_step)
     assert cfg.trainer.val_check_interval == cfg.trainer.max_steps  # one validation, at the end
-    with pytest.raises(Exception, match="ladder_tokens_per_param=-1(\\.0)? must be a positive number"):
+    with pytest.raises(Exception, match="ladder_tokens_per_param=-1(\\.0)? is invalid: use a number in \\(0, inf\\)"):
         _ = compose_config(["experiment=ladder_gpt2_to_llama", f"+ladder={size}", "ladder_tokens_per_param=-1"],
+                           tmp_path).trainer.max_steps  # the schema's own range, checked by the resolver too
+    with pytest.raises(Exception, match="ladder_tokens_per_param=null, but trainer.max_steps is computed from it"):
+        _ = compose_config(["experiment=ladder_gpt2_to_llama", f"+ladder={size}", "ladder_tokens_per_param=null"],
                            tmp_path).trainer.max_steps

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 import ways_out
 from helpers import CONF_DIR
 from omegaconf import DictConfig
@@ -28,8 +29,8 @@ from gptlab.config.callbacks import BY_TARGET
 from gptlab.config.fields import check_of, schema_fields
 from gptlab.config.store import SCHEMAS
 from gptlab.config.validate import NAMED_NODES, schema_of
-from gptlab.model import GPTConfig
-from gptlab.preflight import checkpoint_plan, guards, option_relevance
+from gptlab.model import GPT, GPTConfig
+from gptlab.preflight import checkpoint_plan, early_checks, guards, option_relevance
 
 GB = 1e9
 MB = 2**20
@@ -191,11 +192,14 @@ OTHER_CASES = [
     ("model=nanoo",), ("model.n_embdd=64",), ("model.compile=true",), ("trainer.limit_train_batches=5",),
     ("logger=null",),
     ("optimizer.lrr=0.1",),
+    # the ladder's steps from its ratio (gptlab.config.ladder_steps)
+    ("experiment=ladder_gpt2_to_llama", "ladder_tokens_per_param=null"),
 ]
 MIXTURE = "data=mixture_example"
 # Refusals the checks pass and building the run's objects raises (gptlab.apps.build.build_run: the datamodule and its
 # corpus, the Trainer, the batching), followed through ways_out.built_refusal.
 BUILD_CASES = [
+    ("callbacks.loss_spike.min_history=50", "callbacks.loss_spike.window=10"),
     ("global_batch_tokens=1000",), ("global_batch_tokens=8192", "trainer.accumulate_grad_batches=2"),
     ("trainer.strategy=bogus",), ("trainer.strategy=deepspeed",),
     ("data.source._target_=builtins.dict",), ("data.source._target_=gptlab.data.sources.Bogus",),
@@ -233,6 +237,12 @@ UNREACHED = {
     ("model/generation.py", "must be >= "): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
     ("model/generation.py", "must be in (0, 1]"): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
     ("data/mixture_store.py", "the checkpoint"): "resuming a checkpoint of another corpus (test_mixture.py)",
+    ("model/gpt.py", "model.vocab_size is null"): "a GPT from Python without a vocab (train's tokenizer fills it)",
+    ("train/optim.py", "ConfigError(refusal)"): "the config rule of muP's optimizer refuses first, in the same words",
+    ("train/optim.py", "needs trainer.max_steps >= 1"): "trainer.max_steps's range refuses first (a Python schedule)",
+    ("train/muon.py", "needs the parameter groups"): "a MuonAdamW built from Python with other parameter groups",
+    ("train/muon.py", "found no 2-D hidden weight"): "a model with no hidden matrix (every GPT has some)",
+    ("train/muon.py", "is not optimizer=muon's"): "resuming with another optimizer: check_resumable refuses first",
 }
 
 
@@ -269,7 +279,8 @@ def test_every_refused_option_relevance_row_has_a_case() -> None:
 def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
     """A refusal added to a check module without a case here (or in UNREACHED, with why) fails this test."""
     reached = {built_refusal(command).site for command in BUILD_CASES}
-    tiny_checkpoint()
+    tiny_checkpoint(), damaged_checkpoint(), adamw_checkpoint()
+    reached |= {refusal(command).site for command in PLACE_CASES + RESUME_CASES}
     reached |= {app_refusal(app, command).site for app, listed in APP_CASES.items() for command in listed}
     for command in cases():
         reached.add(refusal(command).site)
@@ -301,6 +312,60 @@ def test_run_dir_ways_out(tmp_path: Path) -> None:
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
     assert_followed((f"hydra.run.dir={run_dir}",))
+
+
+# Ways out that ask for a place (`hydra.run.dir=<dir>`), typed as a user would: a writable one.
+PLACES = {"hydra.run.dir": str(RUN_DIR.parent / "writable" / "run"), "paths.log_dir": str(RUN_DIR.parent / "writable")}
+PLACE_CASES = [("hydra.run.dir=/proc/gptlab-run",), ("paths.log_dir=/proc/gptlab",)]
+
+
+@pytest.mark.parametrize("command", PLACE_CASES, ids=" ".join)
+def test_unwritable_output_dir_ways_out(command) -> None:
+    """A run dir nothing can be written to (/proc here) is refused for that, not for its filesystem's free space (0),
+    and a writable place it asks for passes."""
+    assert refusal(command).message.startswith("cannot write to output dir /proc/"), refusal(command).message
+    walk = follow(command, DEPTH, stand_ins=PLACES)
+    assert walk.followed and not walk.broken, walk.broken
+
+
+ADAMW_CKPT = RUN_DIR.parent / "adamw" / "last.ckpt"
+
+
+def adamw_checkpoint() -> Path:
+    """A checkpoint of the default command's model that records optimizer=adamw and holds optimizer states."""
+    if not ADAMW_CKPT.is_file():
+        cfg = ways_out.compose(())
+        model = GPT(early_checks._check_before_run(cfg).model_cfg)
+        ADAMW_CKPT.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "optimizer_states": [{}],
+                    "hyper_parameters": {"model": model.config.to_dict(),
+                                         "run": {"optimizer": {"_target_": cfg.optimizer._target_}}}}, ADAMW_CKPT)
+    return ADAMW_CKPT
+
+
+RESUME_CASES = [(f"ckpt_path={ADAMW_CKPT}", f"optimizer={o}") for o in ("muon", "sgd")]
+
+
+@pytest.mark.parametrize("command", RESUME_CASES, ids=" ".join)
+def test_resume_with_another_optimizer_ways_out(command) -> None:
+    """Continuing a run with another optimizer is refused before it builds (its state would not load, or load
+    wrong), and its ways out (the checkpoint's optimizer; a new run without ckpt_path) pass."""
+    adamw_checkpoint()
+    assert "was trained with optimizer=adamw" in refusal(command).message, refusal(command).message
+    assert_followed(command)
+
+
+DAMAGED = RUN_DIR.parent / "damaged" / "last.ckpt"
+
+
+def damaged_checkpoint() -> Path:
+    """tiny_checkpoint() without one of its weights: a checkpoint whose state is not the model it records."""
+    if not DAMAGED.is_file():
+        ckpt = torch.load(tiny_checkpoint(), weights_only=False)
+        ckpt["state_dict"].pop(sorted(ckpt["state_dict"])[0])
+        DAMAGED.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(ckpt, DAMAGED)
+    return DAMAGED
 
 
 SIZE = re.compile(r"free ([\d,.]+) (KB|MB|GiB) on that disk")
@@ -344,14 +409,14 @@ APP_CASES = {
     "eval": [(), ("ckpt_path=/nonexistent.ckpt",), (CKPT, "val_loss=false"), (CKPT, "tasks=[bogus]"),
              (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
              (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe"), (CKPT, "data.block_size=64"),
-             (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4")],
+             (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4"), (f"ckpt_path={DAMAGED}",)],
 }
 
 
 @pytest.mark.parametrize("app,command", [(app, c) for app, listed in APP_CASES.items() for c in listed],
                          ids=lambda x: x if isinstance(x, str) else " ".join(x).replace(CKPT, "ckpt_path=<tiny>"))
 def test_each_eval_and_sample_refusals_ways_out_work(app, command) -> None:
-    tiny_checkpoint()
+    tiny_checkpoint(), damaged_checkpoint()
     refuse = functools.partial(app_refusal, app)
     assert refuse(command) is not None, f"{app} {' '.join(command)} is not refused"
     walk = follow(command, DEPTH + 1, refuse=refuse, stand_ins=STAND_INS)  # + 1: each task needs its data

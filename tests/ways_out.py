@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import gptlab
 from gptlab.apps.build import build_run
+from gptlab.config import ladder_steps  # noqa: F401  (registers ${gptlab.ladder_steps:r}, as train does)
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import strict_booleans
 from gptlab.errors import find_config_error
@@ -549,8 +550,8 @@ AREAS = {
     ],
     # files a run leaves and other tools read: checkpoints, their conversion, HF export, eval's task files
     "test_ways_out_files.py": [
-        "atomic.py", "checkpoint/convert.py", "checkpoint/reader.py", "interop/hf.py", "interop/gpt_neo.py", "interop/llama.py",
-        "eval/lm_eval_adapter.py", "eval/scoring.py", "eval/task_rows.py", "eval/tasks.py",
+        "atomic.py", "checkpoint/convert.py", "checkpoint/reader.py", "interop/hf.py", "interop/gpt_neo.py",
+        "interop/llama.py", "eval/lm_eval_adapter.py", "eval/scoring.py", "eval/task_rows.py", "eval/tasks.py",
     ],
     # sweeps and their reports, run dirs shared by jobs, the GPU launcher
     "test_ways_out_runs.py": [

@@ -155,7 +155,8 @@ def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, 
     path = resolve_checkpoint(path, what)
     ckpt = read_checkpoint(path, what)
     model = GPT(checkpoint_model_config(ckpt, path))
-    model.load_state_checked(checkpoint_model_state(ckpt), path)
+    model.load_state_checked(checkpoint_model_state(ckpt), path, "Its weights are not those of the model it "
+                             f"records; pass {what}=<a checkpoint src/train.py wrote> (a run dir or its .ckpt).")
     return model, ckpt.get("hyper_parameters") or {}
 
 
@@ -198,9 +199,11 @@ def config_differences(trained: GPTConfig, wanted: GPTConfig) -> list[str]:
             for k in a if k not in runtime and a[k] != b[k]]
 
 
-def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False) -> None:
+def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False, optimizer: Optional[str] = None) -> None:
     """Fail before training starts if `path` is unreadable or holds a model of another shape than `wanted`, or is a
-    sharded checkpoint and this run (`fsdp`: under trainer=fsdp) cannot load one."""
+    sharded checkpoint and this run (`fsdp`: under trainer=fsdp) cannot load one, or was trained with another
+    optimizer than `optimizer` (its _target_): one optimizer's state does not load into another's (Muon's), or
+    loads and fails at the first step (SGD after AdamW: KeyError 'momentum')."""
     if sharded.is_sharded(Path(path)) and not fsdp:
         raise ConfigError(f"ckpt_path={str(path)!r} is a sharded checkpoint (a folder, written under trainer=fsdp); "
                           "continue it with trainer=fsdp (on any number of ranks: trainer.devices=1 too), or start "
@@ -217,3 +220,16 @@ def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False) -> No
             f"ckpt_path={str(path)!r} does not match this run's model: {'; '.join(differences)}. Continue with the "
             "checkpoint's settings (drop those overrides), or start a new run without ckpt_path."
         )
+    trained_with = (((ckpt.get("hyper_parameters") or {}).get("run") or {}).get("optimizer") or {}).get("_target_")
+    if optimizer is not None and trained_with is not None and trained_with != optimizer:
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} was trained with optimizer={_option(trained_with)} ({trained_with}) and this "
+            f"run asks for optimizer={_option(optimizer)} ({optimizer}): one's state does not carry over to the "
+            f"other. Continue it with optimizer={_option(trained_with)}, or start a new run from step 0 with the "
+            "other optimizer (drop ckpt_path; for this run dir, resume=restart)."
+        )
+
+
+def _option(target: str) -> str:
+    """conf/optimizer/'s option for an optimizer's _target_: its last name, lower-case (adamw, muon, sgd, adafactor)."""
+    return target.rsplit(".", 1)[-1].lower()

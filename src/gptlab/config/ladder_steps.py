@@ -10,6 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.schemas import Train
+from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
@@ -28,9 +30,11 @@ def non_embedding_parameters(model: dict[str, Any], vocab_size: int) -> int:
 def ladder_steps(tokens_per_param: float, *, _root_: DictConfig) -> int:
     """Optimizer steps that show the model tokens_per_param × N tokens: ⌈ratio · N / tokens per step⌉, with tokens
     per step = global_batch_tokens, else data.batch_size × model.block_size (one device, no accumulation)."""
-    if not isinstance(tokens_per_param, (int, float)) or isinstance(tokens_per_param, bool) or tokens_per_param <= 0:
-        raise ConfigError(f"ladder_tokens_per_param={tokens_per_param!r} must be a positive number of tokens per "
-                          "non-embedding parameter (e.g. 20).")
+    if tokens_per_param is None:
+        raise ConfigError("ladder_tokens_per_param=null, but trainer.max_steps is computed from it "
+                          "(${gptlab.ladder_steps:...}): set ladder_tokens_per_param=20 (Chinchilla's tokens per "
+                          "parameter), or give the steps yourself, e.g. trainer.max_steps=1000.")
+    check_fields("", {"ladder_tokens_per_param": tokens_per_param}, Train)  # the schema's range, one source
     model = OmegaConf.to_container(_root_.model, resolve=True)
     vocab = model.get("vocab_size")
     if vocab is None:

@@ -174,7 +174,8 @@ def from_pretrained(path: Union[str, Path]) -> GPT:
     except KeyError as err:
         raise ConfigError(f"{directory}: config.json or the weights lack {err} for a {model_type} model.") from err
     model = GPT(cfg)
-    model.load_state_checked(state, directory)
+    model.load_state_checked(state, directory, "Its weights are not those its config.json describes; export or "
+                             "download the directory again.")
     return model
 
 

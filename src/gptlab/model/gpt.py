@@ -108,9 +108,9 @@ class GPT(nn.Module):
         options = SamplingOptions(temperature, top_k, top_p, num_beams, eos_token_id, use_cache)
         return generate(self, idx, max_new_tokens, options, generator)
 
-    def load_state_checked(self, state: dict[str, torch.Tensor], source: Union[str, Path]) -> None:
-        """load_state_dict(strict=True), but a mismatch names every missing, unexpected and mis-shaped key
-        and where the weights came from."""
+    def load_state_checked(self, state: dict[str, torch.Tensor], source: Union[str, Path], way_out: str) -> None:
+        """load_state_dict(strict=True), but a mismatch names every missing, unexpected and mis-shaped key,
+        where the weights came from, and `way_out` (what the caller's user can pass instead)."""
         expected = self.state_dict()
         missing = sorted(set(expected) - set(state))
         unexpected = sorted(set(state) - set(expected))
@@ -123,7 +123,7 @@ class GPT(nn.Module):
         problems += [f"shape mismatches: {'; '.join(shapes)}"] * bool(shapes)
         if problems:
             raise ConfigError(f"{source} does not fit the model ({self.config.n_layer} layers, "
-                              f"n_embd={self.config.n_embd}): " + " | ".join(problems))
+                              f"n_embd={self.config.n_embd}): " + " | ".join(problems) + f". {way_out}")
         self.load_state_dict(state, strict=True)
 
     def num_parameters(self) -> int:

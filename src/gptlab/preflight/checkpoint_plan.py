@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from gptlab.errors import ConfigError, format_size
+from gptlab.preflight.output_dirs import check_can_create
 
 BEING_WRITTEN = 1  # checkpoints are saved one after another, each beside the file it replaces
 
@@ -132,7 +133,9 @@ def check_checkpoint_space(callbacks: Optional[Mapping[str, Any]], checkpoint_si
     """Refuse a run whose checkpoints cannot all fit at once on the filesystem(s) of their dirs. A dir not made yet is
     measured at its nearest existing parent, so this check creates nothing."""
     by_filesystem: dict[int, list[Slot]] = {}
-    for slot in checkpoint_slots(callbacks):
+    slots = checkpoint_slots(callbacks)
+    check_can_create(slot.directory for slot in slots)
+    for slot in slots:
         by_filesystem.setdefault(_filesystem(slot.directory)[0], []).append(slot)
     for group in by_filesystem.values():
         free = free_bytes(_filesystem(group[0].directory)[1])

@@ -114,7 +114,7 @@ def _check_before_run(cfg: DictConfig) -> Checked:
                      runtime=decided.runtime, parameters=parameters)
     given = given_checkpoint(cfg.get("ckpt_path"))  # a file outside the run dir, so it is checked here too
     if given is not None:
-        check_resumable(given, model_cfg, decided.fsdp)
+        check_resumable(given, model_cfg, decided.fsdp, cfg.optimizer.get("_target_"))
     if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
         check_checkpoint_space(cfg.get("callbacks"), checkpoint_bytes(parameters),
                                (cfg.get("paths") or {}).get("log_dir"))

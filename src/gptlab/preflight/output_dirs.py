@@ -16,14 +16,25 @@ def checkpoint_bytes(num_parameters: int, optimizer_states_per_param: int = 2) -
 
 
 def check_output_dirs(run_dir: Path, checkpoint_dirs: Iterable[Path]) -> None:
-    """Every dir can be created and written (their free space: preflight/checkpoint_plan.py)."""
+    """Every dir is created and takes a file (their free space: preflight/checkpoint_plan.py)."""
     for directory in [run_dir, *checkpoint_dirs]:
-        try:
+        _check_writable(directory, create=True)
+
+
+def check_can_create(directories: Iterable[Path]) -> None:
+    """Before a run writes anything: the nearest existing dir of each takes a file (a probe, removed at once), so
+    a dir in /proc or on a read-only mount is refused for what it is, not for the free space its filesystem shows."""
+    for directory in directories:
+        _check_writable(directory, create=False)
+
+
+def _check_writable(directory: Path, create: bool) -> None:
+    try:
+        if create:
             directory.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-", suffix=".tmp"):
-                pass
-        except OSError as err:
-            raise ConfigError(
-                f"cannot write to output dir {directory} ({err.strerror or err}); "
-                "fix its permissions or point paths.log_dir / hydra.run.dir somewhere writable."
-            ) from err
+        existing = next(p for p in (directory, *directory.absolute().parents) if p.exists())
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-", suffix=".tmp"):
+            pass
+    except OSError as err:
+        raise ConfigError(f"cannot write to output dir {directory} ({err.strerror or err}); fix its permissions, or "
+                          "give hydra.run.dir=<dir> (paths.log_dir=<dir> for every run) on a writable disk.") from err

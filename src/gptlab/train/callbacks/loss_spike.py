@@ -27,7 +27,9 @@ class LossSpikeGuard(L.Callback):
         """z_threshold None: off, the callback does nothing (the default config). Each value's range is its schema's
         (gptlab.config.callbacks.LossSpikeGuard), checked before the run is built."""
         if min_history > window:
-            raise ConfigError(f"callbacks.loss_spike.min_history={min_history} exceeds window={window}.")
+            raise ConfigError(f"callbacks.loss_spike.min_history={min_history} exceeds window={window}: the window "
+                              f"never holds that many losses. Use callbacks.loss_spike.min_history={window} or "
+                              f"callbacks.loss_spike.window={min_history}.")
         self.z_threshold, self.min_history, self.max_consecutive = z_threshold, min_history, max_consecutive
         self.history: deque[float] = deque(maxlen=window)
         self.skipped = 0  # skipped optimizer steps in this run, logged as train/skipped_steps
