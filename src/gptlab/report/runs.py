@@ -200,7 +200,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
             + (f"every job failed: {'; '.join(failed)}" if failed else
                f"left out: {'; '.join(left)}; restore those files, or move the dirs out of the sweep dir"
-               if left else "is it a sweep dir of `train.py -m`?")
+               if left else "is it a sweep dir of `train.py -m`? pass the dir a `python src/train.py -m` run printed")
         )
     return jobs
 
@@ -246,7 +246,7 @@ def parse_baseline(spec: str) -> dict[str, str]:
     pairs = re.split(r",(?=[^,=\[\]]+=)", spec)
     if not spec or any("=" not in p for p in pairs):
         raise ConfigError(f"--baseline {spec!r} is not k=v[,k2=v2]; e.g. --baseline model.norm=pre.")
-    return dict(p.split("=", 1) for p in pairs)
+    return {key.strip(): value.strip() for key, value in (p.split("=", 1) for p in pairs)}  # a label's ", "
 
 
 def pick_baseline(variants: list[Variant], spec: str | None) -> Variant:
@@ -284,7 +284,7 @@ def default_x(variants: list[Variant]) -> str:
 
 def matched_flops(variants: list[Variant]) -> tuple[float | None, list[float | None]]:
     """The largest training FLOPs every variant reached, and each variant's mean val/loss curve read there."""
-    if not all(v.cost for v in variants):
+    if not all(job.cost for v in variants for job in v.jobs):
         return None, [None] * len(variants)
     bands = [v.curve("flops") for v in variants]
     if not all(bands):
