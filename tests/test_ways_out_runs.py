@@ -470,7 +470,8 @@ def test_an_experiments_sweep_without_m_is_followed(tmp_path: Path) -> None:
 LAUNCHER = "hydra/launcher=local_gpus"
 LAUNCHER_CASES = [
     (LAUNCHER,), (LAUNCHER, "hydra.launcher.device_ids=[0,0]"), (LAUNCHER, "hydra.launcher.device_ids=[0,-1]"),
-    (LAUNCHER, "trainer.devices=4", "hydra.launcher.device_ids=[0,1]"), (LAUNCHER, "trainer.devices=auto"),
+    (LAUNCHER, "trainer.devices=4", "hydra.launcher.device_ids=[0,1]"),
+    (LAUNCHER, "trainer.devices=auto", "hydra.launcher.device_ids=[0,1]"),
     (LAUNCHER, "trainer.devices=-1", "hydra.launcher.device_ids=[0,1]"),
     (LAUNCHER, "env:CUDA_VISIBLE_DEVICES=GPU-3f2a,GPU-77c1"),
 ]
@@ -478,9 +479,12 @@ LAUNCHER_CASES = [
 
 @pytest.mark.parametrize("command", LAUNCHER_CASES, ids=" ".join)
 def test_each_gpu_launcher_refusals_ways_out_work(command: tuple[str, ...]) -> None:
-    assert launcher_refusal(command) is not None, command
+    refused = launcher_refusal(command)
+    assert refused is not None, command
     walk = follow(command, DEPTH, refuse=launcher_refusal)
     assert not walk.broken and walk.followed, walk.broken
+    for way in ways_out.ways_out(refused.message, command).ways:  # each value offered is one the launcher takes
+        assert launcher_refusal(way.command) is None, (way, launcher_refusal(way.command))
 
 
 def test_the_launcher_on_a_machine_without_gpus_can_run_the_sweep_without_it() -> None:

@@ -40,8 +40,8 @@ def default_device_ids() -> list[int]:
         try:
             return [int(i) for i in visible.split(",") if i.strip()]
         except ValueError:
-            raise ConfigError(f"CUDA_VISIBLE_DEVICES={visible!r} is not a list of GPU numbers; give the pool as "
-                              "hydra.launcher.device_ids=[0,1,...]") from None
+            raise ConfigError(f"CUDA_VISIBLE_DEVICES={visible!r} is not a list of GPU numbers; give the pool as the "
+                              "numbers nvidia-smi lists, e.g. hydra.launcher.device_ids=[0,1].") from None
     import torch
 
     return list(range(torch.cuda.device_count()))
