@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
+import os
 import re
 import runpy
 import shutil
@@ -40,14 +42,14 @@ from test_report_stats import make_job
 from ways_out import Refusal, follow, unreached
 
 from gptlab.errors import ConfigError
-from gptlab.launch import gpu_launcher
+from gptlab.launch.hydra_callbacks import CheckSweep
 from gptlab.runs import relayout
 from gptlab.runs.run_dir_lock import lock_run_dir, release
-from gptlab.runs.sweep_identity import check_distinct_jobs, check_or_record_sweep
 from gptlab.runs.sweep_jobs import check_same_sweep_job, check_sweep_is_multirun
 
 REACHED: set = set()  # the raise sites the cases of this file reach, for test_every_raise_..._is_reached_by_a_case
 DEPTH = 3
+SWEEPS = Path()  # a dir for the launcher cases' sweep dirs (the fixture sweeps_dir)
 
 
 # ---- the scripts, in this process -----------------------------------------------------------------------------
@@ -391,9 +393,9 @@ def refused_by(check: Callable[[], None]) -> Optional[Refusal]:
 
 
 def sweep_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
-    """What `python src/train.py -m <command>` refuses before Hydra writes a job (CheckSweep)."""
+    """What `python src/train.py -m <command>` refuses before Hydra writes anything (the callback CheckSweep)."""
     cfg = launch_config(command)
-    return refused_by(lambda: (check_distinct_jobs(cfg), check_or_record_sweep(cfg)))
+    return refused_by(lambda: CheckSweep.check(cfg))
 
 
 def single_run_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
@@ -401,19 +403,25 @@ def single_run_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
     return refused_by(lambda: check_sweep_is_multirun(launch_config(command, multirun=False)))
 
 
+@pytest.fixture(autouse=True)
+def sweeps_dir(tmp_path_factory) -> None:
+    global SWEEPS
+    SWEEPS = tmp_path_factory.mktemp("sweeps")
+
+
 def launcher_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
-    """What hydra/launcher=local_gpus refuses as the sweep starts, on a machine with no GPU and no
-    CUDA_VISIBLE_DEVICES (or the one the command sets with `env:CUDA_VISIBLE_DEVICES=...`)."""
+    """`sweep_refusal` of a sweep with hydra/launcher=local_gpus on a machine with no GPU and no
+    CUDA_VISIBLE_DEVICES (or the one the command sets with `env:CUDA_VISIBLE_DEVICES=...`), into a sweep dir of its
+    own (SWEEPS/<the command's hash>)."""
     env = [o.split("=", 1)[1] for o in command if o.startswith("env:CUDA_VISIBLE_DEVICES=")]
-    launcher = launch_config(tuple(o for o in command if not o.startswith("env:"))).hydra.launcher
-    if not str(launcher.get("_target_", "")).endswith("LocalGPULauncher"):
-        return None  # another launcher: nothing shares out GPUs
-    with mock.patch.dict("os.environ", {"CUDA_VISIBLE_DEVICES": env[-1]} if env else {}, clear=False), \
+    overrides = tuple(o for o in command if not o.startswith("env:"))
+    own = SWEEPS / hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:12]
+    with mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": env[-1]} if env else {}), \
             mock.patch("torch.cuda.device_count", lambda: 0):
         if not env:
-            import os
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        return refused_by(lambda: gpu_launcher.device_pool(launcher.device_ids, launcher.devices_per_job))
+        given = any(o.startswith("hydra.sweep.dir=") for o in overrides)
+        return sweep_refusal(overrides if given else (*overrides, f"hydra.sweep.dir={own}"))
 
 
 def test_a_repeated_swept_value_is_followed(tmp_path: Path) -> None:
@@ -491,6 +499,24 @@ def test_the_launcher_on_a_machine_without_gpus_can_run_the_sweep_without_it() -
     refused = launcher_refusal((LAUNCHER,))
     assert "run the sweep without it" in refused.message
     assert launcher_refusal(()) is None  # the sweep without hydra/launcher=local_gpus
+
+
+def test_a_refused_launcher_writes_nothing_and_its_way_out_is_the_same_sweep(tmp_path: Path, capsys) -> None:
+    """Hydra's callbacks in their order, as a `-m` launch calls them: the pool is refused before the sweep dir is
+    made, so the launch with the way out typed (trainer.devices=2) into the same hydra.sweep.dir is a new sweep
+    there, not "another sweep" that the refused launch recorded."""
+    from hydra._internal.callbacks import Callbacks
+
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    cfg = launch_config((LAUNCHER, "model.norm=pre,post", "trainer.devices=4", "hydra.launcher.device_ids=[0,1]",
+                         sweep))
+    with pytest.raises(SystemExit) as exit_:
+        Callbacks(cfg).on_multirun_start(config=cfg)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("gptlab: error: each job needs trainer.devices=4"), err
+    assert not (tmp_path / "sweep").exists(), sorted(str(p) for p in (tmp_path / "sweep").rglob("*"))
+    assert launcher_refusal((LAUNCHER, "model.norm=pre,post", "trainer.devices=2", "hydra.launcher.device_ids=[0,1]",
+                             sweep)) is None
 
 
 # ---- the run dir lock, and the relayout of resume ------------------------------------------------------------
