@@ -133,11 +133,11 @@ def mup_sweep(root: Path) -> Path:
     return sweep
 
 
-def damaged(sweep: Path, jobs: list[str], name: str, actions: dict) -> None:
-    """Remove `name` from the `jobs`' dirs; "restore" in a message puts them back."""
+def damaged(sweep: Path, jobs: list[str], name: str, actions: dict, text: Optional[str] = None) -> None:
+    """Remove `name` from the `jobs`' dirs (or write `text` over it); "restore" in a message puts them back."""
     kept = {sweep / job / name: (sweep / job / name).read_bytes() for job in jobs}
     for path in kept:
-        path.unlink()
+        path.unlink() if text is None else path.write_text(text)
     actions[r"\brestore\b"] = lambda: [path.write_bytes(data) for path, data in kept.items()]
 
 
@@ -272,7 +272,7 @@ def ablation(*flags: str, sweep: Callable[[Path], Path] = ablation_sweep, damage
     def build(root: Path) -> Case:
         made, actions = sweep(root), {}
         if damage:
-            damaged(made, *damage, actions)
+            damaged(made, *damage[:2], actions, *damage[2:])
         if sizes:  # "add sizes with +ladder=...": the sweep launched with one more size
             actions[r"add sizes with \+ladder="] = lambda: [ladder_job(made, 100 + s, "w32", {}, s) for s in (1, 2)]
         return Case("ablation_report.py", (str(made), *flags), actions)
@@ -327,17 +327,10 @@ def empty(root: Path) -> Path:
     return root / "sweep"
 
 
-def damaged_summaries(root: Path) -> Path:
-    sweep = ablation_sweep(root, seeds=1)
-    for job in ("0", "1"):
-        (sweep / job / ".hydra" / "overrides.yaml").write_text("{not: a list")
-    return sweep
-
-
 REPORT_CASES = {
     "no such sweep dir": lambda root: Case("ablation_report.py", (str(root / "nosuch"),), {}),
     "an empty dir": ablation(sweep=empty),
-    "every job damaged": ablation(sweep=damaged_summaries),
+    "every job damaged": ablation(damage=(["0", "1", "2", "3"], ".hydra/overrides.yaml", "{not: a list")),
     "--baseline without =": ablation("--baseline", "pre"),
     "--baseline a value Hydra refuses": ablation("--baseline", "model.norm=[pre"),
     "--baseline no variant": ablation("--baseline", "model.norm=mid"),
