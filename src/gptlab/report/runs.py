@@ -198,7 +198,8 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
         left = [f"{name} ({why})" for name, why in screened.left_out]
         raise ConfigError(
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
-            + (f"every job failed: {'; '.join(failed)}" if failed else
+            + (f"every job failed: {'; '.join(failed)}; to run them again, delete their {FAILURE_FILE} and launch "
+               "the same sweep command (a relaunch skips a job that failed before)" if failed else
                f"left out: {'; '.join(left)}; restore those files, or move the dirs out of the sweep dir"
                if left else "is it a sweep dir of `train.py -m`? pass the dir a `python src/train.py -m` run printed")
         )
