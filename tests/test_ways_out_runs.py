@@ -474,6 +474,8 @@ LAUNCHER_CASES = [
     (LAUNCHER, "trainer.devices=4", "hydra.launcher.device_ids=[0,1]"),
     (LAUNCHER, "trainer.devices=auto", "hydra.launcher.device_ids=[0,1]"),
     (LAUNCHER, "trainer.devices=-1", "hydra.launcher.device_ids=[0,1]"),
+    (LAUNCHER, "hydra.launcher.devices_per_job=0", "hydra.launcher.device_ids=[0,1]"),
+    (LAUNCHER, "hydra.launcher.devices_per_job=3", "hydra.launcher.device_ids=[0,1]"),
     (LAUNCHER, "env:CUDA_VISIBLE_DEVICES=GPU-3f2a,GPU-77c1"),
 ]
 

@@ -48,7 +48,9 @@ class CheckSweep(Callback):
         if str(launcher.get("_target_", "")).endswith(".LocalGPULauncher"):
             from gptlab.launch.gpu_launcher import device_pool  # submitit: imported only for its sweeps
 
-            device_pool(launcher.get("device_ids"), launcher.get("devices_per_job"))
+            follows = OmegaConf.is_interpolation(launcher, "devices_per_job")  # trainer.devices, unless typed
+            device_pool(launcher.get("device_ids"), launcher.get("devices_per_job"),
+                        "trainer.devices" if follows else "hydra.launcher.devices_per_job")
         check_distinct_jobs(config)
         check_or_record_sweep(config)  # last: it records a new sweep
 
