@@ -37,8 +37,8 @@ class AnnounceSweepDir(Callback):
 
 class CheckSweep(Callback):
     """A sweep whose jobs repeat a value (`seed=1,1`), one launched into a sweep dir that holds another sweep, or one
-    whose hydra/launcher=local_gpus has no GPUs to share out: exit 2 before Hydra writes anything (the sweep dir, its
-    sweep_config.json), so that the same launch with the way out is the same sweep, not another one."""
+    whose GPU pool (hydra/launcher=local_gpus) does not fit its jobs: exit 2 before Hydra writes anything (the sweep
+    dir, its sweep_config.json), so that the same launch with the way out is the same sweep, not another one."""
 
     @staticmethod
     def check(config: DictConfig) -> None:

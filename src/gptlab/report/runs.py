@@ -201,7 +201,7 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
             + (f"every job failed: {'; '.join(failed)}; to run them again, delete their {FAILURE_FILE} and launch "
                "the same sweep command (a relaunch skips a job that failed before)" if failed else
                f"left out: {'; '.join(left)}; restore those files, or move the dirs out of the sweep dir"
-               if left else "is it a sweep dir of `train.py -m`? pass the dir a `python src/train.py -m` run printed")
+               if left else "not a sweep dir of `train.py -m`: pass the dir a `python src/train.py -m` run printed")
         )
     return jobs
 
@@ -242,8 +242,8 @@ def group_variants(jobs: list[JobResult], axes: tuple[str, ...] = (SEED_KEY,)) -
 
 
 def parse_baseline(spec: str) -> dict[str, str]:
-    """`k=v[,k2=v2]`; a value may hold commas (`model.attn_pattern=[dense,local]`): only a comma followed by
-    `key=` starts a new pair."""
+    """`k=v[,k2=v2]`, or a variant's label as the report prints it (`k=v, k2=v2`); a value may hold commas
+    (`model.attn_pattern=[dense,local]`): only a comma followed by `key=` starts a new pair."""
     pairs = re.split(r",(?=[^,=\[\]]+=)", spec)
     if not spec or any("=" not in p for p in pairs):
         raise ConfigError(f"--baseline {spec!r} is not k=v[,k2=v2]; e.g. --baseline model.norm=pre.")
