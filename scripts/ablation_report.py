@@ -31,9 +31,10 @@ def main() -> None:
                         help="plot's x axis (default: flops when the variants' FLOPs per token differ, else tokens)")
     parser.add_argument("--band", choices=BANDS, default="minmax", help="shaded band: min–max over seeds or ±1 std")
     parser.add_argument("--lr-key", default="optimizer.lr",
-                        help="the override whose values are the LR grid (default optimizer.lr)")
+                        help="the override whose values are the LR grid (default optimizer.lr; none: no LR grid)")
     parser.add_argument("--size-key", default="+ladder",
-                        help="the override whose values are a scaling ladder's sizes (default +ladder)")
+                        help="the override whose values are a scaling ladder's sizes (default +ladder; none: no "
+                             "ladder)")
     parser.add_argument("--target-flops", type=float, default=None,
                         help="ladder: the compute to extrapolate the multiplier to (default 10x the largest rung; "
                              "beyond that it is marked EXTRAPOLATED)")

@@ -40,28 +40,29 @@ def default_device_ids() -> list[int]:
         try:
             return [int(i) for i in visible.split(",") if i.strip()]
         except ValueError:
-            raise ConfigError(f"CUDA_VISIBLE_DEVICES={visible!r} is not a list of GPU numbers; give the pool as "
-                              "hydra.launcher.device_ids=[0,1,...]") from None
+            raise ConfigError(f"CUDA_VISIBLE_DEVICES={visible!r} is not a list of GPU numbers; give the pool as the "
+                              "numbers nvidia-smi lists, e.g. hydra.launcher.device_ids=[0,1].") from None
     import torch
 
     return list(range(torch.cuda.device_count()))
 
 
-def device_pool(device_ids: Optional[Sequence[Any]], devices_per_job: Any) -> list[int]:
-    """The ids to share out, checked against what one job needs."""
+def device_pool(device_ids: Optional[Sequence[Any]], devices_per_job: Any, field: str = "trainer.devices") -> list[int]:
+    """The ids to share out, checked against what one job needs; `field` is the key that set devices_per_job
+    (trainer.devices, which conf/hydra/launcher/local_gpus.yaml follows, unless the command set it itself)."""
     ids = default_device_ids() if device_ids is None else list(device_ids)
     if not all(isinstance(i, int) and i >= 0 for i in ids) or len(set(ids)) != len(ids):
         raise ConfigError(f"hydra.launcher.device_ids={ids} must be distinct GPU numbers, e.g. [0,1,2,3].")
     if not isinstance(devices_per_job, int) or devices_per_job < 1:
-        raise ConfigError(f"hydra.launcher.devices_per_job={devices_per_job!r} must be a positive number of GPUs "
-                          "(it follows trainer.devices).")
+        raise ConfigError(f"each job of hydra/launcher=local_gpus needs a positive number of GPUs, not "
+                          f"{devices_per_job!r} ({field}): give a count, e.g. {field}=1.")
     if not ids:
         raise ConfigError("hydra/launcher=local_gpus shares out GPUs but this machine has none (none in "
                           "CUDA_VISIBLE_DEVICES or torch.cuda.device_count() = 0); run the sweep without it, or name "
                           "the ids to share out with hydra.launcher.device_ids=[0,1].")
     if devices_per_job > len(ids):
-        raise ConfigError(f"each job needs trainer.devices={devices_per_job} GPUs but the pool has {len(ids)} "
-                          f"({ids}); use trainer.devices={len(ids)} or fewer, or a larger hydra.launcher.device_ids.")
+        raise ConfigError(f"each job needs {field}={devices_per_job} GPUs but the pool has {len(ids)} "
+                          f"({ids}); use {field}={len(ids)} (or fewer), or a larger hydra.launcher.device_ids.")
     return ids
 
 

@@ -36,15 +36,27 @@ class AnnounceSweepDir(Callback):
 
 
 class CheckSweep(Callback):
-    """A sweep whose jobs repeat a value (`seed=1,1`), or one launched into a sweep dir that holds another sweep:
-    exit 2 before Hydra writes any job's files (gptlab.runs.sweep_identity)."""
+    """A sweep whose jobs repeat a value (`seed=1,1`), one launched into a sweep dir that holds another sweep, or one
+    whose GPU pool (hydra/launcher=local_gpus) does not fit its jobs: exit 2 before Hydra writes anything (the sweep
+    dir, its sweep_config.json), so that the same launch with the way out is the same sweep, not another one."""
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+    @staticmethod
+    def check(config: DictConfig) -> None:
         from gptlab.runs.sweep_identity import check_distinct_jobs, check_or_record_sweep
 
+        launcher = config.hydra.get("launcher") or {}
+        if str(launcher.get("_target_", "")).endswith(".LocalGPULauncher"):
+            from gptlab.launch.gpu_launcher import device_pool  # submitit: imported only for its sweeps
+
+            follows = OmegaConf.is_interpolation(launcher, "devices_per_job")  # trainer.devices, unless typed
+            device_pool(launcher.get("device_ids"), launcher.get("devices_per_job"),
+                        "trainer.devices" if follows else "hydra.launcher.devices_per_job")
+        check_distinct_jobs(config)
+        check_or_record_sweep(config)  # last: it records a new sweep
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            check_distinct_jobs(config)
-            check_or_record_sweep(config)
+            self.check(config)
         except ConfigError as err:
             print(f"gptlab: error: {err}", file=sys.stderr)
             sys.exit(2)

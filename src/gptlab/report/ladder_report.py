@@ -30,6 +30,7 @@ from gptlab.report.runs import (
     pick_baseline,
 )
 from gptlab.report.stats import Summary
+from gptlab.runs.run_dir import RESOLVED_CONFIG
 
 
 def rungs_of(variant: Variant, size_key: str) -> list[Rung]:
@@ -39,9 +40,11 @@ def rungs_of(variant: Variant, size_key: str) -> list[Rung]:
         by_size.setdefault(job.overrides[size_key], []).append(job)
     rungs = []
     for size, jobs in by_size.items():
-        if any(j.cost is None for j in jobs):
-            raise ConfigError(f"ladder size {size} of {variant.label}: a job's model is unreadable "
-                              f"({next(j.cost_error for j in jobs if j.cost is None)}); the ladder needs its FLOPs.")
+        unreadable = next((j for j in jobs if j.cost is None), None)
+        if unreadable is not None:
+            raise ConfigError(f"ladder size {size} of {variant.label}: the model of job {unreadable.job_dir} is "
+                              f"unreadable ({unreadable.cost_error}); the ladder needs its FLOPs: restore its "
+                              f"{RESOLVED_CONFIG}, or move its job dir out of the sweep dir to fit without it.")
         finished = {j.overrides.get(SEED_KEY, "default"): j.summary["final_val_loss"] for j in jobs
                     if j.summary.get("final_val_loss") is not None}
         if not finished:

@@ -31,7 +31,7 @@ from gptlab.report.runs import (
 )
 from gptlab.report.seed_bootstrap import Interval, VariantIntervals, lr_intervals
 from gptlab.report.stats import verdict
-from gptlab.runs.run_dir import FAILURE_FILE
+from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG
 
 N_BOOT = 1000
 
@@ -41,7 +41,8 @@ def lr_value(job: JobResult, lr_key: str) -> float:
         return float(job.overrides[lr_key])
     except (KeyError, ValueError):
         raise ConfigError(f"{job.job_dir}: {lr_key}={job.overrides.get(lr_key)!r} is not a number; an "
-                          f"LR-tuned report needs every job's {lr_key} override.") from None
+                          f"LR-tuned report needs every job's {lr_key} override: move its job dir out of the sweep "
+                          "dir to report without it.") from None
 
 
 def lr_runs(variants: list[Variant], lr_key: str) -> list[LrRun]:
@@ -79,7 +80,12 @@ def common_cap(jobs: list[JobResult]) -> tuple[float, str]:
     measured = [j.stability.initial for j in jobs if j.stability.at_init]
     if measured:
         return float(np.mean(measured)), f"the mean measured initial loss of the other jobs, {np.mean(measured):.4f}"
-    value = math.log(job_model(jobs[0].job_dir).padded_vocab_size)
+    readable = next((j for j in jobs if j.cost is not None), None)
+    if readable is None:
+        raise ConfigError(f"no job's model is readable ({jobs[0].cost_error}): with no initial train/loss measured, "
+                          f"the LR report caps a diverged run at ln(vocabulary), which needs a job's model; restore "
+                          f"the jobs' {RESOLVED_CONFIG}.")
+    value = math.log(job_model(readable.job_dir).padded_vocab_size)
     return value, (f"ln(vocabulary) = {value:.4f}, the uniform prediction (no job logged its train/loss at the "
                    f"first step: set trainer.log_every_n_steps=1 to measure it)")
 

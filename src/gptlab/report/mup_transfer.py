@@ -33,7 +33,8 @@ def _job_key(job: JobResult) -> tuple[str, int, float]:
     missing = [k for k in KEYS if k not in job.overrides]
     if missing:
         raise ConfigError(f"{job.job_dir}: the sweep does not vary {', '.join(missing)}; the transfer report needs "
-                          f"jobs over {', '.join(KEYS)} (experiment=mup_transfer).")
+                          f"jobs over {', '.join(KEYS)}: pass the dir that "
+                          "`python src/train.py -m experiment=mup_transfer` printed.")
     return job.overrides[KEYS[0]], int(job.overrides[KEYS[1]]), float(job.overrides[KEYS[2]])
 
 

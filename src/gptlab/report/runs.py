@@ -198,9 +198,10 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
         left = [f"{name} ({why})" for name, why in screened.left_out]
         raise ConfigError(
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
-            + (f"every job failed: {'; '.join(failed)}" if failed else
+            + (f"every job failed: {'; '.join(failed)}; to run them again, delete their {FAILURE_FILE} and launch "
+               "the same sweep command (a relaunch skips a job that failed before)" if failed else
                f"left out: {'; '.join(left)}; restore those files, or move the dirs out of the sweep dir"
-               if left else "is it a sweep dir of `train.py -m`?")
+               if left else "not a sweep dir of `train.py -m`: pass the dir a `python src/train.py -m` run printed")
         )
     return jobs
 
@@ -241,12 +242,12 @@ def group_variants(jobs: list[JobResult], axes: tuple[str, ...] = (SEED_KEY,)) -
 
 
 def parse_baseline(spec: str) -> dict[str, str]:
-    """`k=v[,k2=v2]`; a value may hold commas (`model.attn_pattern=[dense,local]`): only a comma followed by
-    `key=` starts a new pair."""
+    """`k=v[,k2=v2]`, or a variant's label as the report prints it (`k=v, k2=v2`); a value may hold commas
+    (`model.attn_pattern=[dense,local]`): only a comma followed by `key=` starts a new pair."""
     pairs = re.split(r",(?=[^,=\[\]]+=)", spec)
     if not spec or any("=" not in p for p in pairs):
         raise ConfigError(f"--baseline {spec!r} is not k=v[,k2=v2]; e.g. --baseline model.norm=pre.")
-    return dict(p.split("=", 1) for p in pairs)
+    return {key.strip(): value.strip() for key, value in (p.split("=", 1) for p in pairs)}  # a label's ", "
 
 
 def pick_baseline(variants: list[Variant], spec: str | None) -> Variant:
@@ -284,7 +285,7 @@ def default_x(variants: list[Variant]) -> str:
 
 def matched_flops(variants: list[Variant]) -> tuple[float | None, list[float | None]]:
     """The largest training FLOPs every variant reached, and each variant's mean val/loss curve read there."""
-    if not all(v.cost for v in variants):
+    if not all(job.cost for v in variants for job in v.jobs):
         return None, [None] * len(variants)
     bands = [v.curve("flops") for v in variants]
     if not all(bands):

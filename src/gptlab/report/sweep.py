@@ -20,8 +20,10 @@ def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: floa
     jobs, _ = drop_repeats(load_sweep(sweep_dir))
     swept = differing_keys(jobs)
     if lr_key in swept and size_key in swept:
-        raise ConfigError(f"this sweep varies both {lr_key} and {size_key}: report one LR per ladder (tune the LR "
-                          f"first, then run the ladder at each variant's best LR).")
+        raise ConfigError(f"this sweep varies both {lr_key} and {size_key}: a ladder's report takes one LR per "
+                          f"ladder (tune the LR first, then run the ladder at each variant's best LR). To read this "
+                          f"sweep as it is, pass --size-key none (an LR-tuned report, each size a variant) or "
+                          f"--lr-key none (a ladder per LR).")
     if lr_key in swept:
         return write_lr_report(sweep_dir, jobs, lr_key, baseline, alpha)
     if size_key in swept:

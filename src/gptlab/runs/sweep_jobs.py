@@ -91,4 +91,4 @@ def check_sweep_is_multirun(config: DictConfig) -> None:
     one_job = " ".join(f"{key}={str(value).split(',')[0]}" for key, value in unpinned.items())
     raise ConfigError(f"{source} sweeps {swept} (hydra.sweeper.params), which only a multirun launches: without -m "
                       f"this would train one job and drop the sweep. Add -m to run the sweep, or pin the swept "
-                      f"keys to run one job of it (e.g. {one_job}).")
+                      f"keys to run one job of it (e.g. `{one_job}`).")
