@@ -83,8 +83,11 @@ def writable_dir(field: str, value: Any) -> None:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         problem = "not writable for this user" if existing.is_dir() else "not a directory"
+        instead = Path.home() / path.name
+        if instead.exists() and not instead.is_dir():  # e.g. the very file refused: a new name beside it
+            instead = instead.with_name(f"{instead.stem}-dir")
         raise ConfigError(f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can "
-                          f"write to, e.g. {field}={Path.home() / path.name}.")
+                          f"write to, e.g. {field}={instead}.")
 
 
 def logged_metric(field: str, value: Any) -> None:
