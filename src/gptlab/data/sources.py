@@ -137,7 +137,8 @@ class TextFiles:
         self.stats = DecodeStats()
         self.bytes_read = 0  # of the files, as documents() reads them: the progress bar's count
         if not self.patterns:
-            raise ConfigError("data.source.paths is empty; give files or globs: data.source.paths='[corpus/*.txt]'.")
+            raise ConfigError("data.source.paths is empty; give your files or globs as data.source.paths=<list>, e.g. "
+                              "data.source.paths='[corpus/*.txt,more/*.jsonl]'.")
 
     def files(self) -> list[str]:
         found: list[str] = []
@@ -146,7 +147,8 @@ class TextFiles:
             matches = [m for m in matches if Path(m).is_file()]
             if not matches:
                 raise ConfigError(
-                    f"data.source.paths: {pattern!r} matches no file; check the path (relative to the launch dir)."
+                    f"data.source.paths: {pattern!r} matches no file (paths are relative to the launch dir, "
+                    f"{Path.cwd()}); give files or globs that exist: data.source.paths=<list>."
                 )
             for m in matches:
                 if Path(m).suffix not in _BUILDERS:
@@ -247,8 +249,9 @@ class HFDataset:
         builder_kwargs: Optional[dict[str, Any]] = None,
     ) -> None:
         if not path:
-            raise ConfigError("data.source.path is not set; give a Hub dataset (e.g. roneneldan/TinyStories) or "
-                              "a builder (text | json | parquet) with data.source.data_files.")
+            raise ConfigError("data.source.path is not set; give a Hub dataset (e.g. roneneldan/TinyStories), or a "
+                              "builder (text | json | parquet) with your files: data.source.path=json "
+                              "data.source.data_files='[corpus/*.jsonl]'.")
         self.path, self.config_name, self.split, self.text_field = path, name, split, text_field
         if isinstance(data_files, Mapping):
             data_files = {k: list(v) if not isinstance(v, str) else v for k, v in data_files.items()}

@@ -158,5 +158,6 @@ def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float) 
     if not tokens["val"]:
         raise ConfigError(
             f"no document of {what} fell into the val split (data.val_fraction={val_fraction}); "
-            "raise data.val_fraction or add documents."
+            f"raise data.val_fraction (e.g. data.val_fraction={min(0.5, max(0.1, 2 * val_fraction)):g}) or add "
+            "documents."
         )

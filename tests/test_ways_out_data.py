@@ -1,0 +1,133 @@
+"""Every way out a corpus refusal offers works when followed (issue 33, item 2): the sources, tokenizers, shards and
+stores of gptlab.data, as `python src/train.py data=... data.store=...` and `python scripts/prepare_data.py` meet
+them on tiny corpora under a temp dir (offline).
+
+`data_refusal` is what train says up to its first batch: ways_out.built_refusal, then the datamodule's prepare_data,
+setup and first train and val batches (which read the corpus). `prepare_refusal` is prepare_data.py's path. Ways out
+that are overrides are followed by ways_out.follow; the others (delete a file, run prepare_data.py, resume with the
+run's settings) are done as the words say, and the command then passes. A `raise` of the data modules without a case
+(or an UNREACHED reason) fails test_every_raise_of_the_data_modules_is_reached_by_a_case.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import hydra
+import pytest
+import ways_out
+from helpers import compose_config, write_corpus
+from ways_out import Refusal, as_refusal, compose, follow, refusal, unreached
+
+from gptlab.apps.build import build_run
+from gptlab.apps.prepare_data import prepare_from_config
+from gptlab.config.suggest import compose_message
+from gptlab.config.validate import check_node
+from gptlab.preflight import early_checks
+
+DATA = Path(tempfile.gettempdir()) / "gptlab-ways-out" / "data"
+CORPUS = DATA / "corpus"
+TINY = ("model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32", "data.batch_size=4",
+        "trainer.accelerator=cpu")
+
+
+def corpora() -> None:
+    """The files the cases read, written once: a JSONL corpus, a one-line text, and files a user gets wrong."""
+    if (DATA / "done").is_file():
+        return
+    write_corpus(CORPUS, n_files=2, docs_per_file=80)
+    (DATA / "short.txt").write_text("a few words")
+    (DATA / "bad.jsonl").write_text('{"text": "fine"}\n{"text": "cut off\n')
+    (DATA / "numbers.jsonl").write_text('{"text": 5}\n')
+    (DATA / "notes.csv").write_text("a,b\n")
+    (DATA / "latin1").mkdir(exist_ok=True)
+    (DATA / "latin1" / "doc.txt").write_bytes("caf\xe9 ".encode("latin-1") * 40)
+    (DATA / "done").write_text("")
+
+
+def text_files(*paths: str, extra: tuple[str, ...] = (), store: str = "memory", cache: str = "c") -> tuple[str, ...]:
+    """`data=text_files` over `paths` (files or globs), a tiny model, the shards (if any) under DATA/cache/<cache>."""
+    return ("data=text_files", f"data.source.paths=[{','.join(paths)}]", f"data.store={store}",
+            f"data.cache_dir={DATA / 'cache' / cache}",
+            *(o for o in TINY if o.split("=")[0] not in {e.split("=")[0] for e in extra}), *extra)
+
+
+GOOD = f"{CORPUS}/*.jsonl"
+RANKS = ways_out.ROOT / "data" / "cache" / "tiktoken" / "gpt2.tiktoken"  # the gpt2_ranks fixture's file
+STAND_INS = {"data.source.paths": f"[{GOOD}]"}
+
+
+def data_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
+    """What `python src/train.py <command>` says up to its first train and val batch (None: it would train)."""
+    first = refusal(command)
+    if first is not None:
+        return first
+    cfg = compose(command)
+    try:
+        run = build_run(cfg, early_checks._check_before_run(cfg), None)
+        data = run.datamodule
+        data.prepare_data()
+        data.setup("fit")
+        next(iter(data.train_dataloader()))
+        next(iter(data.val_dataloader()))
+    except Exception as err:
+        return as_refusal(err)
+    return None
+
+
+def prepare_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
+    """What `python scripts/prepare_data.py <command>` says (None: it prepared the shards)."""
+    try:
+        cfg = compose_config(list(command), config_name="prepare_data")
+    except Exception as err:
+        message = compose_message(err)
+        if message is None:
+            raise
+        return Refusal(message, None)
+    try:
+        check_node("data.", cfg.data)
+        prepare_from_config(cfg)
+    except Exception as err:
+        return as_refusal(err)
+    return None
+
+
+def assert_followed(command: tuple[str, ...], refuse=data_refusal) -> Refusal:
+    first = refuse(command)
+    assert first is not None, f"{' '.join(command)} is not refused"
+    walk = follow(command, 3, refuse=refuse, stand_ins=STAND_INS)
+    assert not walk.broken, "\n".join(walk.broken)
+    return first
+
+
+def tokenizer(command: tuple[str, ...]) -> Any:
+    return hydra.utils.instantiate(compose(command).tokenizer)
+
+
+# ---- refusals whose ways out are overrides ------------------------------------------------------------------------
+def cases() -> list[tuple[str, ...]]:
+    return [
+        text_files(),
+        text_files(f"{DATA}/nothing/*.txt"),
+        text_files(GOOD, extra=("data.val_fraction=0.0001",)),
+        text_files(GOOD, extra=("model.block_size=8000",)),
+        text_files(GOOD, store="streaming", extra=("model.block_size=4000",)),
+        ("data=pydocs", "data.source.name=bogus", "data.store=memory"),
+        text_files(GOOD, extra=("tokenizer=gpt2", f"tokenizer.ranks_file={DATA}/nothing.tiktoken")),
+        text_files(GOOD, extra=("tokenizer=gpt2", f"tokenizer.ranks_file={DATA}/short.txt")),
+        text_files(GOOD, extra=("tokenizer=cl100k_base", f"tokenizer.ranks_file={RANKS}")),
+    ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def written(gpt2_ranks) -> None:
+    assert gpt2_ranks == RANKS
+    corpora()
+
+
+@pytest.mark.parametrize("index", range(len(cases())))
+def test_each_data_refusals_ways_out_work(index) -> None:
+    print(data_refusal(cases()[index]))
+    assert_followed(cases()[index])
