@@ -11,6 +11,10 @@ run's settings) are done as the words say, and the command then passes. A `raise
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -131,3 +135,81 @@ def written(gpt2_ranks) -> None:
 def test_each_data_refusals_ways_out_work(index) -> None:
     print(data_refusal(cases()[index]))
     assert_followed(cases()[index])
+
+
+# ---- prepared shards: refusals whose ways out are files to delete and prepare_data.py to run ---------------------
+SHARDS = DATA / "cache" / "shards"
+PREPARE = ("data=text_files", f"data.source.paths=[{GOOD}]", "data.store=prepared", f"data.cache_dir={SHARDS}",
+           "data.num_proc=1")
+TRAIN_PREPARED = text_files(GOOD, store="prepared", cache="shards", extra=("data.num_proc=1",))
+
+
+def first_shard(split: str = "train") -> Path:
+    manifest = json.loads((SHARDS / "bytes" / "manifest.json").read_text())
+    return SHARDS / "bytes" / manifest["splits"][split]["shards"][0]["file"]
+
+
+def patched(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def edit_manifest(change) -> None:
+    path = SHARDS / "bytes" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+DAMAGES = {  # what breaks the prepared data, and the raise that refuses it
+    "bad header": (lambda: first_shard().write_bytes(b"not a shard"), "bad header"),
+    "another format": (lambda: patched(first_shard(), 8, struct.pack("<H", 9)), "has shard format"),
+    "wrong token size": (lambda: patched(first_shard(), 10, struct.pack("<H", 4)), "-byte tokens for a"),
+    "truncated": (lambda: first_shard().write_bytes(first_shard().read_bytes()[:-3]), "truncated or corrupt"),
+    "modified": (lambda: patched(first_shard(), first_shard().stat().st_size - 2, b"\x07\x00"), "sha256 check"),
+    "ids beyond the vocabulary": (lambda: patched(first_shard(), 256, b"\xff" * (first_shard().stat().st_size - 256)),
+                                  "beyond the vocabulary"),
+    "manifest cut off": (lambda: (SHARDS / "bytes" / "manifest.json").write_text('{"format": '), "not valid JSON"),
+    "manifest not a dict": (lambda: (SHARDS / "bytes" / "manifest.json").write_text("[]"), "not a manifest"),
+    "manifest counts other tokens": (lambda: edit_manifest(
+        lambda m: m["splits"]["train"]["shards"][0].update(tokens=m["splits"]["train"]["shards"][0]["tokens"] + 1)),
+        "does not match"),
+}
+PATH = re.compile(r"(/[\w./-]*\w)")
+
+
+def do_what_it_says(message: str) -> list[str]:
+    """The file ways out of a prepared-data refusal, done as a user reads them: delete the file ("delete it") or
+    directory it names ("delete the directory", "Delete <dir>"), then run prepare_data.py ("prepare again",
+    "re-run prepare_data.py"). Returns what was done."""
+    done, named = [], [Path(p) for p in PATH.findall(message)]
+    if re.search(r"\bdelete it\b", message, re.I):
+        named[0].unlink()
+        done.append(f"deleted {named[0]}")
+    directory = re.search(r"\bdelete (the directory|/[\w./-]*\w)", message, re.I)
+    if directory:
+        target = named[0].parent if directory.group(1) == "the directory" else Path(directory.group(1))
+        assert target.is_dir() and SHARDS in (target, *target.parents), f"{message!r} names {target} to delete"
+        shutil.rmtree(target)
+        done.append(f"deleted {target}/")
+    if re.search(r"prepare again|prepare_data\.py", message):
+        assert prepare_refusal(PREPARE) is None, prepare_refusal(PREPARE)
+        done.append("ran prepare_data.py")
+    assert done, f"{message!r} offers nothing to do"
+    return done
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_prepared_data_refusals_ways_out_work(damage) -> None:
+    """Each refusal of damaged shards or manifest names what to delete and to prepare again: done as it says, the
+    same training command then starts (train prepares too; prepare_data.py is the command the words name)."""
+    shutil.rmtree(SHARDS, ignore_errors=True)
+    assert prepare_refusal(PREPARE) is None
+    breaks, words = DAMAGES[damage]
+    breaks()
+    command = TRAIN_PREPARED + (("data.verify_sha256=false",) if damage == "ids beyond the vocabulary" else ())
+    refused = data_refusal(command)
+    assert refused is not None and words in refused.message, refused
+    done = do_what_it_says(refused.message)
+    assert data_refusal(command) is None, f"after {done}: {data_refusal(command)}"
