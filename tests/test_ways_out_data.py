@@ -59,8 +59,9 @@ def text_files(*paths: str, extra: tuple[str, ...] = (), store: str = "memory", 
 
 
 GOOD = f"{CORPUS}/*.jsonl"
+HF = ("data=hf", "data.store=memory", f"data.cache_dir={DATA / 'cache' / 'hf'}", *TINY)
 RANKS = ways_out.ROOT / "data" / "cache" / "tiktoken" / "gpt2.tiktoken"  # the gpt2_ranks fixture's file
-STAND_INS = {"data.source.paths": f"[{GOOD}]"}
+STAND_INS = {"data.source.paths": f"[{GOOD}]", "data.source.data_files": f"[{GOOD}]"}  # what <list> asks for
 
 
 def data_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
@@ -118,6 +119,8 @@ def cases() -> list[tuple[str, ...]]:
         text_files(GOOD, extra=("data.val_fraction=0.0001",)),
         text_files(GOOD, extra=("model.block_size=8000",)),
         text_files(GOOD, store="streaming", extra=("model.block_size=4000",)),
+        text_files(GOOD, extra=("data.val_fraction=0.9999",)),
+        HF,
         ("data=pydocs", "data.source.name=bogus", "data.store=memory"),
         text_files(GOOD, extra=("tokenizer=gpt2", f"tokenizer.ranks_file={DATA}/nothing.tiktoken")),
         text_files(GOOD, extra=("tokenizer=gpt2", f"tokenizer.ranks_file={DATA}/short.txt")),
