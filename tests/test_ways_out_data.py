@@ -122,6 +122,7 @@ def cases() -> list[tuple[str, ...]]:
         text_files(GOOD, extra=("data.val_fraction=0.9999",)),
         HF,
         ("data=pydocs", "data.source.name=bogus", "data.store=memory"),
+        text_files(GOOD, extra=("data.document_masking=true", "tokenizer._target_=test_ways_out_data.NoEndOfText")),
         text_files(GOOD, extra=("tokenizer=gpt2", f"tokenizer.ranks_file={DATA}/nothing.tiktoken")),
         text_files(GOOD, extra=("tokenizer=gpt2", f"tokenizer.ranks_file={DATA}/short.txt")),
         text_files(GOOD, extra=("tokenizer=cl100k_base", f"tokenizer.ranks_file={RANKS}")),
@@ -138,6 +139,56 @@ def written(gpt2_ranks) -> None:
 def test_each_data_refusals_ways_out_work(index) -> None:
     print(data_refusal(cases()[index]))
     assert_followed(cases()[index])
+
+
+# ---- the user's files: refusals whose ways out are edits of a file or of data.source.paths ----------------------
+def lines(*more: str) -> str:
+    """A corpus file: the first corpus file's lines, then `more`."""
+    return (CORPUS / "part0.jsonl").read_text() + "".join(f"{m}\n" for m in more)
+
+
+def test_a_file_of_another_format_is_converted_or_dropped() -> None:
+    (DATA / "notes.csv").write_text("notes, one document\n")
+    refused = data_refusal(text_files(GOOD, f"{DATA}/notes.csv"))
+    assert "'.txt', '.jsonl'" in refused.message or ".txt, .jsonl" in refused.message, refused
+    assert "convert it or drop it" in refused.message
+    assert data_refusal(text_files(GOOD)) is None  # dropped from data.source.paths
+    (DATA / "notes.txt").write_text((DATA / "notes.csv").read_text())  # converted
+    assert data_refusal(text_files(GOOD, f"{DATA}/notes.txt")) is None
+
+
+@pytest.mark.parametrize("bad,words", [('{"text": "cut off', "is not valid JSON"), ('{"text": 5}', "not text")])
+def test_a_bad_record_is_fixed_or_dropped(bad, words) -> None:
+    """The message names the file and line; dropping that line, or fixing its record, lets the run start."""
+    path = DATA / "records.jsonl"
+    path.write_text(lines(bad, '{"text": "after it"}'))
+    command = text_files(str(path))
+    refused = data_refusal(command)
+    assert words in refused.message, refused
+    named = re.search(rf"{re.escape(str(path))}:(\d+)", refused.message)
+    assert named, f"{refused.message!r} names no line"
+    kept = path.read_text().splitlines()
+    line = int(named.group(1))
+    path.write_text("\n".join(kept[: line - 1] + kept[line:]) + "\n")
+    assert data_refusal(command) is None, "dropping the line it names"
+    path.write_text("\n".join(kept[: line - 1] + ['{"text": "fixed"}'] + kept[line:]) + "\n")
+    assert data_refusal(command) is None, "fixing the record it names"
+
+
+def test_a_source_without_text_is_pointed_at_files_with_text() -> None:
+    (DATA / "empty.jsonl").write_text('{"text": ""}\n' * 3)
+    refused = data_refusal(text_files(f"{DATA}/empty.jsonl"))
+    assert "holds no text; check its paths" in refused.message, refused
+    assert data_refusal(text_files(f"{DATA}/empty.jsonl", GOOD)) is None
+
+
+def test_a_hf_builder_over_bytes_that_are_not_utf8_moves_to_text_files() -> None:
+    """"for local files use data=text_files": the same files with data=text_files (one document per .txt file,
+    besides the corpus) start, the bytes replaced."""
+    latin1 = f"{DATA}/latin1/doc.txt"
+    refused = data_refusal(HF + ("data.source.path=text", f"data.source.data_files=[{latin1},{GOOD}]"))
+    assert "not UTF-8" in refused.message and "use data=text_files" in refused.message, refused
+    assert data_refusal(text_files(latin1, GOOD)) is None
 
 
 # ---- prepared shards: refusals whose ways out are files to delete and prepare_data.py to run ---------------------
@@ -216,3 +267,15 @@ def test_prepared_data_refusals_ways_out_work(damage) -> None:
     assert refused is not None and words in refused.message, refused
     done = do_what_it_says(refused.message)
     assert data_refusal(command) is None, f"after {done}: {data_refusal(command)}"
+
+
+class NoEndOfText:
+    """A user's own tokenizer (tokenizer._target_=test_ways_out_data.NoEndOfText): bytes, with no end-of-text id."""
+
+    name, vocab_size, eot_id = "no_eot", 256, None
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")

@@ -151,7 +151,8 @@ def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float) 
     if not tokens["train"] and tokens["val"]:
         raise ConfigError(
             f"no document of {what} fell into the train split: data.val_fraction={val_fraction} holds out "
-            f"(nearly) every document for validation; lower data.val_fraction (e.g. data.val_fraction={min(0.1, val_fraction / 2):g})."
+            "(nearly) every document for validation; lower data.val_fraction "
+            f"(e.g. data.val_fraction={min(0.1, val_fraction / 2):g})."
         )
     if not tokens["train"]:
         raise ConfigError(f"the source {what} holds no text; check its paths, split and text field.")
