@@ -11,10 +11,13 @@ run's settings) are done as the words say, and the command then passes. A `raise
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
 import struct
+import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -159,9 +162,13 @@ def lines(*more: str) -> str:
     return (CORPUS / "part0.jsonl").read_text() + "".join(f"{m}\n" for m in more)
 
 
-def test_a_file_of_another_format_is_converted_or_dropped() -> None:
+def format_refusal() -> Refusal:
     (DATA / "notes.csv").write_text("notes, one document\n")
-    refused = data_refusal(text_files(GOOD, f"{DATA}/notes.csv"))
+    return data_refusal(text_files(GOOD, f"{DATA}/notes.csv"))
+
+
+def test_a_file_of_another_format_is_converted_or_dropped() -> None:
+    refused = format_refusal()
     assert "'.txt', '.jsonl'" in refused.message or ".txt, .jsonl" in refused.message, refused
     assert "convert it or drop it" in refused.message
     assert data_refusal(text_files(GOOD)) is None  # dropped from data.source.paths
@@ -169,13 +176,20 @@ def test_a_file_of_another_format_is_converted_or_dropped() -> None:
     assert data_refusal(text_files(GOOD, f"{DATA}/notes.txt")) is None
 
 
-@pytest.mark.parametrize("bad,words", [('{"text": "cut off', "is not valid JSON"), ('{"text": 5}', "not text")])
-def test_a_bad_record_is_fixed_or_dropped(bad, words) -> None:
-    """The message names the file and line; dropping that line, or fixing its record, lets the run start."""
+def record_refusal(bad: str) -> tuple[Path, tuple[str, ...], Refusal]:
     path = DATA / "records.jsonl"
     path.write_text(lines(bad, '{"text": "after it"}'))
     command = text_files(str(path))
-    refused = data_refusal(command)
+    return path, command, data_refusal(command)
+
+
+BAD_RECORDS = [('{"text": "cut off', "is not valid JSON"), ('{"text": 5}', "not text")]
+
+
+@pytest.mark.parametrize("bad,words", BAD_RECORDS)
+def test_a_bad_record_is_fixed_or_dropped(bad, words) -> None:
+    """The message names the file and line; dropping that line, or fixing its record, lets the run start."""
+    path, command, refused = record_refusal(bad)
     assert words in refused.message, refused
     named = re.search(rf"{re.escape(str(path))}:(\d+)", refused.message)
     assert named, f"{refused.message!r} names no line"
@@ -187,20 +201,30 @@ def test_a_bad_record_is_fixed_or_dropped(bad, words) -> None:
     assert data_refusal(command) is None, "fixing the record it names"
 
 
-def test_a_source_without_text_is_pointed_at_files_with_text() -> None:
+def empty_refusal() -> Refusal:
     (DATA / "empty.jsonl").write_text('{"text": ""}\n' * 3)
-    refused = data_refusal(text_files(f"{DATA}/empty.jsonl"))
+    return data_refusal(text_files(f"{DATA}/empty.jsonl"))
+
+
+def test_a_source_without_text_is_pointed_at_files_with_text() -> None:
+    refused = empty_refusal()
     assert "holds no text; check its paths" in refused.message, refused
     assert data_refusal(text_files(f"{DATA}/empty.jsonl", GOOD)) is None
+
+
+LATIN1 = f"{DATA}/latin1/doc.txt"
+
+
+def latin1_refusal() -> Refusal:
+    return data_refusal(HF + ("data.source.path=text", f"data.source.data_files=[{LATIN1},{GOOD}]"))
 
 
 def test_a_hf_builder_over_bytes_that_are_not_utf8_moves_to_text_files() -> None:
     """"for local files use data=text_files": the same files with data=text_files (one document per .txt file,
     besides the corpus) start, the bytes replaced."""
-    latin1 = f"{DATA}/latin1/doc.txt"
-    refused = data_refusal(HF + ("data.source.path=text", f"data.source.data_files=[{latin1},{GOOD}]"))
+    refused = latin1_refusal()
     assert "not UTF-8" in refused.message and "use data=text_files" in refused.message, refused
-    assert data_refusal(text_files(latin1, GOOD)) is None
+    assert data_refusal(text_files(LATIN1, GOOD)) is None
 
 
 # ---- resuming: a checkpoint's data position that this run cannot continue -----------------------------------------
@@ -250,16 +274,21 @@ def test_resume_refusals_ways_out_work(case) -> None:
     assert data_refusal(resumed, saved) is None, data_refusal(resumed, saved)
 
 
-@pytest.mark.parametrize("store", ["memory", "prepared"])
-def test_resuming_over_edited_files_is_refused_until_they_are_restored(store) -> None:
-    """"Restore the source as it was ... to continue this run": done, the checkpoint's position is continued."""
+def edited_refusal(store: str) -> tuple[Path, tuple[str, ...], dict, Refusal]:
+    """A run's data position saved, then one of its files edited."""
     edited = DATA / "edited" / "part.jsonl"
     edited.parent.mkdir(exist_ok=True)
     edited.write_text(lines())
     run = text_files(GOOD, str(edited), store=store, cache="edited")
     saved = saved_position(run)
     edited.write_text(lines('{"text": "one more document"}'))
-    refused = data_refusal(run, saved)
+    return edited, run, saved, data_refusal(run, saved)
+
+
+@pytest.mark.parametrize("store", ["memory", "prepared"])
+def test_resuming_over_edited_files_is_refused_until_they_are_restored(store) -> None:
+    """"Restore the source as it was ... to continue this run": done, the checkpoint's position is continued."""
+    edited, run, saved, refused = edited_refusal(store)
     assert refused is not None and "Restore the source as it was" in refused.message, refused
     edited.write_text(lines())
     assert data_refusal(run, saved) is None, data_refusal(run, saved)
@@ -358,12 +387,142 @@ class NoEndOfText:
         return np.ones(self.vocab_size, dtype=np.int64)
 
 
+def eot_refusal(masking: str) -> Refusal:
+    return data_refusal(text_files(GOOD, extra=(f"data.document_masking={masking}",
+                                                f"tokenizer._target_={__name__}.NoEndOfText")))
+
+
 @pytest.mark.parametrize("masking", ["true", "false"])
 def test_a_tokenizer_without_end_of_text_is_refused_for_one_that_has_it(masking) -> None:
     """Documents are joined with end-of-text whether masked or not: refused either way (not a TypeError deep in
     the tokenization); the tokenizers the message names start."""
-    own = text_files(GOOD, extra=(f"data.document_masking={masking}", f"tokenizer._target_={__name__}.NoEndOfText"))
-    refused = data_refusal(own)
+    refused = eot_refusal(masking)
     assert refused is not None and "has none (eot_id=None)" in refused.message, refused
     for named in re.findall(r"tokenizer=(\w+)", refused.message):
         assert data_refusal(text_files(GOOD, extra=(f"data.document_masking={masking}", f"tokenizer={named}"))) is None
+
+
+# ---- the tokenizer's ranks: tiktoken's download and scripts/fetch_gpt2_ranks.py's, offline ------------------------
+GPT2 = text_files(GOOD, extra=("tokenizer=gpt2",))
+
+
+def download_refusal(monkeypatch, looked: Path) -> Refusal:
+    """tokenizer=gpt2 with no ranks file where it looks (GPTLAB_RANKS_DIR=`looked`) and no network."""
+    import tiktoken
+
+    def no_network(name: str) -> None:
+        raise ConnectionError("HTTPSConnectionPool(host='openaipublic.blob.core.windows.net', port=443)")
+
+    monkeypatch.setenv("GPTLAB_RANKS_DIR", str(looked))
+    monkeypatch.setattr(tiktoken, "get_encoding", no_network)
+    ways_out.refusal.cache_clear()  # train's checks build the tokenizer: not as they found it before
+    return data_refusal(GPT2)
+
+
+def test_ranks_that_cannot_be_downloaded_ways_out_work(monkeypatch, tmp_path) -> None:
+    """tokenizer.ranks_file=<path> is followed with the ranks; what fetch_gpt2_ranks.py does (the file, in the dir
+    the message names) lets the same command start."""
+    refused = download_refusal(monkeypatch, tmp_path / "ranks")
+    assert "python scripts/fetch_gpt2_ranks.py" in refused.message, refused
+    walk = follow(GPT2, 1, refuse=data_refusal, stand_ins={"tokenizer.ranks_file": str(RANKS)})
+    assert not walk.broken and walk.followed, walk.broken
+    named = re.search(r"found none in (\S+)\.", refused.message).group(1)
+    Path(named).parent.mkdir(parents=True)
+    shutil.copy(RANKS, named)
+    ways_out.refusal.cache_clear()  # the tokenizer is built again: the file is there now
+    assert data_refusal(GPT2) is None
+    ways_out.refusal.cache_clear()
+
+
+def fetch_refusal(monkeypatch, tmp_path: Path, sdist: Optional[dict[str, bytes]]) -> Refusal:
+    """fetch_gpt2_ranks with `pip download` answered locally: an sdist holding `sdist` (None: pip fails)."""
+    from gptlab.data import ranks
+
+    def pip(cmd: list[str], **kwargs: Any) -> Any:
+        if sdist is not None:
+            with tarfile.open(Path(cmd[-1]) / "openai-whisper-20250625.tar.gz", "w:gz") as tar:
+                for name, data in sdist.items():
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        return subprocess.CompletedProcess(cmd, 0 if sdist is not None else 1, "", "Could not reach PyPI")
+
+    monkeypatch.setattr(ranks.subprocess, "run", pip)
+    try:
+        ranks.fetch_gpt2_ranks(tmp_path / "cache")
+    except Exception as err:
+        return as_refusal(err)
+    raise AssertionError("fetched")
+
+
+FETCHES = {"pip fails": None, "another layout": {"whisper/assets/other.tiktoken": b"x"},
+           "other bytes": {"openai-whisper/whisper/assets/gpt2.tiktoken": b"not the ranks"}}
+
+
+@pytest.mark.parametrize("sdist", FETCHES)
+def test_fetch_gpt2_ranks_refusals_ways_out_work(monkeypatch, tmp_path, sdist) -> None:
+    """Each refusal says to copy gpt2.tiktoken to the path it names yourself: done, the script returns that file."""
+    from gptlab.data import ranks
+
+    refused = fetch_refusal(monkeypatch, tmp_path, FETCHES[sdist])
+    target = re.search(r"copy gpt2.tiktoken to (\S+) yourself", refused.message)
+    assert target, refused
+    shutil.copy(RANKS, target.group(1))
+    assert ranks.fetch_gpt2_ranks(tmp_path / "cache") == Path(target.group(1))
+    assert not list((tmp_path / "cache").glob("tmp*")), "the download's temp dir is left"
+
+
+# ---- bad input to prepare_data.py writes nothing --------------------------------------------------------------------
+def test_prepare_data_refused_on_a_bad_record_leaves_no_cache_dir(tmp_path) -> None:
+    (tmp_path / "a.jsonl").write_text('{"text": 5}\n')
+    cache = tmp_path / "data" / "cache"
+    refused = prepare_refusal(("data=text_files", f"data.source.paths=[{tmp_path}/a.jsonl]", f"data.cache_dir={cache}",
+                               "data.num_proc=1"))
+    assert refused is not None and "not text" in refused.message, refused
+    assert not (tmp_path / "data").exists(), "written: " + ", ".join(map(str, (tmp_path / "data").rglob("*")))
+
+
+# ---- which raises the cases reach ----------------------------------------------------------------------------------
+UNREACHED = {  # each is refused first, in other words, by what the reason names (or needs what it names)
+    ("data/split.py", "must be in (0, 1)"): "the schema's range check of data.val_fraction (train, prepare_data.py)",
+    ("data/prepare.py", "must be >= 1"): "the schema's range checks of data.shard_tokens and data.num_proc",
+    ("data/tokenizers.py", "invalid_choice(\"tokenizer.encoding\""): "the schema's choice check of tokenizer.encoding "
+                                                                    "refuses first, in the same words",
+    ("data/stores.py", "data.cache_dir is not set"): "the schema's check of data.cache_dir (a non-empty string) "
+                                                     "refuses null first",
+    ("data/prepare.py", "is missing; run `python scripts/prepare_data.py`"): "prepare (Lightning's prepare_data, "
+                                                                            "before setup) writes the manifest first",
+    ("data/prepare.py", "was made with tokenizer"): "prepare, before setup, refuses another tokenizer's manifest "
+                                                    "first (_mismatch: 'prepared with different settings')",
+    ("data/shards.py", "is missing; re-run"): "prepare, before setup, prepares a missing shard again",
+    ("data/stores.py", "trained on a mixture"): "resuming a mixture's checkpoint (data=mixture_example tokenizes "
+                                                "python_stdlib: test_mixture.py)",
+}
+
+
+def reached_sites(monkeypatch, tmp_path) -> set:
+    """The raise sites of every case of this file, each refusal computed as its test computes it."""
+    reached = {data_refusal(c).site for c in cases()}
+    for damage in DAMAGES:
+        shutil.rmtree(SHARDS, ignore_errors=True)
+        assert prepare_refusal(PREPARE) is None
+        DAMAGES[damage][0]()
+        reached.add(data_refusal(TRAIN_PREPARED + (("data.verify_sha256=false",) if "vocabulary" in damage
+                                                   else ())).site)
+    for run, changed, _, _ in RESUMES.values():
+        resumed = run
+        for override in changed:
+            resumed = ways_out.typed_in(resumed, *override.split("=", 1))
+        reached.add(data_refusal(resumed, saved_position(run)).site)
+    reached |= {fetch_refusal(monkeypatch, tmp_path / s.replace(" ", "_"), sdist).site for s, sdist in FETCHES.items()}
+    reached.add(download_refusal(monkeypatch, tmp_path / "no-ranks").site)
+    ways_out.refusal.cache_clear()
+    reached |= {format_refusal().site, empty_refusal().site, latin1_refusal().site, eot_refusal("true").site,
+                edited_refusal("memory")[3].site, *(record_refusal(bad)[2].site for bad, _ in BAD_RECORDS)}
+    return reached
+
+
+def test_every_raise_of_the_data_modules_is_reached_by_a_case(monkeypatch, tmp_path) -> None:
+    """A refusal added to a data module without a case here (or in UNREACHED, with why) fails this test."""
+    missing = unreached(reached_sites(monkeypatch, tmp_path), UNREACHED, ways_out.AREAS[Path(__file__).name])
+    assert not missing, "raises no case reaches:\n" + "\n".join(missing)

@@ -102,7 +102,21 @@ def prepare(
                                                                                          else ""))
         _remove_prepared(out, manifest)
     key[SOURCE_FILES] = files  # in progress.json's key too: a half-done run over older files is not resumed
+    created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _prepare_into(out, key, source, tokenizer, val_fraction, shard_tokens, num_proc, progress)
+    except BaseException:
+        for directory in created:  # the dirs this run made, while nothing is in them (progress.json resumes a run)
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _prepare_into(out: Path, key: dict[str, Any], source: Any, tokenizer: Tokenizer, val_fraction: float,
+                  shard_tokens: int, num_proc: int, progress: bool) -> dict[str, Any]:
     for stale in out.glob(".*.tmp"):  # left by a run killed while writing; never renamed into place
         stale.unlink()
     state = {"batches_done": 0, "shards": {s: [] for s in SPLITS}}
