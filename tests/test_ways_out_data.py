@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import struct
@@ -35,24 +36,18 @@ from gptlab.config.suggest import compose_message
 from gptlab.config.validate import check_node
 from gptlab.preflight import early_checks
 
-DATA = Path(tempfile.gettempdir()) / "gptlab-ways-out" / "data"
+DATA = Path(tempfile.gettempdir()) / "gptlab-ways-out" / f"data-{os.getpid()}"  # this process's: its cases edit it
 CORPUS = DATA / "corpus"
 TINY = ("model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32", "data.batch_size=4",
         "trainer.accelerator=cpu")
 
 
 def corpora() -> None:
-    """The files the cases read, written once: a JSONL corpus, a one-line text, and files a user gets wrong."""
-    if (DATA / "done").is_file():
-        return
+    """The files the cases read: a JSONL corpus, a one-line text, a text that is not UTF-8."""
     write_corpus(CORPUS, n_files=2, docs_per_file=80)
     (DATA / "short.txt").write_text("a few words")
-    (DATA / "bad.jsonl").write_text('{"text": "fine"}\n{"text": "cut off\n')
-    (DATA / "numbers.jsonl").write_text('{"text": 5}\n')
-    (DATA / "notes.csv").write_text("a,b\n")
-    (DATA / "latin1").mkdir(exist_ok=True)
+    (DATA / "latin1").mkdir()
     (DATA / "latin1" / "doc.txt").write_bytes("caf\xe9 ".encode("latin-1") * 40)
-    (DATA / "done").write_text("")
 
 
 def text_files(*paths: str, extra: tuple[str, ...] = (), store: str = "memory", cache: str = "c") -> tuple[str, ...]:
@@ -145,15 +140,20 @@ def cases() -> list[tuple[str, ...]]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def written(gpt2_ranks) -> None:
+def written(gpt2_ranks):
     assert gpt2_ranks == RANKS
     corpora()
+    yield
+    shutil.rmtree(DATA)
 
 
-@pytest.mark.parametrize("index", range(len(cases())))
-def test_each_data_refusals_ways_out_work(index) -> None:
-    print(data_refusal(cases()[index]))
-    assert_followed(cases()[index])
+def case_id(command: tuple[str, ...]) -> str:
+    return " ".join(o.replace(str(DATA), "") for o in command if o not in TINY and not o.startswith("data.cache_dir"))
+
+
+@pytest.mark.parametrize("command", cases(), ids=case_id)
+def test_each_data_refusals_ways_out_work(command) -> None:
+    assert_followed(command)
 
 
 # ---- the user's files: refusals whose ways out are edits of a file or of data.source.paths ----------------------
