@@ -526,3 +526,17 @@ def test_every_raise_of_the_data_modules_is_reached_by_a_case(monkeypatch, tmp_p
     """A refusal added to a data module without a case here (or in UNREACHED, with why) fails this test."""
     missing = unreached(reached_sites(monkeypatch, tmp_path), UNREACHED, ways_out.AREAS[Path(__file__).name])
     assert not missing, "raises no case reaches:\n" + "\n".join(missing)
+
+
+def test_shards_prepared_with_other_settings_ways_out_work() -> None:
+    """"point data.cache_dir elsewhere, or delete that directory to prepare again": each lets the run start."""
+    shutil.rmtree(SHARDS, ignore_errors=True)
+    assert prepare_refusal(PREPARE) is None
+    other = ways_out.typed_in(TRAIN_PREPARED, "data.val_fraction", "0.2")
+    refused = data_refusal(other)
+    assert refused is not None and "point data.cache_dir elsewhere" in refused.message, refused
+    assert data_refusal(ways_out.typed_in(other, "data.cache_dir", str(DATA / "cache" / "elsewhere"))) is None
+    named = Path(PATH.findall(refused.message)[0])
+    assert named.name == "manifest.json" and "delete that directory" in refused.message
+    shutil.rmtree(named.parent)
+    assert data_refusal(other) is None
