@@ -139,6 +139,6 @@ def test_a_val_fraction_that_leaves_no_train_text_names_the_field(tmp_path) -> N
     path.write_text("".join(f'{{"text": "document {i} with some words"}}\n' for i in range(20)), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"no document of .* fell into the train split: data.val_fraction=0.999999 "
                                           r"holds out \(nearly\) every document for validation; lower "
-                                          r"data.val_fraction \(e.g. 0.1\)"):
+                                          r"data.val_fraction \(e.g. data.val_fraction=0.1\)"):
         _memory(TextFiles([str(path)]), 0.999999)
     assert len(_memory(TextFiles([str(path)]), 0.1)["train"]) > 0

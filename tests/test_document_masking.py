@@ -104,7 +104,7 @@ class NoEndOfText:
 
 
 def test_tokenizer_without_end_of_text_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"data\.document_masking=true needs a tokenizer with an end-of-text") as e:
+    with pytest.raises(ConfigError, match=r"end-of-text token \(eot_id\), for data\.document_masking") as e:
         GPTDataModule(NoEndOfText(), BuiltinSource("pydocs"), store="memory", document_masking=True)
     assert "'no-eot'" in str(e.value)
     with pytest.raises(ConfigError, match=r"data\.document_masking='yes' is invalid: use true or false\."):

@@ -71,7 +71,8 @@ class GPTDataModule(L.LightningDataModule):
         )
         self.store: TokenStore = (MixtureStore(source, tokenizer, self.settings, store) if isinstance(source, Mixture)
                                   else STORES[store](source, tokenizer, self.settings))
-        self.masking_eot = masking_eot_id(tokenizer) if document_masking else None
+        eot = masking_eot_id(tokenizer)  # every store separates documents with it
+        self.masking_eot = eot if document_masking else None
 
     @property
     def block_size(self) -> int:

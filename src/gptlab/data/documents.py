@@ -22,12 +22,14 @@ def document_ids(x: torch.Tensor, eot_id: int) -> torch.Tensor:
 
 
 def masking_eot_id(tokenizer: Any) -> int:
-    """The end-of-text id that separates documents; refuses a tokenizer without one."""
+    """The end-of-text id that separates documents; refuses a tokenizer without one. Every store joins a corpus's
+    documents with it, so a run needs it with or without data.document_masking."""
     eot = getattr(tokenizer, "eot_id", None)
     if not isinstance(eot, int) or isinstance(eot, bool):
         raise ConfigError(
-            f"data.document_masking=true needs a tokenizer with an end-of-text token (eot_id), and "
-            f"{getattr(tokenizer, 'name', type(tokenizer).__name__)!r} has none (eot_id={eot!r}), so documents "
-            "cannot be told apart; set data.document_masking=false or use a tokenizer with end-of-text."
+            f"gptlab joins a corpus's documents with the tokenizer's end-of-text token (eot_id), for "
+            f"data.document_masking too, and {getattr(tokenizer, 'name', type(tokenizer).__name__)!r} has none "
+            f"(eot_id={eot!r}); use a tokenizer that has one (every tokenizer= of conf/tokenizer/ does: "
+            "tokenizer=bytes, tokenizer=gpt2, ...)."
         )
     return eot

@@ -70,8 +70,8 @@ class TrainPosition:
         if sampler.used == 0:
             raise ConfigError(
                 f"an epoch of {saved.epoch_windows} training windows holds no optimizer step of {step_windows(now)} "
-                "windows (ranks x data.batch_size x accumulated); raise data.samples_per_epoch or lower "
-                "data.batch_size / global_batch_tokens."
+                f"windows (ranks x data.batch_size x accumulated); raise data.samples_per_epoch (e.g. "
+                f"data.samples_per_epoch={step_windows(now)}) or lower data.batch_size / global_batch_tokens."
             )
         epoch, windows = saved.epoch, saved.windows
         if windows >= sampler.used and not _ends_epoch_itself(trainer):  # the next epoch starts afresh
@@ -158,5 +158,7 @@ def check_step(saved: dict[str, int], now: dict[str, int], windows: int) -> None
         raise ConfigError(
             f"the checkpoint stopped {windows} windows into its epoch, inside an optimizer step, which "
             f"{describe(now)} cannot continue ({per_pass} windows per micro-batch on all ranks); resume with "
-            f"the checkpoint's layout, {describe(saved)}, or from a checkpoint taken at a step's end."
+            f"the checkpoint's layout, {describe(saved)} (`data.batch_size={saved['batch_size']} "
+            f"trainer.accumulate_grad_batches={saved['accumulate']}` on {saved['world_size']} rank(s)), or from a "
+            "checkpoint taken at a step's end."
         )

@@ -90,14 +90,33 @@ def prepare(
         if {k: manifest.get(k) for k in key} != key:
             raise _mismatch(manifest_path, manifest, key)
         changed = changes(manifest.get(SOURCE_FILES), files)
-        if not changed:
+        missing = missing_shards(out, manifest)
+        if not changed and not missing:
             (out / PROGRESS).unlink(missing_ok=True)  # a run killed between writing the manifest and removing it
             return manifest
-        log.warning("the source of %s changed since it was prepared (%s); preparing it again", out,
-                    "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else ""))
+        if changed:
+            log.warning("the source of %s changed since it was prepared (%s); preparing it again", out,
+                        "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else ""))
+        else:
+            log.warning("%s lacks %s; preparing it again", out, ", ".join(missing[:5]) + (" ..." if len(missing) > 5
+                                                                                         else ""))
         _remove_prepared(out, manifest)
     key[SOURCE_FILES] = files  # in progress.json's key too: a half-done run over older files is not resumed
+    created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _prepare_into(out, key, source, tokenizer, val_fraction, shard_tokens, num_proc, progress)
+    except BaseException:
+        for directory in created:  # the dirs this run made, while nothing is in them (progress.json resumes a run)
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _prepare_into(out: Path, key: dict[str, Any], source: Any, tokenizer: Tokenizer, val_fraction: float,
+                  shard_tokens: int, num_proc: int, progress: bool) -> dict[str, Any]:
     for stale in out.glob(".*.tmp"):  # left by a run killed while writing; never renamed into place
         stale.unlink()
     state = {"batches_done": 0, "shards": {s: [] for s in SPLITS}}
@@ -129,6 +148,13 @@ def _write_shards(source: Any, tokenizer: Tokenizer, writer: ShardWriter, val_fr
     finally:
         writer.discard()
         bar.close()
+
+
+def missing_shards(out: Path, manifest: dict[str, Any]) -> list[str]:
+    """The manifest's shards that are not there: a shard the user deleted, as every refusal of a broken one says to
+    do, is prepared again, not taken as done."""
+    return [name for split in SPLITS for shard in manifest.get("splits", {}).get(split, {}).get("shards", [])
+            if not (out / (name := Path(shard["file"]).name)).is_file()]
 
 
 def _remove_prepared(out: Path, manifest: dict[str, Any]) -> None:

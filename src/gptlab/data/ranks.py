@@ -43,19 +43,20 @@ def fetch_gpt2_ranks(cache_dir: Path = DEFAULT_CACHE) -> Path:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", WHISPER_SDIST, "-d", tmp]
         result = subprocess.run(cmd, capture_output=True, text=True)
         sdists = list(Path(tmp).glob("*.tar.gz"))
+        yourself = f"copy gpt2.tiktoken to {target} yourself (sha256 {GPT2_RANKS_SHA256})."
         if result.returncode != 0 or not sdists:
             raise ConfigError(
                 f"`{' '.join(cmd[2:])}` failed (exit {result.returncode}): {result.stderr.strip()[-500:]}\n"
-                "PyPI must be reachable to fetch the GPT-2 ranks; otherwise copy gpt2.tiktoken to "
-                f"{target} yourself (sha256 {GPT2_RANKS_SHA256})."
+                f"PyPI must be reachable to fetch the GPT-2 ranks; otherwise {yourself}"
             )
         with tarfile.open(sdists[0]) as tar:
             member = next((m for m in tar.getmembers() if m.name.endswith(MEMBER_SUFFIX)), None)
             if member is None:
-                raise ConfigError(f"{sdists[0].name} holds no {MEMBER_SUFFIX}; the sdist layout changed.")
+                raise ConfigError(f"{sdists[0].name} holds no {MEMBER_SUFFIX}; the sdist layout changed: {yourself}")
             data = tar.extractfile(member).read()
         got = hashlib.sha256(data).hexdigest()
         if got != GPT2_RANKS_SHA256:
-            raise ConfigError(f"{MEMBER_SUFFIX} in {sdists[0].name} has sha256 {got}, expected {GPT2_RANKS_SHA256}.")
+            raise ConfigError(f"{MEMBER_SUFFIX} in {sdists[0].name} has sha256 {got}, expected {GPT2_RANKS_SHA256}: "
+                              f"{yourself}")
         atomic_write_bytes(target, data, mode=0o644)
     return target

@@ -84,10 +84,12 @@ def read_header(path: Path) -> ShardHeader:
         raise ConfigError(f"{path} is not a gptlab token shard (bad header); delete it, re-run prepare_data.py.")
     magic, version, itemsize, vocab, eot, n_tokens, n_docs, name = _LAYOUT.unpack(raw[: _LAYOUT.size])
     if version != VERSION:
-        raise ConfigError(f"{path} has shard format {version}, this gptlab reads {VERSION}; re-run prepare_data.py.")
+        raise ConfigError(f"{path} has shard format {version}, this gptlab reads {VERSION}; delete it, re-run "
+                          "prepare_data.py.")
     header = ShardHeader(name.rstrip(b"\0").decode("utf-8"), vocab, eot, n_tokens, n_docs)
     if header.dtype.itemsize != itemsize:
-        raise ConfigError(f"{path}: header says {itemsize}-byte tokens for a {vocab}-id vocab; the file is corrupt.")
+        raise ConfigError(f"{path}: header says {itemsize}-byte tokens for a {vocab}-id vocab; the file is corrupt: "
+                          "delete it, re-run prepare_data.py.")
     return header
 
 

@@ -123,6 +123,15 @@ class BuiltinSource:
     texts = staticmethod(_plain_texts)
 
 
+def matching_files(key: str, pattern: str) -> list[str]:
+    """The files a path or glob (** recurses) matches, sorted; none is an error naming `key`."""
+    matches = [m for m in sorted(glob.glob(str(Path(pattern).expanduser()), recursive=True)) if Path(m).is_file()]
+    if not matches:
+        raise ConfigError(f"{key}: {pattern!r} matches no file (paths are relative to the launch dir, {Path.cwd()}); "
+                          f"give files or globs that exist: {key}=<list>.")
+    return matches
+
+
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 PARQUET_ROWS = 1024  # rows read at once from a Parquet file
 
@@ -137,17 +146,13 @@ class TextFiles:
         self.stats = DecodeStats()
         self.bytes_read = 0  # of the files, as documents() reads them: the progress bar's count
         if not self.patterns:
-            raise ConfigError("data.source.paths is empty; give files or globs: data.source.paths='[corpus/*.txt]'.")
+            raise ConfigError("data.source.paths is empty; give your files or globs as data.source.paths=<list>, e.g. "
+                              "data.source.paths='[corpus/*.txt,more/*.jsonl]'.")
 
     def files(self) -> list[str]:
         found: list[str] = []
         for pattern in self.patterns:
-            matches = sorted(glob.glob(str(Path(pattern).expanduser()), recursive=True))
-            matches = [m for m in matches if Path(m).is_file()]
-            if not matches:
-                raise ConfigError(
-                    f"data.source.paths: {pattern!r} matches no file; check the path (relative to the launch dir)."
-                )
+            matches = matching_files("data.source.paths", pattern)
             for m in matches:
                 if Path(m).suffix not in _BUILDERS:
                     raise ConfigError(
@@ -247,8 +252,9 @@ class HFDataset:
         builder_kwargs: Optional[dict[str, Any]] = None,
     ) -> None:
         if not path:
-            raise ConfigError("data.source.path is not set; give a Hub dataset (e.g. roneneldan/TinyStories) or "
-                              "a builder (text | json | parquet) with data.source.data_files.")
+            raise ConfigError("data.source.path is not set; give a Hub dataset (e.g. roneneldan/TinyStories), or a "
+                              "builder (text | json | parquet) with your files: `data.source.path=json "
+                              "data.source.data_files=[corpus/*.jsonl]`.")
         self.path, self.config_name, self.split, self.text_field = path, name, split, text_field
         if isinstance(data_files, Mapping):
             data_files = {k: list(v) if not isinstance(v, str) else v for k, v in data_files.items()}
@@ -289,10 +295,19 @@ class HFDataset:
         except OSError as err:
             raise self._unreachable(ConnectionError(f"{host} is unreachable: {err}")) from err
 
+    def _check_local_files(self) -> None:
+        """Local data_files that match nothing: `datasets` would stop with a bare StopIteration (json) or worse."""
+        given = self.data_files.values() if isinstance(self.data_files, Mapping) else [self.data_files]
+        for patterns in given:
+            for pattern in [patterns] if isinstance(patterns, str) else patterns or []:
+                if "://" not in pattern:
+                    matching_files("data.source.data_files", pattern)
+
     def streaming_dataset(self):
         import datasets
 
         self._check_hub()
+        self._check_local_files()
         try:
             ds = datasets.load_dataset(self.path, self.config_name, split=self.split, data_files=self.data_files,
                                        streaming=True, **self.builder_kwargs)

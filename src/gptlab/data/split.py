@@ -151,12 +151,14 @@ def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float) 
     if not tokens["train"] and tokens["val"]:
         raise ConfigError(
             f"no document of {what} fell into the train split: data.val_fraction={val_fraction} holds out "
-            f"(nearly) every document for validation; lower data.val_fraction (e.g. {min(0.1, val_fraction / 2):g})."
+            "(nearly) every document for validation; lower data.val_fraction "
+            f"(e.g. data.val_fraction={min(0.1, val_fraction / 2):g})."
         )
     if not tokens["train"]:
         raise ConfigError(f"the source {what} holds no text; check its paths, split and text field.")
     if not tokens["val"]:
         raise ConfigError(
             f"no document of {what} fell into the val split (data.val_fraction={val_fraction}); "
-            "raise data.val_fraction or add documents."
+            f"raise data.val_fraction (e.g. data.val_fraction={min(0.5, max(0.1, 2 * val_fraction)):g}) or add "
+            "documents."
         )

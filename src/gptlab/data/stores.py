@@ -29,7 +29,7 @@ from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, d
 from gptlab.data.stream_identity import check_same_stream, stream_identity
 from gptlab.data.streaming import StreamingWindows
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows
+from gptlab.data.windows import EpochWindows, RandomWindows, SequentialWindows, fitting_block_size
 from gptlab.errors import ConfigError
 
 SAMPLING = ("random", "epoch")
@@ -258,12 +258,23 @@ class StreamingStore(TokenStore):
         self.identity()  # the files as they are when the run starts reading them
         for val in (False, True):
             if next(iter(self._stream(trainer, val, max_windows=1)), None) is None:
+                fits = fitting_block_size(self._tokens_held(trainer, val))
                 raise ConfigError(
                     f"the {'val' if val else 'train'} documents of the streamed source "
                     f"{getattr(self.source, 'name', '')!r} hold fewer than block_size+1="
-                    f"{self.settings.block_size + 1} tokens for this rank; use a smaller block_size, more data, "
-                    "or another data.val_fraction."
+                    f"{self.settings.block_size + 1} tokens for this rank; use "
+                    + (f"model.block_size={fits} (the largest power of two that fits), " if fits else "")
+                    + "more data, or another data.val_fraction."
                 )
+
+    def _tokens_held(self, trainer: Any, val: bool) -> int:
+        """The tokens of a split too short for one window (so cheap to count): its windows of 2 tokens at stride 1,
+        plus one."""
+        rank, world = rank_world(trainer)
+        pairs = StreamingWindows(self.source, self.tokenizer, 1, self.settings.val_fraction, val=val, rank=rank,
+                                 world_size=world)
+        count = sum(1 for _ in pairs.one_pass())
+        return count + 1 if count else 0
 
     def train_dataloader(self, trainer: Any) -> DataLoader:
         return self._loader(self._stream(trainer, False, start=self._start_positions(trainer)), trainer)

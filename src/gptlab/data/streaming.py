@@ -74,6 +74,10 @@ class StreamingWindows(IterableDataset):
                         held.popleft()
                 yield window, (held[0][0], held[0][1])
 
+    def one_pass(self) -> Iterator[np.ndarray]:
+        """The windows of one pass from the start (a train stream repeats its passes without end)."""
+        return (window for window, _ in self._pass(0, 0))
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         info = get_worker_info()
         worker = info.id if info is not None else 0

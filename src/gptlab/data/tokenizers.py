@@ -162,9 +162,13 @@ class TiktokenTokenizer:
                               "or leave tokenizer.ranks_file out to use the cached or downloaded ranks.")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != RANKS_SHA256[encoding]:
+            other = [name for name, sha in RANKS_SHA256.items() if sha == digest]
             raise ConfigError(
                 f"tokenizer.ranks_file={str(path)!r} has sha256 {digest}, not that of the {encoding} ranks "
-                f"({RANKS_SHA256[encoding]}); use the matching file or tokenizer.encoding."
+                f"({RANKS_SHA256[encoding]}); "
+                + (f"it holds the ranks of tokenizer.encoding={other[0]}, so use that encoding, or give " if other
+                   else "give ")
+                + f"the {encoding} ranks file, or leave tokenizer.ranks_file out to use the cached or downloaded ranks."
             )
         spec = _encoding_specs()[encoding]
         return tiktoken.Encoding(name=encoding, mergeable_ranks=load_tiktoken_bpe(str(path)), **spec)

@@ -16,10 +16,17 @@ from gptlab.errors import ConfigError
 
 def _check_length(tokens: np.ndarray, block_size: int, what: str) -> None:
     if len(tokens) < block_size + 1:
+        fits = fitting_block_size(len(tokens))
+        smaller = f"model.block_size={fits} (the largest power of two that fits) or " if fits else ""
         raise ConfigError(
             f"the {what} split has {len(tokens)} tokens, fewer than model.block_size+1={block_size + 1}; "
-            "use a smaller block_size or a larger corpus."
+            f"use {smaller}a larger corpus."
         )
+
+
+def fitting_block_size(tokens: int) -> int:
+    """The largest power-of-two block size whose windows (block_size + 1 tokens) `tokens` holds; 0 if none."""
+    return 1 << ((tokens - 1).bit_length() - 1) if tokens >= 2 else 0
 
 
 def _as_pair(window: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
