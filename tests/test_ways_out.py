@@ -192,6 +192,9 @@ OTHER_CASES = [
     ("model=nanoo",), ("model.n_embdd=64",), ("model.compile=true",), ("trainer.limit_train_batches=5",),
     ("logger=null",),
     ("optimizer.lrr=0.1",),
+    # a node's class that does not import (gptlab.config.targets.check_target)
+    ("tokenizer._target_=no.such.Class",), ("optimizer._target_=torch.optim.SGDD",),
+    ("callbacks.loss_spike._target_=x.y",), ("scheduler._target_=''",),
     # the ladder's steps from its ratio (gptlab.config.ladder_steps)
     ("experiment=ladder_gpt2_to_llama", "ladder_tokens_per_param=null"),
 ]
@@ -237,6 +240,7 @@ UNREACHED = {
     ("model/generation.py", "must be >= "): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
     ("model/generation.py", "must be in (0, 1]"): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
     ("data/mixture_store.py", "the checkpoint"): "resuming a checkpoint of another corpus (test_mixture.py)",
+    ("config/targets.py", "failed: {err!r}"): "a module that exists but fails to import (none of gptlab's own)",
     ("model/gpt.py", "model.vocab_size is null"): "a GPT from Python without a vocab (train's tokenizer fills it)",
     ("train/optim.py", "ConfigError(refusal)"): "the config rule of muP's optimizer refuses first, in the same words",
     ("train/optim.py", "needs trainer.max_steps >= 1"): "trainer.max_steps's range refuses first (a Python schedule)",

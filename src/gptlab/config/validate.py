@@ -23,7 +23,7 @@ from gptlab.config.rules import check_rules
 from gptlab.config.schemas import Runtime
 from gptlab.config.store import SCHEMAS
 from gptlab.config.suggest import unknown_key
-from gptlab.config.targets import target_parameters
+from gptlab.config.targets import check_target, target_parameters
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 
@@ -71,6 +71,8 @@ def check_node(prefix: str, node: DictConfig, set_values_only: bool = False) -> 
     """Appended keys, then each field's range. A node of no known schema is left to its constructor.
     `set_values_only` leaves out fields that interpolate others not known yet (eval's data follows the model that
     the checkpoint brings)."""
+    if "_target_" in node and not OmegaConf.is_missing(node, "_target_"):
+        check_target(f"{prefix}_target_", plain(node["_target_"]))
     schema = schema_of(node)
     if schema is None:
         return
