@@ -138,7 +138,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     sys.argv = [sys.argv[0], *args]
     try:
         cli_evaluate()
-    except ValueError as err:  # lm-eval's one user error that is not its own message-and-exit: unknown --tasks
+    except ValueError as err:  # lm-eval's user errors that are not its own message-and-exit: --tasks unknown or none
+        if str(err).startswith("No tasks specified"):
+            raise ConfigError("no --tasks given; pass --tasks <name>[,<name>...], e.g. --tasks lambada_openai "
+                              "(`lm-eval ls tasks` lists the tasks lm-eval knows).") from err
         if not str(err).startswith("Tasks not found"):
             raise
         raise ConfigError(f"--tasks: {err}; `lm-eval ls tasks` lists the tasks lm-eval knows.") from err
