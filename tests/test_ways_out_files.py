@@ -31,7 +31,6 @@ from helpers import ROOT, compose_config
 from safetensors.torch import load_file, save_file
 from ways_out import RUN_DIR, Refusal, as_refusal, follow, tiny_checkpoint, unreached
 
-from gptlab import atomic
 from gptlab.apps import evaluate as evaluate_app
 from gptlab.config.suggest import compose_message
 from gptlab.errors import ConfigError
@@ -169,11 +168,23 @@ def _composed(config_name: str, command: tuple[str, ...]) -> Any:
     return Refusal(missing_message(missing, config_name), None) if missing else cfg
 
 
+# message -> the raise sites of the user errors a refusal re-words (tasks.py names the file and row of task_rows'
+# refusal), which the refusal reaches too
+INNER_SITES: dict[str, set] = {}
+
+
 def _refused(work: Callable[[], Any]) -> Optional[Refusal]:
     try:
         work()
     except Exception as err:
-        return as_refusal(err)
+        refused = as_refusal(err)
+        inner, seen = set(), err.__context__
+        while seen is not None:
+            if isinstance(seen, ConfigError):
+                inner.add(as_refusal(seen).site)
+            seen = seen.__cause__ or seen.__context__
+        INNER_SITES[refused.message] = inner
+        return refused
     return None
 
 
@@ -425,14 +436,75 @@ def test_lm_eval_adapters_ways_out_work() -> None:
     assert len(lm.loglikelihood([Instance("loglikelihood", {}, ("The capital of", " France"), 0)])) == 1
 
 
-def test_lm_eval_adapters_task_refusals(monkeypatch) -> None:
-    """No --tasks, or an unknown one: each is one message that names what to pass (lm-eval indexes its tasks: ~10 s)."""
+@functools.cache
+def lm_eval_refusal(args: tuple[str, ...]) -> Optional[Refusal]:
+    """`python -m gptlab.eval.lm_eval_adapter <args>` in-process, up to lm-eval's evaluation."""
     from gptlab.eval import lm_eval_adapter
 
+    with mock.patch.object(sys, "argv", ["lm_eval_adapter"]):
+        return _refused(lambda: lm_eval_adapter.main.__wrapped__(list(args)))
+
+
+LM_EVAL_CASES = {("--model_args", f"ckpt_path={F}/run"): "pass --tasks <name>",
+                 ("--model_args", f"ckpt_path={F}/run", "--tasks", "lambada_bogus", "--device", "cpu"):
+                     "`lm-eval ls tasks` lists the tasks"}
+
+
+def test_lm_eval_adapters_task_refusals() -> None:
+    """No --tasks, or an unknown one: one message that names what to pass (lm-eval indexes its tasks: ~9 s each).
+    Running a task as told is tests/test_lm_eval_adapter.py's end-to-end test; `lm-eval ls tasks` is lm-eval's."""
     files()
-    monkeypatch.setattr(sys, "argv", ["lm_eval_adapter"])
-    none = _refused(lambda: lm_eval_adapter.main.__wrapped__(["--model_args", f"ckpt_path={F}/run"]))
-    assert none is not None and "pass --tasks <name>" in none.message, none
-    unknown = _refused(lambda: lm_eval_adapter.main.__wrapped__(
-        ["--model_args", f"ckpt_path={F}/run", "--tasks", "lambada_bogus", "--device", "cpu"]))
-    assert unknown is not None and "`lm-eval ls tasks` lists the tasks" in unknown.message, unknown
+    for args, words in LM_EVAL_CASES.items():
+        refused = lm_eval_refusal(args)
+        assert refused is not None and words in refused.message, refused
+
+
+# ---- every raise of these modules is reached -------------------------------------------------------------------
+# Raises no command on this machine reaches, each with the reason.
+UNREACHED = {
+    ("checkpoint/convert.py", "is a directory; give the path"): "scripts/convert_checkpoint.py's check_new_file "
+                                                                 "refuses a dir first (runs/write_targets.py)",
+    ("eval/scoring.py", "must be a positive integer"): "every caller checks its batch size first (eval.py's "
+                                                       "task_batch_size, lm-eval's --batch_size, the callback's)",
+    ("eval/tasks.py", "does not have the fields of"): "task_rows.CHECKS checks every field an example reads first",
+}
+
+
+def _hand_sites(tmp_path: Path) -> set:
+    """The raise sites of the refusals the tests above follow by hand."""
+    sites = {sample_refusal((f"ckpt_path={F}/{name}", "max_new_tokens=2", "tokenizer=bytes")).site
+             for name in (*HF_CASES, "neo_activation")}
+    sites |= {export_refusal((f"ckpt_path={F}/{name}.ckpt", f"out={F}/exported/{name}")).site
+              for name in ("no_final_norm", "rope_layernorm")}
+    sites.add(eval_refusal((CK, *TASK, "tasks=[lambada]", f"task_data.lambada={F}/lambada_long_word.jsonl")).site)
+    sharded = f"{F}/sharded/last.ckpt"
+    sites |= {convert_refusal(c).site for c in [(CK[len("ckpt_path="):], str(tmp_path / "a.ckpt")),
+                                                  (sharded, str(tmp_path / "a_file" / "x.ckpt"))]}
+    with mock.patch.object(torch, "save", side_effect=OSError(errno.ENOSPC, "No space left on device")):
+        sites.add(convert_refusal((sharded, str(tmp_path / "b.ckpt"))).site)
+    sites |= {lm_eval_refusal(args).site for args in LM_EVAL_CASES}
+    from lm_eval.api.instance import Instance
+
+    from gptlab.eval.lm_eval_adapter import GptlabLM, parse_batch_size
+
+    sites |= {_lm_refusal(tokenizer="bytes").site, _lm_refusal(ckpt_path=f"{F}/no_tokenizer.ckpt").site,
+              _refused(lambda: parse_batch_size("0")).site}
+
+    lm = GptlabLM(ckpt_path=f"{F}/run", device="cpu")
+    sites.add(_refused(lambda: lm.loglikelihood([Instance("loglikelihood", {}, ("a", ""), 0)])).site)
+    try:
+        from_pretrained(FILES / "hf_no_config")
+    except ConfigError as err:
+        sites.add(as_refusal(err).site)
+    return sites
+
+
+def test_every_raise_of_the_files_is_reached_by_a_case(tmp_path: Path, gpt2_ranks) -> None:
+    """A user error added to these modules without a case here (or in UNREACHED, with why) fails this test."""
+    files(), train_checkpoints()
+    (tmp_path / "a_file").write_text("")
+    refusals = [REFUSE[entry](c) for entry, listed in CASES.items() for c in listed]
+    reached = {r.site for r in refusals} | _hand_sites(tmp_path)
+    reached |= {site for r in refusals for site in INNER_SITES.get(r.message, ())}
+    missing = unreached(reached, UNREACHED, ways_out.AREAS[Path(__file__).name])
+    assert not missing, "raises no case reaches:\n" + "\n".join(missing)
