@@ -508,3 +508,18 @@ def test_every_raise_of_the_files_is_reached_by_a_case(tmp_path: Path, gpt2_rank
     reached |= {site for r in refusals for site in INNER_SITES.get(r.message, ())}
     missing = unreached(reached, UNREACHED, ways_out.AREAS[Path(__file__).name])
     assert not missing, "raises no case reaches:\n" + "\n".join(missing)
+
+
+def test_a_sharded_checkpoints_offered_commands_give_what_train_continues(tmp_path: Path) -> None:
+    """A `python scripts/convert_checkpoint.py ...` the sharded refusal offers is run as written; train must then take
+    its file (a converted file holds the weights only, which train refuses: so the refusal must not offer one)."""
+    train_checkpoints()
+    sharded = f"{F}/train_sharded/last.ckpt"
+    refused = train_refusal((f"ckpt_path={sharded}",))
+    assert refused is not None and "trainer=fsdp" in refused.message
+    for command in ways_out.ways_out(refused.message, (f"ckpt_path={sharded}",)).commands:
+        words = command.split()
+        assert words[1] == "scripts/convert_checkpoint.py", command
+        out = tmp_path / "converted.ckpt"
+        assert convert_refusal((words[2], str(out))) is None
+        assert ways_out.refusal.__wrapped__((f"ckpt_path={out}",)) is None, "train refuses the file it was told to make"
