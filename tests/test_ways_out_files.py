@@ -437,17 +437,38 @@ def test_lm_eval_adapters_ways_out_work() -> None:
 
 
 @functools.cache
+def _task_manager(task_manager: type, include_path: Optional[str]) -> Any:
+    return task_manager(include_path=include_path)
+
+
+@functools.cache
 def lm_eval_refusal(args: tuple[str, ...]) -> Optional[Refusal]:
-    """`python -m gptlab.eval.lm_eval_adapter <args>` in-process, up to lm-eval's evaluation."""
+    """`python -m gptlab.eval.lm_eval_adapter <args>` in-process, up to lm-eval's evaluation. lm-eval indexes its
+    thousands of task files for each command (~10 s): here once for all of them."""
+    import datasets
+    import lm_eval.tasks
+
     from gptlab.eval import lm_eval_adapter
 
-    with mock.patch.object(sys, "argv", ["lm_eval_adapter"]):
+    real = lm_eval.tasks.TaskManager
+
+    def shared(include_path: Optional[str] = None, metadata: Optional[dict] = None) -> Any:
+        return _task_manager(real, include_path)  # metadata (model_args, for task templates): no refusal reads it
+
+    # This machine cannot reach the Hub: fail at once, as datasets does offline (not after its retries' minute)
+    offline = ConnectionError("Couldn't reach 'EleutherAI/lambada_openai' on the Hub (LocalEntryNotFoundError)")
+    with mock.patch.object(sys, "argv", ["lm_eval_adapter"]), \
+            mock.patch.object(datasets, "load_dataset", side_effect=offline), \
+            mock.patch.object(lm_eval.tasks, "TaskManager", shared):
         return _refused(lambda: lm_eval_adapter.main.__wrapped__(list(args)))
 
 
-LM_EVAL_CASES = {("--model_args", f"ckpt_path={F}/run"): "pass --tasks <name>",
+LM_EVAL_CASES = {(): "pass --tasks <name>",
                  ("--model_args", f"ckpt_path={F}/run", "--tasks", "lambada_bogus", "--device", "cpu"):
-                     "`lm-eval ls tasks` lists the tasks"}
+                     "`lm-eval ls tasks` lists the tasks",
+                 # the example a user follows offline, whose data lm-eval fetches from the Hub
+                 ("--model_args", f"ckpt_path={F}/run", "--tasks", "lambada_openai", "--device", "cpu"):
+                     "--include_path <a dir of their YAML files>"}
 
 
 def test_lm_eval_adapters_task_refusals() -> None:
@@ -457,6 +478,9 @@ def test_lm_eval_adapters_task_refusals() -> None:
     for args, words in LM_EVAL_CASES.items():
         refused = lm_eval_refusal(args)
         assert refused is not None and words in refused.message, refused
+    # `--tasks lambada_openai` as the first message says: what is missing next, or the offline message above
+    no_ckpt = lm_eval_refusal(("--tasks", "lambada_openai", "--device", "cpu"))
+    assert no_ckpt is not None and "pass --model_args ckpt_path=<" in no_ckpt.message, no_ckpt
 
 
 # ---- every raise of these modules is reached -------------------------------------------------------------------

@@ -145,6 +145,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not str(err).startswith("Tasks not found"):
             raise
         raise ConfigError(f"--tasks: {err}; `lm-eval ls tasks` lists the tasks lm-eval knows.") from err
+    except ConnectionError as err:  # a task's dataset is on the Hugging Face Hub, and this machine cannot reach it
+        raise ConfigError(f"--tasks: a task's dataset cannot be downloaded ({err}); without a network, run tasks "
+                          "whose data is on this machine: --include_path <a dir of their YAML files> --tasks "
+                          "<their names>.") from err
 
 
 if __name__ == "__main__":
