@@ -547,3 +547,25 @@ def test_a_sharded_checkpoints_offered_commands_give_what_train_continues(tmp_pa
         out = tmp_path / "converted.ckpt"
         assert convert_refusal((words[2], str(out))) is None
         assert ways_out.refusal.__wrapped__((f"ckpt_path={out}",)) is None, "train refuses the file it was told to make"
+
+
+def test_a_full_disk_during_export_then_run_again_as_told(tmp_path: Path) -> None:
+    """The disk fills after model.safetensors: "Free some space and run again" is refused anew, truly (the dir holds
+    a file now) with its own way out, overwrite=true, which writes the whole export."""
+    files()
+    out = tmp_path / "hf"
+    command = (CK, f"out={out}")
+    write_text = Path.write_text
+
+    def no_space(self: Path, *args: Any, **kwargs: Any) -> int:
+        if self.parent == out:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_text(self, *args, **kwargs)
+
+    with mock.patch.object(Path, "write_text", no_space):
+        refused = export_refusal(command)
+    assert refused is not None and refused.message.endswith("Free some space and run again."), refused
+    again = export_refusal.__wrapped__(command)
+    assert again is not None and "overwrite=true" in again.message, again
+    assert export_refusal.__wrapped__((*command, "overwrite=true")) is None
+    assert _sample_again((f"ckpt_path={out}", "max_new_tokens=2")) is None
