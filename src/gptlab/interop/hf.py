@@ -168,7 +168,7 @@ def from_pretrained(path: Union[str, Path]) -> GPT:
         raise ConfigError(f"{config_file} is not a JSON object of model settings; export the directory again.")
     model_type = config.get("model_type")
     if model_type not in CONVERTERS:
-        raise ConfigError(f"{config_file}: model_type {model_type!r} is not one gptlab reads; give a directory of "
+        raise ConfigError(f"{config_file}: model_type={model_type!r} is not one gptlab reads; give a directory of "
                           f"model_type {', '.join(sorted(CONVERTERS))}.")
     hf = _read_weights(directory)
     try:

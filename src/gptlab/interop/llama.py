@@ -101,9 +101,9 @@ def llama_inexpressible(cfg: GPTConfig) -> str:
 
 
 def inexpressible(reason: str) -> str:
-    """A reason of `_expressible` or `llama_inexpressible` as a refusal says it: the checkpoint's setting, not an
+    """A reason of `_expressible` or `llama_inexpressible` as a refusal says it: the model's setting, not an
     override to type; and the tools that read such a checkpoint as it is."""
-    reason = re.sub(r"^model\.(\w+)=", r"the checkpoint's model.\1 is ", reason)
+    reason = re.sub(r"^model\.(\w+)=", r"its model.\1 is ", reason)
     return f"{reason}; sample.py and eval.py read the checkpoint as it is"
 
 
