@@ -12,10 +12,12 @@ user error that these modules raise (ways_out.AREAS).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import functools
 import importlib.util
 import json
+import os
 import shutil
 import sys
 import warnings
@@ -38,7 +40,10 @@ from gptlab.interop import from_pretrained, save_pretrained
 from gptlab.launch.hydra_callbacks import missing_message, missing_values
 from gptlab.model import GPT, GPTConfig
 
-FILES = RUN_DIR.parent / "files"  # the files the cases name (made once per session: the refusals are cached)
+# The files the cases name, made once per process (the refusals are cached by command): one dir per process (xdist runs
+# several), removed at its exit.
+FILES = RUN_DIR.parent / f"files-{os.getpid()}"
+atexit.register(shutil.rmtree, FILES, True)
 FIXTURES = Path(__file__).parent / "fixtures" / "zeroshot"
 LAMBADA, HELLASWAG = FIXTURES / "lambada.jsonl", FIXTURES / "hellaswag.jsonl"
 DEPTH = 4
@@ -200,7 +205,7 @@ def eval_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
         return _refused(lambda: evaluate_app.evaluate(cfg))
 
 
-EVAL_OUT = RUN_DIR.parent / "files-eval"
+EVAL_OUT = FILES / "eval-out"
 
 
 @functools.cache
