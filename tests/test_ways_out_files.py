@@ -71,7 +71,6 @@ def _save_ckpt(path: Path, model: GPT, hparams: Optional[dict] = None, **extra: 
 @functools.cache
 def files() -> Path:
     """The checkpoints, Hugging Face directories and task files the cases name, under FILES."""
-    shutil.rmtree(FILES, ignore_errors=True)
     FILES.mkdir(parents=True)
     tiny = torch.load(tiny_checkpoint(), weights_only=True)["hyper_parameters"]
     # the tiny model, with a context long enough for the zero-shot fixtures' rows
@@ -246,6 +245,7 @@ def train_checkpoints() -> tuple[Path, Path]:
 
     from gptlab.preflight import early_checks
 
+    files()
     model = GPT(early_checks._check_before_run(ways_out.compose(())).model_cfg)
     run = _save_ckpt(FILES / "train_run" / "checkpoints" / "last.ckpt", model, optimizer_states=[{}])
     sharded = FILES / "train_sharded" / "last.ckpt"
