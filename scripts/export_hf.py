@@ -33,7 +33,8 @@ def main(cfg: DictConfig) -> None:
     model, hparams = load_model(cfg.ckpt_path)
     tokenizer_cfg = cfg.get("tokenizer") or recorded_tokenizer(hparams)
     if tokenizer_cfg is None:
-        raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add tokenizer=<name>.")
+        raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add "
+                          "tokenizer=<the training run's: bytes, gpt2, r50k_base or cl100k_base>.")
     tokenizer_cfg = OmegaConf.to_container(OmegaConf.create(tokenizer_cfg), resolve=True)
     tokenizer = hydra.utils.instantiate(tokenizer_cfg)
     try:

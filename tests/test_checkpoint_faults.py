@@ -176,7 +176,7 @@ def test_bad_checkpoints_are_one_paragraph_in_every_entry_script(bad_checkpoints
             sample(compose_config([f"ckpt_path={path}", "tokenizer=bytes", "max_new_tokens=2"], config_name="sample"))
     # Another shape: the differing field, the two values and what to do.
     with pytest.raises(ConfigError, match=r"checkpoint has model.n_layer=4, the config asks 1\. Continue with the "
-                                          r"checkpoint's settings \(drop those overrides\), or start a new run"):
+                                          r"checkpoint's settings, or drop ckpt_path to start a new run"):
         train_in_process(tmp_path / "t", "trainer.max_steps=2", f"ckpt_path={bad_checkpoints['good']}")
     # Export, as a user runs it: exit code 2, one paragraph, no traceback.
     proc = run_script("scripts/export_hf.py", [f"ckpt_path={text}", f"out={tmp_path / 'hf'}"])

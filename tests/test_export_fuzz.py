@@ -70,7 +70,7 @@ def test_export_is_refused_by_field_or_loads_and_matches(tmp_path: Path, cfg: GP
     try:
         save_pretrained(model, tmp_path)
     except ConfigError as err:
-        assert str(err).startswith("cannot save as a Hugging Face") and ": model." in str(err), err
+        assert str(err).startswith("cannot save as a Hugging Face") and ": its model." in str(err), err
         return
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 12))

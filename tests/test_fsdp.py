@@ -109,7 +109,7 @@ def test_sharded_checkpoint_outside_fsdp_and_fsdp1_keys_are_refused(sharded: Pat
     from gptlab.preflight.early_checks import check_before_run
 
     cfg = compose_config(RUN + [f"ckpt_path={sharded / 'checkpoints' / 'last.ckpt'}"], tmp_path)
-    with pytest.raises(ConfigError, match="is a sharded checkpoint.*trainer=fsdp.*convert_checkpoint.py"):
+    with pytest.raises(ConfigError, match="is a sharded checkpoint.*trainer=fsdp.*drop ckpt_path"):
         check_before_run(cfg)
     from gptlab.config.validate import check
 

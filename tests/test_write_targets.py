@@ -89,7 +89,7 @@ def weights_only_file(path: Path) -> Path:
 
 def test_no_run_continues_from_a_weights_only_file(tmp_path: Path) -> None:
     given = weights_only_file(tmp_path / "weights.ckpt")
-    with pytest.raises(ConfigError, match="weights only .*Continue from the run's own checkpoint"):
+    with pytest.raises(ConfigError, match="weights only .*Give ckpt_path=<the run's own checkpoint"):
         check_resumable(given, GPTConfig())
     run = tmp_path / "run"
     weights_only_file(run / "checkpoints" / "last.ckpt")

@@ -90,7 +90,7 @@ def test_scores_do_not_depend_on_batching_and_truncate_the_context(model: GPT) -
         assert a.logprob == pytest.approx(b.logprob, abs=1e-5) and a.greedy == b.greedy
     cut = score_pairs(model, [(long_context[-(128 + 1 - 3):], [10, 20, 30])])[0]  # what left-truncation keeps
     assert cut.logprob == pytest.approx(one_by_one[0].logprob, abs=1e-5)
-    with pytest.raises(ConfigError, match="does not fit model.block_size=128"):
+    with pytest.raises(ConfigError, match=r"is longer than the model.s context \(128 tokens\)"):
         score_pairs(model, [([1], [5] * 129)])
 
 

@@ -27,6 +27,7 @@ from gptlab.config.ranges import boolean, positive_int, writable_dir
 from gptlab.config.rules import windows_fit_the_context
 from gptlab.config.schemas import Trainer
 from gptlab.config.validate import check_fields, check_node
+from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.launch import quiet
@@ -63,7 +64,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         check_tokenizer_matches(trained_tokenizer, tokenizer_cfg,
                                 f"pass the training run's: {tokenizer_overrides(trained_tokenizer)}")
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
-    check_tokenizer_fits(tokenizer, model, "tokenizer=... override")
+    fits = ByteTokenizer.vocab_size <= model.config.vocab_size  # eval.yaml's default: what leaving tokenizer out gives
+    check_tokenizer_fits(tokenizer, model, "tokenizer (leave tokenizer out: eval's default, the byte tokenizer, "
+                         f"has {ByteTokenizer.vocab_size} ids, which fit)" if fits else "tokenizer")
     # Task data first: a missing dataset fails before minutes of validation, not after.
     examples = load_examples(tasks, cfg.task_data, cfg.task_limit) if tasks else {}
     with open_dict(cfg):

@@ -18,6 +18,7 @@ def to_one_file(src: Path, out: Path) -> dict[str, Any]:
     sampling and export, not for resuming (resume from the folder itself, on any number of ranks)."""
     src = resolve_checkpoint(src, "checkpoint")
     if not is_sharded(src):
+        read_checkpoint(src, "checkpoint", mmap=True)  # a path that is no checkpoint at all is named as such
         raise ConfigError(f"{src} is already a one-file checkpoint; eval, sample and export read it as it is.")
     if out.is_dir():
         raise ConfigError(f"out={str(out)!r} is a directory; give the path of the file to write (e.g. model.ckpt).")

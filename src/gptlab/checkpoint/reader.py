@@ -47,6 +47,8 @@ def _load_sharded(path: Path, weights: bool) -> dict[str, Any]:
 def _load(path: Path, mmap: bool) -> dict[str, Any]:
     if sharded.is_sharded(path):
         return _load_sharded(path, weights=not mmap)
+    if not path.exists():
+        raise UnreadableCheckpoint("it does not exist")
     if not path.is_file():
         raise UnreadableCheckpoint("it is not a file")
     size = path.stat().st_size
@@ -129,18 +131,19 @@ def resolve_checkpoint(path: PathLike, what: str = "ckpt_path") -> Path:
     if path.is_dir() and not sharded.is_sharded(path):
         found = newest_loadable_checkpoint(path)
         if found is None:
-            raise ConfigError(f"{what}={str(path)!r} is a directory without a readable checkpoint (*.ckpt); give a "
-                              "run dir of src/train.py that has saved one, or a .ckpt file.")
+            raise ConfigError(f"{what}={str(path)!r} is a directory without a readable checkpoint (*.ckpt); give "
+                              f"{what}=<a run dir of src/train.py that has saved one, or a .ckpt file>.")
         log.info("%s=%s: using its newest readable checkpoint, %s", what, path, found)
         return found
     return path
 
 
-def checkpoint_model_config(ckpt: dict[str, Any], path: PathLike) -> GPTConfig:
+def checkpoint_model_config(ckpt: dict[str, Any], path: PathLike, what: str = "ckpt_path") -> GPTConfig:
     """The GPTConfig a checkpoint was trained with."""
     values = (ckpt.get("hyper_parameters") or {}).get("model")
     if not isinstance(values, dict):
-        raise ConfigError(f"{path} has no model config (hyper_parameters/model); was it written by src/train.py?")
+        raise ConfigError(f"{what}={str(path)!r} has no model config (hyper_parameters/model): src/train.py did not "
+                          f"write it; give {what}=<a .ckpt written by src/train.py, or its run dir>.")
     return GPTConfig.from_dict(values)
 
 
@@ -154,7 +157,7 @@ def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, 
     the checkpoint's hyperparameters."""
     path = resolve_checkpoint(path, what)
     ckpt = read_checkpoint(path, what)
-    model = GPT(checkpoint_model_config(ckpt, path))
+    model = GPT(checkpoint_model_config(ckpt, path, what))
     model.load_state_checked(checkpoint_model_state(ckpt), path, "Its weights are not those of the model it "
                              f"records; pass {what}=<a checkpoint src/train.py wrote> (a run dir or its .ckpt).")
     return model, ckpt.get("hyper_parameters") or {}
@@ -206,19 +209,18 @@ def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False, optim
     loads and fails at the first step (SGD after AdamW: KeyError 'momentum')."""
     if sharded.is_sharded(Path(path)) and not fsdp:
         raise ConfigError(f"ckpt_path={str(path)!r} is a sharded checkpoint (a folder, written under trainer=fsdp); "
-                          "continue it with trainer=fsdp (on any number of ranks: trainer.devices=1 too), or start "
-                          "from its weights alone after `python scripts/convert_checkpoint.py "
-                          f"{path} <file>.pt`.")
+                          "continue it with trainer=fsdp (on any number of ranks: trainer.devices=1 too), or drop "
+                          "ckpt_path to start a new run.")
     ckpt = read_checkpoint(path, mmap=True)
     if _weights_only(Path(path), ckpt):
-        raise ConfigError(f"ckpt_path={str(path)!r}: {WEIGHTS_ONLY}. Continue from the run's own checkpoint (its "
-                          "run dir, or the sharded folder the file was converted from), or start a new run without "
-                          "ckpt_path.")
+        raise ConfigError(f"ckpt_path={str(path)!r}: {WEIGHTS_ONLY}. Give ckpt_path=<the run's own checkpoint: its "
+                          "run dir, or the sharded folder the file was converted from>, or drop ckpt_path to start a "
+                          "new run.")
     differences = config_differences(checkpoint_model_config(ckpt, path), wanted)
     if differences:
         raise ConfigError(
             f"ckpt_path={str(path)!r} does not match this run's model: {'; '.join(differences)}. Continue with the "
-            "checkpoint's settings (drop those overrides), or start a new run without ckpt_path."
+            "checkpoint's settings, or drop ckpt_path to start a new run."
         )
     trained_with = (((ckpt.get("hyper_parameters") or {}).get("run") or {}).get("optimizer") or {}).get("_target_")
     if optimizer is not None and trained_with is not None and trained_with != optimizer:

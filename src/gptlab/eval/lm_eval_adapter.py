@@ -138,10 +138,17 @@ def main(argv: Optional[list[str]] = None) -> None:
     sys.argv = [sys.argv[0], *args]
     try:
         cli_evaluate()
-    except ValueError as err:  # lm-eval's one user error that is not its own message-and-exit: unknown --tasks
+    except ValueError as err:  # lm-eval's user errors that are not its own message-and-exit: --tasks unknown or none
+        if str(err).startswith("No tasks specified"):
+            raise ConfigError("no --tasks given; pass --tasks <name>[,<name>...], e.g. --tasks lambada_openai "
+                              "(`lm-eval ls tasks` lists the tasks lm-eval knows).") from err
         if not str(err).startswith("Tasks not found"):
             raise
         raise ConfigError(f"--tasks: {err}; `lm-eval ls tasks` lists the tasks lm-eval knows.") from err
+    except ConnectionError as err:  # a task's dataset is on the Hugging Face Hub, and this machine cannot reach it
+        raise ConfigError(f"--tasks: a task's dataset cannot be downloaded ({err}); without a network, run tasks "
+                          "whose data is on this machine: --include_path <a dir of their YAML files> --tasks "
+                          "<their names>.") from err
 
 
 if __name__ == "__main__":

@@ -46,8 +46,9 @@ def fit_to_block(pair: Pair, block_size: int) -> tuple[list[int], int]:
     if not continuation:
         raise ConfigError("an empty continuation has no tokens to score; every example needs a target.")
     if len(continuation) > block_size:
-        raise ConfigError(f"a continuation of {len(continuation)} tokens does not fit model.block_size={block_size} "
-                          "with any context; score shorter continuations.")
+        raise ConfigError(f"a continuation of {len(continuation)} tokens is longer than the model's context "
+                          f"({block_size} tokens), so no context fits before it; score shorter continuations (the "
+                          "task's rows with a shorter target).")
     tokens = (context + continuation)[-(block_size + 1):]
     return tokens[:-1], len(continuation)
 

@@ -29,7 +29,7 @@ def check_hellaswag(row: dict[str, Any]) -> None:
     label = row.get("label")
     # The Hub's rows store the label as a string ("3"); a bool or float is not an index.
     index = label if isinstance(label, int) and not isinstance(label, bool) else None
-    if isinstance(label, str) and label.strip().isdigit():
+    if isinstance(label, str) and label.strip().isdecimal():  # isdigit() would pass '²', which int() refuses
         index = int(label)
     if index is None or not 0 <= index < len(endings):
         raise ConfigError(f"field 'label' is {label!r}; it must be the index of the right ending, "

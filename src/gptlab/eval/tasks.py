@@ -115,10 +115,11 @@ def task_examples(task: str, source: str, limit: Optional[int] = None, field: st
             example = make(row)
         except ConfigError as err:
             raise ConfigError(f"task {task!r}: {locate_row(source, i)}: {err} (the schema of "
-                              f"{HUB[task].dataset}); fix the row, or give another {field}.{task}.") from None
+                              f"{HUB[task].dataset}); fix the row, or give {field}.{task}=<another file>.") from None
         except (AttributeError, KeyError, TypeError, ValueError) as err:  # None where text belongs: AttributeError
             raise ConfigError(f"task {task!r}: {locate_row(source, i)} does not have the fields of "
-                              f"{HUB[task].dataset} ({type(err).__name__}: {err}); fix {field}.{task}.") from err
+                              f"{HUB[task].dataset} ({type(err).__name__}: {err}); fix the row, or give "
+                              f"{field}.{task}=<another file>.") from err
         examples.append(example)
     return examples
 

@@ -35,7 +35,8 @@ def convert_gpt_neo(
 
     def take(key: str) -> torch.Tensor:
         if key not in src:
-            raise ConfigError(f"GPT-Neo weights lack {key!r}; is this a GPTNeoForCausalLM state dict?")
+            raise ConfigError(f"GPT-Neo weights lack {key!r}: not a whole GPTNeoForCausalLM; download the "
+                              "directory again.")
         used.add(key)
         return src[key]
 
@@ -58,7 +59,8 @@ def convert_gpt_neo(
     state["head.weight"] = take("lm_head.weight") if "lm_head.weight" in src else state["tok_emb.weight"]
     unused = sorted(set(src) - used)
     if unused:
-        raise ConfigError(f"GPT-Neo weights have keys gptlab does not know: {unused[:5]}; not a GPT-Neo checkpoint?")
+        raise ConfigError(f"GPT-Neo weights have keys gptlab does not know: {unused[:5]}: not a GPTNeoForCausalLM's; "
+                          "download the directory again.")
     return cfg, state
 
 
@@ -66,14 +68,16 @@ def _config(hf: dict[str, Any]) -> GPTConfig:
     activation = hf.get("activation_function", "gelu_new")
     if activation not in ACTIVATIONS:
         raise ConfigError(
-            f"GPT-Neo activation_function={activation!r} has no gptlab equivalent; known: {sorted(ACTIVATIONS)}."
+            f"GPT-Neo activation_function={activation!r} has no gptlab equivalent (it reads {sorted(ACTIVATIONS)}): "
+            "gptlab cannot run this model."
         )
     n_layer = hf.get("num_layers", hf.get("num_hidden_layers"))
     types = hf.get("attention_types", [[["global", "local"], 12]])  # [[kinds, repeats], ...]
     layers = [kind for kinds, repeats in types for _ in range(repeats) for kind in kinds]
     if len(layers) != n_layer or any(kind not in KINDS for kind in layers):
         raise ConfigError(
-            f"GPT-Neo attention_types={types!r} do not give one 'global' or 'local' kind to each of {n_layer} layers."
+            f"GPT-Neo attention_types={types!r} do not give one 'global' or 'local' kind to each of {n_layer} layers: "
+            "config.json is not a GPT-Neo model's; download the directory again."
         )
     hidden = hf["hidden_size"]
     return GPTConfig(

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from gptlab.atomic import atomic_write
 from gptlab.errors import ConfigError
 from gptlab.interop.gpt_neo import convert_gpt_neo
-from gptlab.interop.llama import convert_llama, is_llama_shaped, to_llama
+from gptlab.interop.llama import convert_llama, inexpressible, is_llama_shaped, to_llama
 from gptlab.interop.mup_export import as_standard
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
@@ -152,7 +152,8 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
                     raise ConfigError(f"{directory / f} cannot be read as weights ({reason}): it is truncated or "
                                       "corrupt; export or download the directory again.") from err
             return state
-    raise ConfigError(f"{directory} holds no model.safetensors or pytorch_model.bin (nor a sharded index of them).")
+    raise ConfigError(f"{directory} holds no model.safetensors or pytorch_model.bin (nor a sharded index of them); "
+                      "export or download the directory again.")
 
 
 def from_pretrained(path: Union[str, Path]) -> GPT:
@@ -160,19 +161,21 @@ def from_pretrained(path: Union[str, Path]) -> GPT:
     directory = Path(path)
     config_file = directory / "config.json"
     if not config_file.is_file():
-        raise ConfigError(f"{directory} is not a Hugging Face model directory: no config.json.")
+        raise ConfigError(f"{directory} is not a Hugging Face model directory: no config.json; give the directory "
+                          "that scripts/export_hf.py or save_pretrained wrote, or export or download it again.")
     config = _read_json(config_file)
     if not isinstance(config, dict):
         raise ConfigError(f"{config_file} is not a JSON object of model settings; export the directory again.")
     model_type = config.get("model_type")
     if model_type not in CONVERTERS:
-        raise ConfigError(f"{config_file}: model_type={model_type!r} is not supported; use one of: "
-                          f"{', '.join(sorted(CONVERTERS))}.")
+        raise ConfigError(f"{config_file}: model_type={model_type!r} is not one gptlab reads; give a directory of "
+                          f"model_type {', '.join(sorted(CONVERTERS))}.")
     hf = _read_weights(directory)
     try:
         cfg, state = CONVERTERS[model_type](config, hf)
     except KeyError as err:
-        raise ConfigError(f"{directory}: config.json or the weights lack {err} for a {model_type} model.") from err
+        raise ConfigError(f"{directory}: config.json or the weights lack {err} for a {model_type} model; export or "
+                          "download the directory again.") from err
     model = GPT(cfg)
     model.load_state_checked(state, directory, "Its weights are not those its config.json describes; export or "
                              "download the directory again.")
@@ -217,7 +220,7 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     cfg = model.config
     reason = _expressible(cfg)
     if reason:
-        raise ConfigError(f"cannot save as a Hugging Face model: {reason}.")
+        raise ConfigError(f"cannot save as a Hugging Face model: {inexpressible(reason)}.")
     d, ours = cfg.vocab_size, {k: v.detach().cpu() for k, v in model.state_dict().items()}
     gpt2 = cfg.norm == "pre"
     act = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"} if gpt2 else {"gelu_tanh": "gelu", "relu": "relu"}

@@ -9,6 +9,7 @@ concatenated into gptlab's fused qkv; gate_proj and up_proj are stacked into mlp
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -99,11 +100,18 @@ def llama_inexpressible(cfg: GPTConfig) -> str:
     return ""
 
 
+def inexpressible(reason: str) -> str:
+    """A reason of `_expressible` or `llama_inexpressible` as a refusal says it: the model's setting, not an
+    override to type; and the tools that read such a checkpoint as it is."""
+    reason = re.sub(r"^model\.(\w+)=", r"its model.\1 is ", reason)
+    return f"{reason}; sample.py and eval.py read the checkpoint as it is"
+
+
 def to_llama(cfg: GPTConfig, ours: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """config.json and weights of a LlamaForCausalLM; rows added by pad_vocab_to are dropped."""
     reason = llama_inexpressible(cfg)
     if reason:
-        raise ConfigError(f"cannot save as a Hugging Face Llama model: {reason}.")
+        raise ConfigError(f"cannot save as a Hugging Face Llama model: {inexpressible(reason)}.")
     d, qk = cfg.vocab_size, cfg.n_head * cfg.head_dim
     config = {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": d, "hidden_size": cfg.n_embd,
