@@ -246,8 +246,11 @@ def train_checkpoints() -> tuple[Path, Path]:
     from gptlab.preflight import early_checks
 
     files()
-    model = GPT(early_checks._check_before_run(ways_out.compose(())).model_cfg)
-    run = _save_ckpt(FILES / "train_run" / "checkpoints" / "last.ckpt", model, optimizer_states=[{}])
+    cfg = ways_out.compose(())
+    model = GPT(early_checks._check_before_run(cfg).model_cfg)
+    run = _save_ckpt(FILES / "train_run" / "checkpoints" / "last.ckpt", model, optimizer_states=[{}],
+                     hparams={"model": model.config.to_dict(),
+                              "run": {"optimizer": {"_target_": cfg.optimizer._target_}}})
     sharded = FILES / "train_sharded" / "last.ckpt"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "torch.distributed is disabled, ... single process"
@@ -277,6 +280,9 @@ CASES: dict[str, list[tuple[str, ...]]] = {
     "train": [
         (f"ckpt_path={F}/train_sharded/last.ckpt",), (f"ckpt_path={F}/no_tokenizer.ckpt",),
         (f"ckpt_path={F}/train_run/checkpoints/last.ckpt", "model.n_layer=3"),
+        # another optimizer than the run's (adamw): Muon's state does not load, SGD's fails at its first step
+        (f"ckpt_path={F}/train_run/checkpoints/last.ckpt", "optimizer=muon"),
+        (f"ckpt_path={F}/train_run/checkpoints/last.ckpt", "optimizer=sgd"),
     ],
 }
 REFUSE = {"eval": eval_refusal, "sample": sample_refusal, "export": export_refusal, "train": train_refusal}
