@@ -382,11 +382,12 @@ APP_CASES = {
                (CKPT, "num_beams=2", "top_k=5"), (CKPT, "device=cuda"), (CKPT, "device=tpu"),
                (CKPT, "tokenizer=gpt2"), (CKPT, "prompt=hi", "prompt_file=/etc/hostname"),
                (CKPT, "prompt_file=/nonexistent"), (CKPT, f"prompt_file={ways_out.CKPT}"), (CKPT, "prompt="),
-               (CKPT, "num_samples=0"), (CKPT, "device=mps"), (CKPT, "device=meta")],
+               (CKPT, "num_samples=0"), (CKPT, "device=mps"), (CKPT, "device=meta"), (CKPT, "+foo=1"),
+               (CKPT, "+top_kk=5")],
     "eval": [(), ("ckpt_path=/nonexistent.ckpt",), (CKPT, "val_loss=false"), (CKPT, "tasks=[bogus]"),
              (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
              (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe"), (CKPT, "data.block_size=64"),
-             (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4"), (f"ckpt_path={DAMAGED}",)],
+             (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4"), (f"ckpt_path={DAMAGED}",), (CKPT, "+val_los=1")],
 }
 
 

@@ -43,7 +43,7 @@ from gptlab.config import ladder_steps  # noqa: F401  (registers ${gptlab.ladder
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import strict_booleans
 from gptlab.errors import find_config_error
-from gptlab.launch.hydra_callbacks import missing_message, missing_values
+from gptlab.launch.hydra_callbacks import missing_message, missing_values, unread_appended
 from gptlab.model import GPT, GPTConfig
 from gptlab.preflight import early_checks
 from gptlab.runs.resume import resume_checkpoint
@@ -224,9 +224,12 @@ def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
         if message is None:
             raise
         return Refusal(message, None)
-    missing = missing_values(cfg)  # the Hydra callback CheckMissingValues, before the app
+    missing = missing_values(cfg)  # the Hydra callback CheckArguments, before the app
     if missing:
         return Refusal(missing_message(missing, app), None)
+    unread = unread_appended(cfg, list(command), {key_of(o) for o in command if is_group_override(o)}, f"{app}.py")
+    if unread:
+        return Refusal(unread, None)
     try:
         if app == "eval":
             with mock.patch.object(evaluate, "GPTLitModule", started), \
@@ -403,7 +406,7 @@ def ways_out(message: str, command: tuple[str, ...], stand_ins: Optional[dict[st
                     reading.untypable.append(found.group(0))
                 add(found.group(0), typed_in(command, key, typed(_value(v)) if v.startswith("'") else v))
     for found in re.finditer(rf"\b(?:[Dd]rop|[Ll]eave|[Rr]emove)\s+({KEY})(?!\w)", message):
-        if _known_key(found.group(1)):
+        if _known_key(found.group(1)) or any(key_of(o) == bare(found.group(1)) for o in command):  # "drop +foo"
             add(found.group(0), dropped(command, found.group(1)))
     for found in re.finditer(rf"(?<![\w.~])~({KEY})", message):  # "remove it with ~logger": the group goes
         if _known_key(found.group(1)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
@@ -118,14 +118,46 @@ def missing_values(config: DictConfig) -> list[str]:
     return sorted(walk({k: v for k, v in task.items() if k != "hydra"}, ""))
 
 
-class CheckMissingValues(Callback):
-    """A required argument not given: one line naming it and exit 2, before Hydra creates or writes anything."""
+class CheckArguments(Callback):
+    """The command's arguments, before Hydra creates or writes anything: a required one not given, or a `+key` that
+    the entry point does not read (train's schema decides its own: gptlab.config.validate.check_appended). Either
+    is one line naming it, and exit 2."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         missing = missing_values(config)
         if missing:
             print(f"gptlab: error: {missing_message(missing, config.hydra.job.config_name)}", file=sys.stderr)
             sys.exit(2)
+        unread = None if config.hydra.job.config_name == "train" else unread_appended(
+            config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices), Path(sys.argv[0]).name)
+        if unread:
+            print(f"gptlab: error: {unread}", file=sys.stderr)
+            sys.exit(2)
+
+
+def unread_appended(config: DictConfig, overrides: list[str], groups: set[str], script: str) -> Optional[str]:
+    """Why a `+key=value` of the command line (`overrides`) is read by nothing (None: each is): a key the node does
+    not have, unless the node calls a constructor that takes it (`+tokenizer.x=1`). `+group=option` adds one of the
+    config's `groups`."""
+    from gptlab.config.suggest import unknown_key
+    from gptlab.config.targets import target_parameters
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if not override.is_add() or key in groups:
+            continue
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(config, parent_key) if parent_key else config
+        if not isinstance(parent, DictConfig):
+            continue  # Hydra refused to add under a value already
+        target = parent.get("_target_")
+        params = target_parameters(parent) if target else set()
+        if target and (params is None or leaf in params):
+            continue
+        known = [k for k in parent.keys() if k != leaf]
+        said = unknown_key(key, known, target=target, candidates=params or ())
+        return f"{said} Drop +{key}: {script} does not read it."
+    return None
 
 
 def missing_message(missing: list[str], config_name: str) -> str:
