@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -283,7 +284,7 @@ def test_every_refused_option_relevance_row_has_a_case() -> None:
 def test_every_raise_of_the_checks_is_reached_by_a_case() -> None:
     """A refusal added to a check module without a case here (or in UNREACHED, with why) fails this test."""
     reached = {built_refusal(command).site for command in BUILD_CASES}
-    tiny_checkpoint(), damaged_checkpoint()
+    tiny_checkpoint(), damaged_checkpoint(), long_target()
     reached |= {refusal(command).site for command in PLACE_CASES}
     reached |= {app_refusal(app, command).site for app, listed in APP_CASES.items() for command in listed}
     for command in cases():
@@ -332,6 +333,18 @@ def test_unwritable_output_dir_ways_out(command) -> None:
     assert walk.followed and not walk.broken, walk.broken
 
 
+LONG_TARGET = RUN_DIR.parent / "lambada_long_target.jsonl"  # a word longer than the tiny model's context (32)
+
+
+def long_target() -> Path:
+    """LONG_TARGET, and SHORT_HELLASWAG: the HellaSwag fixture's rows with endings cut to fit (a way out's file)."""
+    LONG_TARGET.write_text(json.dumps({"text": "The word is " + "x" * 40}) + "\n")
+    rows = [json.loads(line) for line in (FIXTURES / "hellaswag.jsonl").read_text().splitlines() if line.strip()]
+    SHORT_HELLASWAG.write_text("".join(json.dumps({**row, "endings": [e[:20] for e in row["endings"]]}) + "\n"
+                                       for row in rows))
+    return LONG_TARGET
+
+
 DAMAGED = RUN_DIR.parent / "damaged" / "last.ckpt"
 
 
@@ -374,8 +387,9 @@ def test_checkpoint_space_ways_out(command, monkeypatch) -> None:
 FIXTURES = Path(__file__).parent / "fixtures" / "zeroshot"
 CKPT = f"ckpt_path={ways_out.CKPT}"
 # What the words ask for by a placeholder (`ckpt_path=<...>`), typed as a user would: a file that is one.
+SHORT_HELLASWAG = RUN_DIR.parent / "hellaswag_short.jsonl"  # endings that fit the tiny model's context (32)
 STAND_INS = {"ckpt_path": str(ways_out.CKPT), "task_data.lambada": str(FIXTURES / "lambada.jsonl"),
-             "task_data.hellaswag": str(FIXTURES / "hellaswag.jsonl")}
+             "task_data.hellaswag": str(SHORT_HELLASWAG)}
 APP_CASES = {
     "sample": [(), ("ckpt_path=/nonexistent.ckpt",), ("ckpt_path=/etc/hostname",), (CKPT, "temperature=-1"),
                (CKPT, "top_k=0"), (CKPT, "top_p=2"), (CKPT, "num_beams=0"), (CKPT, "temperature=0", "top_k=5"),
@@ -387,14 +401,15 @@ APP_CASES = {
     "eval": [(), ("ckpt_path=/nonexistent.ckpt",), (CKPT, "val_loss=false"), (CKPT, "tasks=[bogus]"),
              (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
              (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe"), (CKPT, "data.block_size=64"),
-             (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4"), (f"ckpt_path={DAMAGED}",), (CKPT, "+val_los=1")],
+             (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4"), (f"ckpt_path={DAMAGED}",), (CKPT, "+val_los=1"),
+             (CKPT, "tasks=[lambada]", f"task_data.lambada={LONG_TARGET}")],
 }
 
 
 @pytest.mark.parametrize("app,command", [(app, c) for app, listed in APP_CASES.items() for c in listed],
                          ids=lambda x: x if isinstance(x, str) else " ".join(x).replace(CKPT, "ckpt_path=<tiny>"))
 def test_each_eval_and_sample_refusals_ways_out_work(app, command) -> None:
-    tiny_checkpoint(), damaged_checkpoint()
+    tiny_checkpoint(), damaged_checkpoint(), long_target()
     refuse = functools.partial(app_refusal, app)
     assert refuse(command) is not None, f"{app} {' '.join(command)} is not refused"
     walk = follow(command, DEPTH + 1, refuse=refuse, stand_ins=STAND_INS)  # + 1: each task needs its data

@@ -366,12 +366,13 @@ def test_a_checkpoint_hugging_face_cannot_hold_is_read_by_sample_and_eval(name: 
 
 
 def test_a_task_row_longer_than_the_context_is_scored_once_shortened(tmp_path: Path) -> None:
+    """Refused before anything is scored (gptlab.eval.zeroshot.check_fits), and scored once the row is short."""
     files()
     rows = tmp_path / "lambada.jsonl"
     shutil.copy(FILES / "lambada_long_word.jsonl", rows)
     command = (CK, *TASK, "tasks=[lambada]", f"task_data.lambada={rows}")
     refused = eval_refusal(command)
-    assert refused is not None and "score shorter continuations (the task's rows with a shorter target)" in \
+    assert refused is not None and "task_data.lambada=<a file whose continuations fit> (e.g. without that row)" in \
         refused.message, refused
     rows.write_text(json.dumps({"text": "The word is " + "x" * 30}) + "\n")
     assert _again(eval_refusal, command) is None
@@ -502,6 +503,8 @@ UNREACHED = {
     ("eval/scoring.py", "must be a positive integer"): "every caller checks its batch size first (eval.py's "
                                                        "task_batch_size, lm-eval's --batch_size, the callback's)",
     ("eval/tasks.py", "does not have the fields of"): "task_rows.CHECKS checks every field an example reads first",
+    ("eval/scoring.py", "is longer than the model's context"): "eval and training's zero-shot callback check every "
+                                                               "row first (gptlab.eval.zeroshot.check_fits)",
 }
 
 

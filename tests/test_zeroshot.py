@@ -233,3 +233,28 @@ def test_eval_settings_that_would_do_nothing_are_refused(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"trainer.limit_val_batches=0 scores no validation batch, so val_loss=true "
                                           r"would compute nothing"):  # was an IndexError after loading the model
         evaluate(cfg)
+
+
+def test_callback_refuses_rows_longer_than_the_context_before_the_first_step(tmp_path: Path) -> None:
+    """A task row whose continuation does not fit the model's context is refused at fit start, naming the task,
+    the row and the keys to change, not at the first zero-shot step hours later (where scoring refuses it too)."""
+    rows = tmp_path / "lambada.jsonl"
+    rows.write_text(json.dumps({"text": "The word is " + "x" * 40}) + "\n")
+    callback = ZeroShotEval(tasks=["lambada"], data={"lambada": str(rows)})
+    module = SimpleNamespace(model=GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab_size=257)))
+    trainer = SimpleNamespace(strategy=None, datamodule=SimpleNamespace(tokenizer=ByteTokenizer()))
+    with pytest.raises(ConfigError, match=r"lambada example 1 \(callbacks.zero_shot.data.lambada\) has a continuation "
+                                          r"of 41 tokens.*or train a longer context \(model.block_size=64\)"):
+        callback.on_fit_start(trainer, module)
+    rows.write_text(json.dumps({"text": "The word is " + "x" * 20}) + "\n")
+    callback.on_fit_start(trainer, module)  # fits: nothing refused
+    assert len(callback._examples["lambada"]) == 1
+
+
+def test_task_data_null_is_the_tasks_hub_dataset(monkeypatch) -> None:
+    """`task_data.lambada=null` reads the default Hub dataset, not one named 'None'."""
+    from gptlab.eval import zeroshot
+
+    monkeypatch.setattr(zeroshot, "task_examples", lambda task, source, limit, field: source)
+    assert load_examples(["lambada", "hellaswag"], {"lambada": None}) == {
+        "lambada": "EleutherAI/lambada_openai", "hellaswag": "Rowan/hellaswag"}

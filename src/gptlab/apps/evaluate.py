@@ -29,7 +29,7 @@ from gptlab.config.schemas import Trainer
 from gptlab.config.validate import check_fields, check_node
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
-from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, format_table, load_examples
+from gptlab.eval.zeroshot import check_fits, check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.launch import quiet
 from gptlab.preflight.guards import check_devices
 from gptlab.preflight.option_relevance import EVAL_RULES, eval_defaults, ignored_options
@@ -74,6 +74,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     too_long = windows_fit_the_context(cfg)  # train's rule, now that the model's context is known
     if too_long:
         raise ConfigError(too_long)
+    check_fits(examples, tokenizer, model.config.block_size, "task_data", "")  # before minutes of validation
     trainer: L.Trainer = instantiate_trainer(cfg.trainer)
     metrics: dict[str, float] = {}
     if cfg.val_loss:

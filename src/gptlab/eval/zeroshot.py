@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.errors import ConfigError, is_int
-from gptlab.eval.scoring import BatchHook, score_texts
+from gptlab.eval.scoring import BatchHook, encode_pair, score_texts
 from gptlab.eval.tasks import DEFAULT_DATA, Example, task_examples
 from gptlab.model import GPT
 
@@ -38,13 +38,28 @@ def check_tasks(tasks: Sequence[str], field: str = "tasks") -> list[str]:
 
 def load_examples(tasks: Sequence[str], data: Optional[Mapping[str, str]] = None, limit: Optional[int] = None,
                   field: str = "task_data", limit_field: str = "task_limit") -> dict[str, list[Example]]:
-    """Each task's examples from `data[task]` (a Hub dataset name or a local path; default: the Hub dataset).
+    """Each task's examples from `data[task]` (a Hub dataset name or a local path; default or null: the Hub dataset).
     `field` and `limit_field` are the config keys of `data` and `limit`, for the error messages."""
     if limit is not None and not (is_int(limit) and limit >= 1):
         raise ConfigError(f"{limit_field}={limit!r} must be a positive number of examples, or null for all; use e.g. "
                           f"{limit_field}=100, or {limit_field}=null.")
-    data = {**DEFAULT_DATA, **(data or {})}
+    data = {**DEFAULT_DATA, **{task: d for task, d in (data or {}).items() if d is not None}}  # null: the Hub's
     return {task: task_examples(task, str(data[task]), limit, field) for task in check_tasks(tasks)}
+
+
+def check_fits(examples: Mapping[str, Sequence[Example]], tokenizer: Tokenizer, block_size: int, field: str,
+               instead: str) -> None:
+    """Every continuation fits the model's context (scoring refuses one that does not, with no row to name: in a
+    training run, at the first zero-shot step, after hours), checked before anything is scored. `field` is the
+    config key of the task files, `instead` what else the user can change (train: the context)."""
+    for task, rows in examples.items():
+        for number, example in enumerate(rows, start=1):
+            longest = max(len(encode_pair(tokenizer, example.context, ending)[1]) for ending in example.continuations)
+            if longest > block_size:
+                raise ConfigError(
+                    f"{task} example {number} ({field}.{task}) has a continuation of {longest} tokens, longer than "
+                    f"the model's context ({block_size} tokens), so no context fits before it: give "
+                    f"{field}.{task}=<a file whose continuations fit> (e.g. without that row){instead}.")
 
 
 def lambada_metrics(model: GPT, tokenizer: Tokenizer, examples: Sequence[Example],

@@ -17,7 +17,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from gptlab.errors import StoppedBySignal
 from gptlab.eval.tasks import DEFAULT_DATA, Example
-from gptlab.eval.zeroshot import check_tasks, evaluate_tasks, load_examples
+from gptlab.eval.zeroshot import check_fits, check_tasks, evaluate_tasks, load_examples
 from gptlab.execution.fsdp_strategy import shards_weights
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.preemption import PreemptionCheckpoint
@@ -56,6 +56,11 @@ class ZeroShotEval(L.Callback):
             return
         self._examples = load_examples(self.tasks, self.data, self.limit, "callbacks.zero_shot.data",
                                        "callbacks.zero_shot.limit")
+        tokenizer = getattr(trainer.datamodule, "tokenizer", None)
+        if tokenizer is not None:  # before the first step, not at the first zero-shot step
+            context = pl_module.model.config.block_size
+            check_fits(self._examples, tokenizer, context, "callbacks.zero_shot.data",
+                       f", or train a longer context (model.block_size={2 * context})")
 
     def state_dict(self) -> dict[str, Any]:
         """A checkpoint saved at an evaluation step before its evaluation ended (cut by a preemption, or saved by
