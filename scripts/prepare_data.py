@@ -19,7 +19,8 @@ from gptlab.launch.cli import user_errors_exit
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    check_node("data.", cfg.data)  # train's checks, before any work
+    check_node("", cfg)  # train's checks of what it reads, and of keys appended at the top level, before any work
+    check_node("data.", cfg.data)
     print(prepare_from_config(cfg))
 
 

@@ -190,11 +190,11 @@ MISSING_PROBES = [
     ("fault_drill", "scripts/fault_drill.py", ["--kills", "many"], ["--kills", "'many'", "--help"]),
     ("preemption_drill", "scripts/preemption_drill.py", ["--repeats"], ["--repeats", "--help"]),
     # a `+key` the entry point would not read (train's own: test_config_check.py)
-    ("eval-appended", "src/eval.py", ["ckpt_path=nosuch.ckpt", "+val_los=1"], ["val_loss?", "Drop +val_los"]),
-    ("sample-appended", "src/sample.py", ["+foo=1"], ["foo", "Drop +foo"]),
+    ("eval-appended", "src/eval.py", ["ckpt_path=nosuch.ckpt", "+val_los=1"], ["val_loss?"]),
+    ("sample-appended", "src/sample.py", ["+foo=1"], ["Drop foo: nothing reads it"]),
     ("export_hf-appended", "scripts/export_hf.py", ["ckpt_path=a", "out=b", "+overwrit=true"], ["overwrite?"]),
     ("plan-appended", "scripts/plan.py", ["+tokenz=3e9"], ["tokens?"]),
-    ("prepare_data-appended", "scripts/prepare_data.py", ["+foo=1"], ["Drop +foo"]),
+    ("prepare_data-appended", "scripts/prepare_data.py", ["+foo=1"], ["Drop foo: nothing reads it"]),
 ]
 
 

@@ -194,7 +194,7 @@ OTHER_CASES = [
     ("logger=null",),
     ("optimizer.lrr=0.1",),
     # a node's class that does not import (gptlab.config.targets.check_target)
-    ("tokenizer._target_=no.such.Class",), ("optimizer._target_=torch.optim.SGDD",),
+    ("+foo=1",), ("+model.foo=1",), ("tokenizer._target_=no.such.Class",), ("optimizer._target_=torch.optim.SGDD",),
     ("callbacks.loss_spike._target_=x.y",), ("scheduler._target_=''",),
     # the ladder's steps from its ratio (gptlab.config.ladder_steps)
     ("experiment=ladder_gpt2_to_llama", "ladder_tokens_per_param=null"),

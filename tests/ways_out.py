@@ -227,7 +227,7 @@ def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
     missing = missing_values(cfg)  # the Hydra callback CheckArguments, before the app
     if missing:
         return Refusal(missing_message(missing, app), None)
-    unread = unread_appended(cfg, list(command), {key_of(o) for o in command if is_group_override(o)}, f"{app}.py")
+    unread = unread_appended(cfg, list(command), {key_of(o) for o in command if is_group_override(o)})
     if unread:
         return Refusal(unread, None)
     try:

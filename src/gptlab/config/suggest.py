@@ -58,7 +58,7 @@ def unknown_key(full_key: str, known: Iterable[str], extra: str = "", target: Op
         what = f"{full_key} is not a key of {parent or 'the top level of the config'}."
     if not known and not candidates:
         return f"{what[:-1]}, which takes no keys here; drop it."
-    hint = extra or did_you_mean(key, [*known, *candidates], prefix)  # a constructor argument needs no other guess
+    hint = extra or did_you_mean(key, [*known, *candidates], prefix) or f" Drop {full_key}: nothing reads it."
     if target and closest(key, [*known, *candidates]) in known:  # typed with `+`, as keys the node lacks must be
         hint += " Type it without +."
     return f"{what}{hint} Its keys: {', '.join(known)}."

@@ -128,14 +128,19 @@ class CheckArguments(Callback):
         if missing:
             print(f"gptlab: error: {missing_message(missing, config.hydra.job.config_name)}", file=sys.stderr)
             sys.exit(2)
-        unread = None if config.hydra.job.config_name == "train" else unread_appended(
-            config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices), Path(sys.argv[0]).name)
+        unread = None if config.hydra.job.config_name in TRAIN_CONFIGS else unread_appended(
+            config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices))
         if unread:
             print(f"gptlab: error: {unread}", file=sys.stderr)
             sys.exit(2)
 
 
-def unread_appended(config: DictConfig, overrides: list[str], groups: set[str], script: str) -> Optional[str]:
+# Configs that compose train.yaml and take train's command line: train's schema decides their appended keys
+# (gptlab.config.validate), so a prepare_data.py command copied from a training command is not refused for +trainer.x.
+TRAIN_CONFIGS = ("train", "prepare_data")
+
+
+def unread_appended(config: DictConfig, overrides: list[str], groups: set[str]) -> Optional[str]:
     """Why a `+key=value` of the command line (`overrides`) is read by nothing (None: each is): a key the node does
     not have, unless the node calls a constructor that takes it (`+tokenizer.x=1`). `+group=option` adds one of the
     config's `groups`."""
@@ -155,8 +160,7 @@ def unread_appended(config: DictConfig, overrides: list[str], groups: set[str], 
         if target and (params is None or leaf in params):
             continue
         known = [k for k in parent.keys() if k != leaf]
-        said = unknown_key(key, known, target=target, candidates=params or ())
-        return f"{said} Drop +{key}: {script} does not read it."
+        return unknown_key(key, known, target=target, candidates=params or ())
     return None
 
 
