@@ -25,6 +25,7 @@ from helpers import CONF_DIR
 from omegaconf import DictConfig
 from ways_out import RUN_DIR, app_refusal, built_refusal, follow, refusal, tiny_checkpoint, unreached
 
+from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.config import rules, schemas
 from gptlab.config.callbacks import BY_TARGET
 from gptlab.config.fields import check_of, schema_fields
@@ -338,10 +339,10 @@ LONG_TARGET = RUN_DIR.parent / "lambada_long_target.jsonl"  # a word longer than
 
 def long_target() -> Path:
     """LONG_TARGET, and SHORT_HELLASWAG: the HellaSwag fixture's rows with endings cut to fit (a way out's file)."""
-    LONG_TARGET.write_text(json.dumps({"text": "The word is " + "x" * 40}) + "\n")
+    atomic_write_text(LONG_TARGET, json.dumps({"text": "The word is " + "x" * 40}) + "\n")  # another process reads
     rows = [json.loads(line) for line in (FIXTURES / "hellaswag.jsonl").read_text().splitlines() if line.strip()]
-    SHORT_HELLASWAG.write_text("".join(json.dumps({**row, "endings": [e[:20] for e in row["endings"]]}) + "\n"
-                                       for row in rows))
+    atomic_write_text(SHORT_HELLASWAG, "".join(json.dumps({**row, "endings": [e[:20] for e in row["endings"]]}) + "\n"
+                                               for row in rows))
     return LONG_TARGET
 
 
@@ -354,7 +355,7 @@ def damaged_checkpoint() -> Path:
         ckpt = torch.load(tiny_checkpoint(), weights_only=False)
         ckpt["state_dict"].pop(sorted(ckpt["state_dict"])[0])
         DAMAGED.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(ckpt, DAMAGED)
+        atomic_write(DAMAGED, lambda tmp: torch.save(ckpt, tmp))
     return DAMAGED
 
 

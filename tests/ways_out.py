@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import gptlab
 from gptlab.apps.build import build_run
+from gptlab.atomic import atomic_write
 from gptlab.config import ladder_steps  # noqa: F401  (registers ${gptlab.ladder_steps:r}, as train does)
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import strict_booleans
@@ -190,9 +191,9 @@ def tiny_checkpoint() -> Path:
         model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=32,
                               vocab_size=hydra.utils.instantiate(node).vocab_size))
         CKPT.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                    "hyper_parameters": {"model": model.config.to_dict(), "run": {"tokenizer": tokenizer}}},
-                   CKPT)
+        atomic_write(CKPT, lambda tmp: torch.save(  # whole or absent: another test process may read it meanwhile
+            {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+             "hyper_parameters": {"model": model.config.to_dict(), "run": {"tokenizer": tokenizer}}}, tmp))
     return CKPT
 
 
