@@ -242,7 +242,7 @@ UNREACHED = {
     ("model/generation.py", "must be >= "): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
     ("model/generation.py", "must be in (0, 1]"): "sample.py's table check (eval/sampling.SAMPLE) refuses first",
     ("data/mixture_store.py", "the checkpoint"): "resuming a checkpoint of another corpus (test_mixture.py)",
-    ("config/targets.py", "failed: {err!r}"): "a module that exists but fails to import (none of gptlab's own)",
+    ("config/validate.py", "failed: {err!r}"): "a module that exists but fails to import (none of gptlab's own)",
     ("model/gpt.py", "model.vocab_size is null"): "a GPT from Python without a vocab (train's tokenizer fills it)",
     ("train/optim.py", "ConfigError(refusal)"): "the config rule of muP's optimizer refuses first, in the same words",
     ("train/optim.py", "needs trainer.max_steps >= 1"): "trainer.max_steps's range refuses first (a Python schedule)",

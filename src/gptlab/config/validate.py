@@ -10,6 +10,7 @@ It returns what the config alone decides (`Decided`), read once here and handed 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -22,8 +23,8 @@ from gptlab.config.ranges import fail
 from gptlab.config.rules import check_rules
 from gptlab.config.schemas import Runtime
 from gptlab.config.store import SCHEMAS
-from gptlab.config.suggest import unknown_key
-from gptlab.config.targets import check_target, target_parameters
+from gptlab.config.suggest import closest, unknown_key
+from gptlab.config.targets import target_parameters
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 
@@ -145,3 +146,33 @@ def hydra_overrides() -> list[str]:
 
 def plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
+def check_target(field: str, target: Any) -> None:
+    """`field` (a node's _target_) names something Python can import, as Hydra's instantiate will look it up: else
+    one message with what is missing and the closest name there (`torch.optim.SGDD`: torch.optim.SGD), before
+    anything is built, instead of Hydra's InstantiationException traceback."""
+    if not isinstance(target, str) or not target:
+        raise ConfigError(f"{field}={target!r} is not a class or function path; drop {field} to use the option's "
+                          "own, or give one such as torch.optim.SGD.")
+    parts = target.split(".")
+    found, reason = None, ""
+    for cut in range(len(parts), 0, -1):  # the longest prefix that imports as a module, then attributes
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError as err:
+            reason = reason or f"no module named {err.name!r}"
+            continue
+        except Exception as err:  # the module exists but fails to import: that is its own problem, shown as is
+            raise ConfigError(f"{field}={target!r}: importing {'.'.join(parts[:cut])} failed: {err!r}.") from err
+        for i, name in enumerate(parts[cut:], start=cut):
+            if not hasattr(found, name):
+                owner = ".".join(parts[:i])
+                near = closest(name, [n for n in dir(found) if not n.startswith("_")])
+                meant = f" Did you mean {owner}.{near}?" if near else ""
+                raise ConfigError(f"{field}={target!r} does not import: {owner} has no {name!r}.{meant} Drop "
+                                  f"{field} to use the option's own, or give a path that imports.")
+            found = getattr(found, name)
+        return
+    raise ConfigError(f"{field}={target!r} does not import: {reason}. Drop {field} to use the option's own, or give a "
+                      "path that imports (a package that is not installed: pip install it).")
