@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from gptlab.errors import ConfigError, format_size
-from gptlab.preflight.output_dirs import check_can_create
+from gptlab.preflight.output_dirs import check_can_create, nearest_existing
 
 BEING_WRITTEN = 1  # checkpoints are saved one after another, each beside the file it replaces
 
@@ -105,7 +105,7 @@ def replaced_checkpoints(slots: Iterable[Slot]) -> list[Path]:
 
 
 def _filesystem(directory: Path) -> tuple[int, Path]:
-    existing = next(p for p in (directory, *directory.absolute().parents) if p.exists())
+    existing = nearest_existing(directory)
     return existing.stat().st_dev, existing
 
 

@@ -28,12 +28,16 @@ def check_can_create(directories: Iterable[Path]) -> None:
         _check_writable(directory, create=False)
 
 
+def nearest_existing(directory: Path) -> Path:
+    """`directory`, or its nearest parent that exists: where a dir not made yet will be made."""
+    return next(p for p in (directory, *directory.absolute().parents) if p.exists())
+
+
 def _check_writable(directory: Path, create: bool) -> None:
     try:
         if create:
             directory.mkdir(parents=True, exist_ok=True)
-        existing = next(p for p in (directory, *directory.absolute().parents) if p.exists())
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".write-test-", suffix=".tmp"):
+        with tempfile.NamedTemporaryFile(dir=nearest_existing(directory), prefix=".write-test-", suffix=".tmp"):
             pass
     except OSError as err:
         raise ConfigError(f"cannot write to output dir {directory} ({err.strerror or err}); fix its permissions, or "
