@@ -49,9 +49,9 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_two_fsdp_ranks_train_like_one_device(sharded: Path, single: Path) -> None:
-    # train/loss is one rank's micro-batch (the layouts split a step differently), so compare what is whole: the
-    # weights after 4 steps and val/loss. Same windows per step; only the order of the gradient sum differs
-    # (reduce-scatter of 2 ranks vs accumulation of 2 micro-batches), hence float tolerance, not bits.
+    # Same windows per step, split differently (2 ranks vs 2 accumulated micro-batches); only the order of the
+    # gradient sum differs (reduce-scatter vs accumulation), hence float tolerance, not bits. train/loss is the whole
+    # step's mean over micro-batches and ranks, so it agrees too.
     ours = read_checkpoint(sharded / "checkpoints" / "last.ckpt")["state_dict"]
     theirs = read_checkpoint(single / "checkpoints" / "last.ckpt")["state_dict"]
     assert sorted(ours) == sorted(theirs)
@@ -61,6 +61,10 @@ def test_two_fsdp_ranks_train_like_one_device(sharded: Path, single: Path) -> No
     assert sorted(val_ours) == sorted(val_theirs) and len(val_ours) >= 2
     for step in val_theirs:
         assert val_ours[step] == pytest.approx(val_theirs[step], rel=1e-5), f"val/loss at step {step}"
+    train_ours, train_theirs = losses(sharded), losses(single)
+    assert sorted(train_ours) == sorted(train_theirs) == [1, 2, 3, 4]
+    for step in train_theirs:
+        assert train_ours[step] == pytest.approx(train_theirs[step], rel=1e-5), f"train/loss at step {step}"
 
 
 def test_each_rank_holds_only_its_shard(sharded: Path) -> None:

@@ -103,6 +103,12 @@ class _Module(torch.nn.Module):
         self.logged[name] = value
 
 
+def _trainer(step: int) -> SimpleNamespace:
+    """What the guard reads of a Trainer: the step, and that the step logs (each is a last micro-batch)."""
+    return SimpleNamespace(global_step=step, _logger_connector=SimpleNamespace(should_update_logs=True),
+                           fit_loop=SimpleNamespace(_should_accumulate=lambda: False))
+
+
 def _train(guard: LossSpikeGuard, losses: list[float]) -> list[bool]:
     """One SGD step per loss (gradient 1 on every weight); True where the weights moved."""
     module = _Module()
@@ -112,7 +118,7 @@ def _train(guard: LossSpikeGuard, losses: list[float]) -> list[bool]:
         guard.on_before_backward(None, module, torch.tensor(loss))
         module.w.grad = torch.ones(3)
         before = module.w.detach().clone()
-        guard.on_before_optimizer_step(SimpleNamespace(global_step=step), module, optimizer)
+        guard.on_before_optimizer_step(_trainer(step), module, optimizer)
         optimizer.step()
         moved.append(not torch.equal(before, module.w.detach()))
     if guard.z_threshold is not None:

@@ -95,9 +95,11 @@ SHARDED_META_FILE = "meta.pt"  # _METADATA_FILENAME; tests/test_lightning_intern
 # ---- reading the trainer's loops and connectors
 
 def logs_this_step(trainer: Any) -> bool:
-    """Whether this training step's on_step metrics reach the loggers (every trainer.log_every_n_steps); the others
-    are dropped, so computing and self.log-ing them is wasted work. Lightning's own test, so the two never disagree."""
-    return trainer._logger_connector.should_update_logs
+    """Whether this micro-batch completes a training step whose on_step metrics reach the loggers (every
+    trainer.log_every_n_steps); Lightning drops what the others log (it logs only after a step's last micro-batch),
+    so computing and self.log-ing it there is wasted work, and on a GPU a self.log of a float is a blocking copy.
+    Lightning's own tests, so the two never disagree."""
+    return trainer._logger_connector.should_update_logs and completes_optimizer_step(trainer)
 
 
 def completes_optimizer_step(trainer: Any) -> bool:

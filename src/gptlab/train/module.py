@@ -15,7 +15,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.config.schemas import Runtime
 from gptlab.execution.parallelize import LossFn, eager_loss_fn, parallelize
-from gptlab.lightning_internals import attached_trainer, logs_this_step
+from gptlab.lightning_internals import attached_trainer, completes_optimizer_step, logs_this_step
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts
 from gptlab.runs.relayout import relayout_loops
@@ -49,6 +49,10 @@ class GPTLitModule(L.LightningModule):
         # The newest logging step's own scalars (tensors, read only when a checkpoint is written): the checkpoint
         # carries them and a run resumed from it logs them again (train/callbacks/relog.py).
         self.step_scalars: dict[str, Any] = {}
+        # The current step's cross-entropy summed over its micro-batches so far, on the device (no host read):
+        # train/loss is the whole step's mean, not its last micro-batch's.
+        self._step_loss: Optional[torch.Tensor] = None
+        self._step_micro_batches = 0
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.label_smoothing = label_smoothing
         # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra; the
@@ -97,14 +101,23 @@ class GPTLitModule(L.LightningModule):
         # The objective adds model.z_loss * log^2 Z (PaLM); train/loss stays the cross-entropy alone, comparable
         # across runs with and without it, and train/z_loss logs the unscaled log^2 Z.
         parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss)
-        loss = parts.ce
+        loss = parts.ce.detach()
+        self._step_loss = loss if self._step_loss is None else self._step_loss + loss
+        self._step_micro_batches += 1
+        step_loss, micro_batches = self._step_loss, self._step_micro_batches
+        if completes_optimizer_step(self.trainer):
+            self._step_loss, self._step_micro_batches = None, 0
         if logs_this_step(self.trainer):
             # Only on the steps whose metrics reach the logger: a self.log costs ~0.2 ms of Lightning's Python
             # (it walks its result object every call), a few % of a GPU step, and Lightning drops the other steps'
             # values anyway. The progress bar reads the step's loss from training_step's output instead.
             # At the step count after this step (gptlab.train.step_axis), as Lightning will log them.
             self.step_scalars = {"steps_done": self.global_step + 1}
-            self.log_step_scalar("train/loss", loss.detach())
+            # The step's mean over its micro-batches and its ranks (one scalar all-reduce, on logging steps only):
+            # the loss of the whole batch the step was taken on, the same on any layout of ranks and accumulation.
+            step_loss = step_loss / micro_batches
+            self.log("train/loss", step_loss, on_step=True, on_epoch=False, sync_dist=True)
+            self.step_scalars["train/loss"] = step_loss
             # Logged here rather than by LearningRateMonitor, which splits it per parameter group
             # ("lr-AdamW/decay", "lr-AdamW/no_decay") although both follow the same schedule; under train/ so that
             # TensorBoard opens on train/ and val/ (see docs/run-outputs.md).
@@ -113,7 +126,7 @@ class GPTLitModule(L.LightningModule):
             if parts.z is not None:
                 self.log_step_scalar("train/z_loss", parts.z.detach())
         # train_loss: the cross-entropy alone, for the non-finite check (train/callbacks/nonfinite.py)
-        return {"loss": parts.objective, "train_loss": loss.detach()}
+        return {"loss": parts.objective, "train_loss": loss}
 
     def log_step_scalar(self, name: str, value: float) -> None:
         """self.log for a callback's per-step scalar on a logging step, kept with the step's own scalars so that a

@@ -19,6 +19,7 @@ import torch
 from torch.optim import Optimizer
 
 from gptlab.errors import ConfigError, LossSpikeError
+from gptlab.lightning_internals import logs_this_step
 
 
 class LossSpikeGuard(L.Callback):
@@ -34,7 +35,9 @@ class LossSpikeGuard(L.Callback):
         self.history: deque[float] = deque(maxlen=window)
         self.skipped = 0  # skipped optimizer steps in this run, logged as train/skipped_steps
         self.consecutive = 0
-        self._loss = 0.0  # this step's loss, summed over its micro-batches (each already divided by their count)
+        # This step's loss, summed over its micro-batches (each already divided by their count) on the device: read
+        # once per step, before the optimizer step, not after every micro-batch (each read idles a GPU).
+        self._loss: Optional[torch.Tensor] = None
 
     def state_dict(self) -> dict:
         """Kept in checkpoints, so a resumed run continues the same window and counts."""
@@ -46,7 +49,7 @@ class LossSpikeGuard(L.Callback):
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
         if self.z_threshold is not None:
-            self._loss += float(loss.detach())
+            self._loss = loss.detach() if self._loss is None else self._loss + loss.detach()
 
     def z_score(self, loss: float) -> float:
         if len(self.history) < self.min_history:
@@ -58,7 +61,8 @@ class LossSpikeGuard(L.Callback):
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Optimizer) -> None:
         if self.z_threshold is None:
             return
-        loss, self._loss = self._loss, 0.0
+        loss = 0.0 if self._loss is None else float(self._loss)
+        self._loss = None
         z = self.z_score(loss)
         if z > self.z_threshold:
             for group in optimizer.param_groups:
@@ -76,4 +80,5 @@ class LossSpikeGuard(L.Callback):
         else:
             self.history.append(loss)
             self.consecutive = 0
-        pl_module.log("train/skipped_steps", float(self.skipped), on_step=True, on_epoch=False)
+        if logs_this_step(trainer):  # Lightning drops the other steps' values
+            pl_module.log("train/skipped_steps", float(self.skipped), on_step=True, on_epoch=False)

@@ -1,6 +1,7 @@
 """Stops a run whose training loss went NaN or inf, naming the first bad step, without a host sync per step.
 
-Each step's loss stays on its device in a list; the list is read (one host sync) every `every` steps, before every
+Each micro-batch's loss stays on its device in a list; the list is read (one host sync) after every `every`-th
+optimizer step (never inside an accumulated step, where a sync would idle the GPU), before every
 checkpoint and validation, and at the end of training, so no checkpoint holds weights a non-finite loss already
 updated. Under DDP every rank reads at the same points and they agree on the earliest (step, rank), so all ranks
 stop together, naming the rank, instead of one rank stopping and the others failing in their next collective.
@@ -75,6 +76,8 @@ class NonFiniteLossCheck(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
         if isinstance(outputs, dict) and "train_loss" in outputs:  # GPTLitModule.training_step's cross-entropy
             self.remember(self._step, outputs["train_loss"])
+        if trainer.global_step == self._step:  # a micro-batch inside an accumulated step: the weights are unchanged
+            return
         if trainer.global_step % self.every == 0 or self._weights_only:  # a weights-only save may follow
             self.check(trainer, pl_module.device)
 

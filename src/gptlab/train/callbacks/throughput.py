@@ -6,7 +6,9 @@ device really ran, with what activation checkpointing recomputes (execution/chec
 of the blocks; selective = no matmul). They differ only under full checkpointing.
 
 Lightning's own ThroughputMonitor logs samples and batches under its own names and only to the logger; this
-callback logs the token-level numbers a language-model run is judged by, and shows tokens/s on the progress bar.
+callback logs the token-level numbers a language-model run is judged by. None is logged with prog_bar=True: Lightning
+reads every progress-bar metric to the host after every micro-batch (a GPU sync each time); gptlab's progress bar
+(callbacks/progress.py) counts tokens/s itself.
 """
 
 from __future__ import annotations
@@ -68,14 +70,14 @@ class TokenThroughput(L.Callback):
             lengths=self._batches * tokens_per_batch,
             flops=self._flops_per_token * tokens_per_batch,
         )
-        if not logs_this_step(trainer):  # the values would be dropped; the progress bar keeps the last ones
+        if not logs_this_step(trainer):  # Lightning would drop the values
             return
         micro_batches = micro_batches_trained(trainer)  # continues across a resume
         pl_module.log("x_throughput/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
         metrics = self._throughput.compute()
         if "device/items_per_sec" in metrics:  # only once the window is full
             tokens_per_sec = metrics["device/items_per_sec"] * trainer.world_size
-            pl_module.log("x_throughput/tokens_per_sec", tokens_per_sec, prog_bar=True)
+            pl_module.log("x_throughput/tokens_per_sec", tokens_per_sec)
         if "device/mfu" in metrics:
             pl_module.log("x_throughput/mfu", metrics["device/mfu"])
             pl_module.log("x_throughput/hfu", metrics["device/mfu"] * self._hardware_ratio)

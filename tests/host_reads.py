@@ -1,0 +1,84 @@
+"""Where a training run reads device tensors to the host, by optimizer step and micro-batch.
+
+On a GPU, `.item()`, `float()`, `bool()`, `.tolist()`, `.cpu()`, `nonzero`, printing a CUDA tensor and
+`torch.tensor(value, device=...)` make the CPU wait until the GPU has run everything queued before it; while the CPU
+then runs Lightning's hooks, fetches the next batch and launches its kernels, the GPU idles. Once per logging step that
+costs nothing; after every micro-batch it costs a few % of a run (Lightning reads every prog_bar metric after each
+batch, for one). The same calls are seen on a CPU run through a TorchFunctionMode, so the tests that use this run
+everywhere.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from torch.overrides import TorchFunctionMode
+
+# Tensor methods that copy a value to the host (on a CUDA tensor: a wait for the device).
+HOST_READS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy", "nonzero", "__repr__",
+              "__format__"}
+# Tensors made from Python values on a given device (Lightning's self.log of a float makes one on the module's
+# device): on a GPU a blocking copy from pageable memory, which waits for the device as well.
+HOST_COPIES = {"tensor", "as_tensor", "scalar_tensor"}
+
+
+@dataclass
+class Read:
+    step: int  # the optimizer step the micro-batch belongs to (global_step when it started)
+    micro_batch: int  # its place within that step, from 0
+    call: str
+    where: str  # the first frames outside torch, innermost first
+
+
+@dataclass
+class HostReads(TorchFunctionMode):
+    """Records every host read made while a training micro-batch runs (hooks, logging and loop code included),
+    not those of validation, of setup or of the end of training."""
+
+    reads: list[Read] = field(default_factory=list)
+    step: int = -1
+    micro_batch: int = -1
+    training: bool = False
+    last_micro_batch: dict[int, int] = field(default_factory=dict)  # step -> index of the micro-batch that ended it
+
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if self.training and (name in HOST_READS or name in HOST_COPIES and (kwargs or {}).get("device") is not None):
+            frames = [f for f in traceback.extract_stack()[:-1] if "site-packages/torch/" not in f.filename]
+            where = " <- ".join(f"{'/'.join(Path(f.filename).parts[-2:])}:{f.lineno}" for f in frames[-4:][::-1])
+            self.reads.append(Read(self.step, self.micro_batch, func.__name__, where))
+        return func(*args, **(kwargs or {}))
+
+    def callback(self) -> L.Callback:
+        """Put first among the run's callbacks: it marks each micro-batch before any other hook of it runs."""
+        return _Marks(self)
+
+
+class _Marks(L.Callback):
+    def __init__(self, reads: HostReads) -> None:
+        self.reads = reads
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        r = self.reads
+        r.micro_batch = r.micro_batch + 1 if trainer.global_step == r.step else 0
+        r.step, r.training = trainer.global_step, True
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step != self.reads.step:
+            self.reads.last_micro_batch[self.reads.step] = self.reads.micro_batch
+
+    def on_validation_start(self, *args: Any) -> None:
+        self.reads.training = False
+
+    def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self.reads.training = not trainer.sanity_checking and self.reads.step >= 0
+
+    def on_train_end(self, *args: Any) -> None:
+        self.reads.training = False
