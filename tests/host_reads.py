@@ -10,10 +10,12 @@ everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import lightning as L
 from torch.overrides import TorchFunctionMode
@@ -82,3 +84,29 @@ class _Marks(L.Callback):
 
     def on_train_end(self, *args: Any) -> None:
         self.reads.training = False
+
+
+@contextlib.contextmanager
+def cuda_syncs(reads: HostReads) -> Iterator[None]:
+    """On a GPU, adds what torch itself reports as synchronizing (torch.cuda.set_sync_debug_mode) to `reads`: the
+    syncs a TorchFunctionMode cannot see, such as a blocking copy inside a library call."""
+    import torch
+
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        show = warnings.showwarning
+
+        def record(message: Any, category: Any, filename: str, lineno: int, *args: Any, **kwargs: Any) -> None:
+            if "synchroniz" in str(message) and reads.training:
+                where = f"{'/'.join(Path(filename).parts[-2:])}:{lineno}"
+                reads.reads.append(Read(reads.step, reads.micro_batch, "cuda sync", where))
+            elif "synchroniz" not in str(message):
+                show(message, category, filename, lineno, *args, **kwargs)
+
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
