@@ -15,7 +15,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import lightning as L
 from torch.overrides import TorchFunctionMode
@@ -30,21 +30,22 @@ HOST_COPIES = {"tensor", "as_tensor", "scalar_tensor"}
 
 @dataclass
 class Read:
-    step: int  # the optimizer step the micro-batch belongs to (global_step when it started)
-    micro_batch: int  # its place within that step, from 0
+    phase: str  # "train": a training micro-batch (its hooks, logging and loop code included); "validation": a batch
+    step: int  # the optimizer step the micro-batch belongs to (global_step when it started), or validated after
+    micro_batch: int  # its place within that step from 0, or the validation batch's index
     call: str
     where: str  # the first frames outside torch, innermost first
 
 
 @dataclass
 class HostReads(TorchFunctionMode):
-    """Records every host read made while a training micro-batch runs (hooks, logging and loop code included),
-    not those of validation, of setup or of the end of training."""
+    """Records every host read made while a training micro-batch or a validation batch runs, not those of setup,
+    of a validation's end (its one read of the sums) or of the end of training."""
 
     reads: list[Read] = field(default_factory=list)
+    phase: Optional[str] = None  # what runs now: "train", "validation" or None (not recorded)
     step: int = -1
     micro_batch: int = -1
-    training: bool = False
     last_micro_batch: dict[int, int] = field(default_factory=dict)  # step -> index of the micro-batch that ended it
 
     def __post_init__(self) -> None:
@@ -52,38 +53,56 @@ class HostReads(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = getattr(func, "__name__", "")
-        if self.training and (name in HOST_READS or name in HOST_COPIES and (kwargs or {}).get("device") is not None):
+        if self.phase and (name in HOST_READS or name in HOST_COPIES and (kwargs or {}).get("device") is not None):
             frames = [f for f in traceback.extract_stack()[:-1] if "site-packages/torch/" not in f.filename]
-            where = " <- ".join(f"{'/'.join(Path(f.filename).parts[-2:])}:{f.lineno}" for f in frames[-4:][::-1])
-            self.reads.append(Read(self.step, self.micro_batch, func.__name__, where))
+            self.record(func.__name__, " <- ".join(f"{'/'.join(Path(f.filename).parts[-2:])}:{f.lineno}"
+                                                   for f in frames[-4:][::-1]))
         return func(*args, **(kwargs or {}))
 
+    def record(self, call: str, where: str) -> None:
+        assert self.phase is not None
+        self.reads.append(Read(self.phase, self.step, self.micro_batch, call, where))
+
+    def training(self) -> list[Read]:
+        return [r for r in self.reads if r.phase == "train"]
+
     def callback(self) -> L.Callback:
-        """Put first among the run's callbacks: it marks each micro-batch before any other hook of it runs."""
+        """Put first among the run's callbacks: it marks each batch before any other hook of it runs."""
         return _Marks(self)
 
 
 class _Marks(L.Callback):
     def __init__(self, reads: HostReads) -> None:
         self.reads = reads
+        self._batch = -1  # the current training micro-batch's index in its step, kept across a validation
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         r = self.reads
-        r.micro_batch = r.micro_batch + 1 if trainer.global_step == r.step else 0
-        r.step, r.training = trainer.global_step, True
+        self._batch = self._batch + 1 if trainer.global_step == r.step else 0
+        r.step, r.micro_batch, r.phase = trainer.global_step, self._batch, "train"
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_step != self.reads.step:
             self.reads.last_micro_batch[self.reads.step] = self.reads.micro_batch
 
     def on_validation_start(self, *args: Any) -> None:
-        self.reads.training = False
+        self.reads.phase = None
+
+    def on_validation_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int,
+                                  *args: Any) -> None:
+        if not trainer.sanity_checking:
+            self.reads.phase, self.reads.micro_batch = "validation", batch_idx
+
+    def on_validation_epoch_end(self, *args: Any) -> None:
+        self.reads.phase = None
 
     def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self.reads.training = not trainer.sanity_checking and self.reads.step >= 0
+        # What runs after a validation (its checkpoints) belongs to the step's last micro-batch.
+        if not trainer.sanity_checking and self.reads.step >= 0:
+            self.reads.phase, self.reads.micro_batch = "train", self._batch
 
     def on_train_end(self, *args: Any) -> None:
-        self.reads.training = False
+        self.reads.phase = None
 
 
 @contextlib.contextmanager
@@ -98,9 +117,8 @@ def cuda_syncs(reads: HostReads) -> Iterator[None]:
         show = warnings.showwarning
 
         def record(message: Any, category: Any, filename: str, lineno: int, *args: Any, **kwargs: Any) -> None:
-            if "synchroniz" in str(message) and reads.training:
-                where = f"{'/'.join(Path(filename).parts[-2:])}:{lineno}"
-                reads.reads.append(Read(reads.step, reads.micro_batch, "cuda sync", where))
+            if "synchroniz" in str(message) and reads.phase:
+                reads.record("cuda sync", f"{'/'.join(Path(filename).parts[-2:])}:{lineno}")
             elif "synchroniz" not in str(message):
                 show(message, category, filename, lineno, *args, **kwargs)
 

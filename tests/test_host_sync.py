@@ -1,4 +1,5 @@
-"""No host sync inside an accumulated step, and none at all on a step that logs, checks, validates and saves nothing.
+"""No host sync inside an accumulated step, none at all on a step that logs, checks, validates and saves nothing, and
+none in a validation batch.
 
 A 0.5M-token GPT-2 step is 16 micro-batches or more; a device read after each one idles the GPU 16 times a step (it
 was Lightning's read of a prog_bar metric after every batch, and the NaN check's read on each micro-batch of the step
@@ -55,8 +56,9 @@ def busy_steps() -> set[int]:
 
 
 def describe(reads: list[Read]) -> str:
-    counts = Counter((r.step, r.micro_batch, r.call, r.where) for r in reads)
-    return "\n".join(f"step {s} micro-batch {m}: {call} x{n} at {where}" for (s, m, call, where), n in counts.items())
+    counts = Counter((r.phase, r.step, r.micro_batch, r.call, r.where) for r in reads)
+    return "\n".join(f"{phase} step {s} batch {m}: {call} x{n} at {where}"
+                     for (phase, s, m, call, where), n in counts.items())
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
@@ -67,12 +69,15 @@ def test_no_host_read_inside_an_accumulated_step(tmp_path: Path, device: str) ->
     assert len(reads.last_micro_batch) == MAX_STEPS
     assert set(reads.last_micro_batch.values()) == {ACCUMULATE - 1}
     first = 1 if device == "gpu" else 0  # on a GPU the first step compiles, and inductor's autotuning reads the device
-    inside = [r for r in reads.reads if r.micro_batch != reads.last_micro_batch[r.step] and r.step >= first]
+    inside = [r for r in reads.training() if r.micro_batch != reads.last_micro_batch[r.step] and r.step >= first]
     assert not inside, "device reads before a step's last micro-batch:\n" + describe(inside)
-    idle = [r for r in reads.reads if r.step not in busy_steps()]
+    idle = [r for r in reads.training() if r.step not in busy_steps()]
     assert not idle, "device reads on steps that log, check, validate and save nothing:\n" + describe(idle)
     # The harness sees reads: the logging steps do read (the logger's scalars), so an empty list is no pass.
-    assert {r.step for r in reads.reads} >= {5, 11, 23}
+    assert {r.step for r in reads.training()} >= {5, 11, 23}
+    validation = [r for r in reads.reads if r.phase == "validation"]
+    assert not validation, "device reads in validation batches (the sums are read once, at the end):\n" + describe(
+        validation)
 
 
 @pytest.mark.parametrize("extra", [("loss_spike.z_threshold=6.0",)], ids=["loss_spike_guard"])
@@ -80,7 +85,7 @@ def test_per_step_guards_read_once_per_step_not_per_micro_batch(tmp_path: Path, 
     """A guard that must see every step's loss before the step is taken reads it once, on the step's last
     micro-batch."""
     reads = run_with_reads(tmp_path, *(f"callbacks.{o}" for o in extra))
-    inside = [r for r in reads.reads if r.micro_batch != reads.last_micro_batch[r.step]]
+    inside = [r for r in reads.training() if r.micro_batch != reads.last_micro_batch[r.step]]
     assert not inside, "device reads before a step's last micro-batch:\n" + describe(inside)
 
 
