@@ -61,11 +61,15 @@ def describe(reads: list[Read]) -> str:
                      for (phase, s, m, call, where), n in counts.items())
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_no_host_read_inside_an_accumulated_step(tmp_path: Path, device: str) -> None:
+RUNS = [("cpu", ()), ("cpu", ("trainer=fsdp", "trainer.devices=1")), pytest.param("gpu", (), marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device, strategy", RUNS, ids=["cpu", "fsdp", "gpu"])
+def test_no_host_read_inside_an_accumulated_step(tmp_path: Path, device: str, strategy: tuple[str, ...]) -> None:
     """On a GPU the run is the fast path as typed (compiled, bf16-mixed, fused AdamW), and torch's own sync
-    report is added to what the TorchFunctionMode sees."""
-    reads = run_with_reads(tmp_path, gpu=device == "gpu")
+    report is added to what the TorchFunctionMode sees. Under FSDP (one gloo rank in this process) the same run
+    goes through the sharded model, its clipping and its checkpoints."""
+    reads = run_with_reads(tmp_path, *strategy, gpu=device == "gpu")
     assert len(reads.last_micro_batch) == MAX_STEPS
     assert set(reads.last_micro_batch.values()) == {ACCUMULATE - 1}
     first = 1 if device == "gpu" else 0  # on a GPU the first step compiles, and inductor's autotuning reads the device
