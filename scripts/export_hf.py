@@ -3,8 +3,9 @@
     python scripts/export_hf.py ckpt_path=outputs/runs/<name>/<date>/<time>/checkpoints/last.ckpt out=exported/
 
 Writes config.json, model.safetensors and the tokenizer files (tokenizer.json, tokenizer_config.json) of the
-run's tokenizer, so AutoModelForCausalLM and AutoTokenizer both load the directory. A directory that already holds
-files is refused (overwrite=true writes into it), and so is one inside a run's checkpoints/.
+run's tokenizer, so AutoModelForCausalLM and AutoTokenizer both load the directory: all of them or, when the export
+fails (a full disk), none. A directory that already holds files is refused (overwrite=true writes into it), and so
+is one inside a run's checkpoints/.
 """
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.atomic import STAGING_DIR, remove, write_together
 from gptlab.checkpoint.reader import load_model, recorded_tokenizer
 from gptlab.config.entry import main as gptlab_main
 from gptlab.config.ranges import boolean, writable_dir
@@ -29,6 +31,7 @@ WRITES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_confi
 def main(cfg: DictConfig) -> None:
     writable_dir("out", cfg.out)  # before the checkpoint is read: a file or a read-only dir fails at once
     boolean("overwrite", cfg.overwrite)
+    remove(Path(cfg.out) / STAGING_DIR)  # what an export killed midway left: gptlab's own
     check_new_dir("out", Path(cfg.out), cfg.overwrite, "overwrite=true", WRITES)
     model, hparams = load_model(cfg.ckpt_path)
     tokenizer_cfg = cfg.get("tokenizer") or recorded_tokenizer(hparams)
@@ -37,9 +40,13 @@ def main(cfg: DictConfig) -> None:
                           "tokenizer=<the training run's: bytes, gpt2, r50k_base or cl100k_base>.")
     tokenizer_cfg = OmegaConf.to_container(OmegaConf.create(tokenizer_cfg), resolve=True)
     tokenizer = hydra.utils.instantiate(tokenizer_cfg)
+
+    def write(staging: Path) -> None:
+        save_pretrained(model, staging)
+        export_tokenizer(tokenizer, staging, tokenizer_cfg)
+
     try:
-        save_pretrained(model, cfg.out)
-        export_tokenizer(tokenizer, Path(cfg.out), tokenizer_cfg)
+        write_together(Path(cfg.out), write)  # all the files or none: a full disk leaves out= as it was
     except OSError as err:  # a dir that cannot be created or written (permissions, a special filesystem)
         raise ConfigError(f"out={cfg.out!r} cannot be written ({err.strerror or err}); choose a directory you can "
                           "write to.") from err

@@ -564,22 +564,29 @@ def test_a_sharded_checkpoints_offered_commands_give_what_train_continues(tmp_pa
 
 
 def test_a_full_disk_during_export_then_run_again_as_told(tmp_path: Path) -> None:
-    """The disk fills after model.safetensors: "Free some space and run again" is refused anew, truly (the dir holds
-    a file now) with its own way out, overwrite=true, which writes the whole export."""
+    """The disk fills after model.safetensors is written: the export leaves nothing (not the weights without their
+    config and tokenizer), so "Free some space and run again" works as typed. Over an earlier export
+    (overwrite=true), a full disk leaves that export's files as they were, whole."""
     files()
     out = tmp_path / "hf"
     command = (CK, f"out={out}")
     write_text = Path.write_text
 
     def no_space(self: Path, *args: Any, **kwargs: Any) -> int:
-        if self.parent == out:
+        if out in self.parents:
             raise OSError(errno.ENOSPC, "No space left on device")
         return write_text(self, *args, **kwargs)
 
     with mock.patch.object(Path, "write_text", no_space):
         refused = export_refusal(command)
     assert refused is not None and refused.message.endswith("Free some space and run again."), refused
-    again = export_refusal.__wrapped__(command)
-    assert again is not None and "overwrite=true" in again.message, again
-    assert export_refusal.__wrapped__((*command, "overwrite=true")) is None
+    assert not out.exists()  # made by the export, and removed with the little it had written
+    assert export_refusal.__wrapped__(command) is None  # run again, as told
     assert _sample_again((f"ckpt_path={out}", "max_new_tokens=2")) is None
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "README.md").write_text("the user's own file\n")
+    with mock.patch.object(Path, "write_text", no_space):
+        refused = export_refusal.__wrapped__((*command, "overwrite=true"))
+    assert refused is not None and refused.message.endswith("Free some space and run again."), refused
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "README.md"} == before
+    assert (out / "README.md").read_text() == "the user's own file\n"

@@ -169,6 +169,34 @@ def replace_folder(new: Path, path: Path) -> None:
     remove(old)
 
 
+STAGING_DIR = f".staging{TEMP_SUFFIX}"  # inside a target dir: the files of one write_together, until all are written
+
+
+def write_together(directory: Path, write: Callable[[Path], None]) -> None:
+    """Files that are only of use together (a Hugging Face export: weights, config, tokenizer) appear in `directory`
+    all or none. `write(staging)` fills a hidden folder inside `directory`; only when it has finished are its files
+    renamed into place, one rename each, which needs no space. On any failure (a full disk, a kill) the staging
+    folder goes, and `directory` too when this call made it and nothing else is in it: the files already there stay
+    as they were."""
+    directory = Path(directory)
+    made = not directory.exists()
+    staging = directory / STAGING_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    remove(staging)  # left by a write killed before
+    try:
+        staging.mkdir()
+        write(staging)
+    except BaseException:
+        remove(staging)
+        if made and not any(directory.iterdir()):
+            directory.rmdir()
+        raise
+    for path in sorted(staging.iterdir()):
+        os.replace(path, directory / path.name)
+    staging.rmdir()
+    fsync_dir(directory)
+
+
 # A filesystem that has no hard links (some FUSE and object-store mounts) or refuses one more link to the file.
 NO_HARD_LINK = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 
