@@ -150,6 +150,15 @@ class SignalInValidation(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class SignalAtStart(L.Callback):
+    """Sends its own process `signal_name` when built (before the data is set up and training starts), in DDP rank
+    `rank` only (ranks > 0 are told theirs by LOCAL_RANK; rank 0, the launcher, has none yet)."""
+
+    def __init__(self, rank: int, signal_name: str = "SIGTERM") -> None:
+        if int(os.environ.get("LOCAL_RANK", "0")) == rank:
+            os.kill(os.getpid(), getattr(signal, signal_name))
+
+
 class InjectNaN(L.Callback):
     """Turns one weight into NaN just before the batch of optimizer step `step`."""
 

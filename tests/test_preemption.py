@@ -27,12 +27,7 @@ def _check_drill(cases: list[Case], tmp_path: Path) -> None:
 
 
 def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_the_run(tmp_path: Path) -> None:
-    bin_dir, requeued = tmp_path / "bin", tmp_path / "requeued"
-    bin_dir.mkdir()
-    scontrol = bin_dir / "scontrol"  # records how gptlab called it, as SLURM's would requeue the job
-    scontrol.write_text(f"#!/bin/sh\necho \"$@\" > {requeued}\n")
-    scontrol.chmod(scontrol.stat().st_mode | stat.S_IEXEC)
-    env = {**CHECKOUT_ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    env, requeued = _fake_scontrol(tmp_path)
     run = tmp_path / "run"
     args = [*TINY, "trainer.max_steps=8", "callbacks.periodic_checkpoint.every_n_train_steps=100"]
     proc = subprocess.run([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run}", *args, *KILLER,
@@ -79,6 +74,61 @@ def test_ddp_signals_at_aimed_moments_a_lost_rank_and_a_nan_on_one_rank(tmp_path
         Case("lost", "rank1", "step", "SIGKILL", 3),
         Case("nan", step=3),
     ], tmp_path)
+
+
+def _fake_scontrol(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose `scontrol` records how gptlab called it, as SLURM's would requeue the job."""
+    bin_dir, requeued = tmp_path / "bin", tmp_path / "requeued"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho \"$@\" > {requeued}\n")
+    scontrol.chmod(scontrol.stat().st_mode | stat.S_IEXEC)
+    return {**CHECKOUT_ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}, requeued
+
+
+@pytest.mark.parametrize("rank, signal_name", [(1, "SIGTERM"), (0, "SIGUSR1")])
+def test_a_signal_to_one_rank_before_training_stops_every_rank_together(tmp_path: Path, rank: int,
+                                                                         signal_name: str) -> None:
+    """2 CPU ranks, one signalled before its data is set up: every rank stops there (nothing to save), with the
+    signal's exit code and one line, where that rank alone used to stop and the other lose contact (exit 1 when
+    rank 1 was the one). SIGUSR1 also requeues under SLURM, as a preemption during training does."""
+    env, requeued = _fake_scontrol(tmp_path)
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run}", *TINY, "trainer=ddp",
+                           "trainer.max_steps=8", "+callbacks.sig._target_=helpers.SignalAtStart",
+                           f"+callbacks.sig.rank={rank}", f"+callbacks.sig.signal_name={signal_name}"],
+                          cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    signum = {"SIGTERM": 15, "SIGUSR1": 10}[signal_name]
+    assert proc.returncode == 128 + signum, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("gptlab:")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"gptlab: stopped: {signal_name} while ") and "before training started" in lines[0]
+    assert not list(run.glob("checkpoints/*.ckpt"))
+    assert requeued.exists() == (signal_name == "SIGUSR1")
+
+
+def test_a_signal_to_a_rank_still_starting_is_recorded_not_its_death(tmp_path: Path) -> None:
+    """DDP ranks > 0 start with the preemption signals blocked (rank 0 holds them while it starts them) until
+    src/train.py's first act, installing the handler: a signal that reaches a rank while Python starts is then its
+    recorded preemption, not a death that the rank watcher must call a lost rank."""
+    from gptlab.signals import FLAG
+
+    child = [sys.executable, "-c", "import time; time.sleep(1.0); from gptlab.signals import FLAG; FLAG.install(); "
+             "print(FLAG.signum)"]
+    FLAG.hold_for_children()
+    try:
+        proc = subprocess.Popen(child, env=CHECKOUT_ENV, stdout=subprocess.PIPE, text=True)
+    finally:
+        FLAG.release()
+    proc.send_signal(15)  # while it sleeps, before its handler exists
+    out, _ = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0 and out.split() == ["15"], (proc.returncode, out)
+    unheld = subprocess.Popen(child, env=CHECKOUT_ENV, stdout=subprocess.PIPE, text=True)
+    unheld.send_signal(15)
+    unheld.communicate(timeout=HANG_GUARD_S)
+    assert unheld.returncode == -15  # what the hold prevents
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from typing import Any, Iterator
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: SLURM's `--signal=SIGUSR1@90` before requeue
@@ -28,6 +29,7 @@ class SignalFlag:
         self.signum = 0
         self._previous: dict[int, Any] = {}
         self._mask_before_fork: set[int] | None = None
+        self._held_mask: set[int] | None = None  # the mask before hold_for_children
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
@@ -45,6 +47,22 @@ class SignalFlag:
         if not self.installed:
             self.signum = 0  # a signal from before (a finished job of this process) is not for this one
             self._previous = {s: signal.signal(s, self._handle) for s in PREEMPTION_SIGNALS}
+            # A DDP rank started with them blocked (hold_for_children): one sent while it started is taken now.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPTION_SIGNALS)
+
+    def hold_for_children(self) -> None:
+        """In a launcher about to start processes whose first act is `install` (DDP ranks > 0, src/train.py): the
+        preemption signals wait, blocked, until `release`. A child inherits the block across exec, so a signal
+        that reaches it while Python starts and imports is recorded by its handler, not its death (which the
+        rank watcher would have to call a lost rank)."""
+        if self._held_mask is None:
+            self._held_mask = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPTION_SIGNALS)
+
+    def release(self) -> None:
+        """The launcher's children are started: its own signals are delivered again (one that came meanwhile now)."""
+        mask, self._held_mask = self._held_mask, None
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -93,5 +111,15 @@ def stop_if_signalled(what: str) -> None:
         from gptlab.errors import StoppedBySignal
 
         raise StoppedBySignal(FLAG.consume(), what)
+def requeue_slurm_job() -> None:
+    """Under SLURM, put the job back in the queue (what `sbatch --requeue --signal=SIGUSR1@90` expects): after a
+    SIGUSR1 stop, whether training had started (a preemption checkpoint) or not (nothing to save)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        array = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else job
+        subprocess.run(["scontrol", "requeue", job], check=False)
+
+
 os.register_at_fork(before=FLAG.block_for_fork, after_in_parent=FLAG.unblock_after_fork,
                     after_in_child=FLAG.forget_in_child)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning as L
+import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from gptlab.config.schemas import Data
@@ -21,7 +23,8 @@ from gptlab.data.mixture import Mixture
 from gptlab.data.mixture_store import MixtureStore
 from gptlab.data.stores import STORES, DataSettings, TokenStore
 from gptlab.data.tokenizers import Tokenizer
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, StoppedBySignal
+from gptlab.signals import FLAG
 
 
 class GPTDataModule(L.LightningDataModule):
@@ -99,7 +102,27 @@ class GPTDataModule(L.LightningDataModule):
         self.store.prepare()
 
     def setup(self, stage: Optional[str] = None) -> None:
-        self.store.setup(self.trainer)
+        """The store's setup (tokenizing, checking shards). A stop signal before training ends every rank together:
+        they agree after it (one all-reduce), so a signal to one rank stops all of them, each with the signal's
+        exit code and rank 0 with one message, where that rank alone used to stop and the others lose contact."""
+        stopped: Optional[StoppedBySignal] = None
+        try:
+            self.store.setup(self.trainer)
+        except StoppedBySignal as err:
+            stopped = err
+        signum = self._any_rank(stopped.signum if stopped else FLAG.signum)
+        if signum:
+            FLAG.consume()
+            raise stopped or StoppedBySignal(signum, "preparing the data (the signal reached another rank), before "
+                                                     "training started")
+
+    def _any_rank(self, signum: int) -> int:
+        """The largest signal number any rank holds (0: none); this rank's own outside a process group."""
+        if self.trainer is None or self.trainer.world_size < 2 or not dist.is_initialized():
+            return signum
+        agreed = torch.tensor([signum], device=self.trainer.strategy.root_device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        return int(agreed.item())
 
     def train_dataloader(self) -> DataLoader:
         return self.store.train_dataloader(self.trainer)

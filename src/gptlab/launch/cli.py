@@ -8,11 +8,13 @@ import functools
 import os
 import re
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
 from gptlab.errors import NonFiniteLossError, PreemptedError, StoppedBySignal, find_config_error
+from gptlab.signals import requeue_slurm_job
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +77,8 @@ def user_errors_exit(fn: F) -> F:
             if is_rank_zero():
                 print(f"gptlab: stopped: {err}. What was finished is kept; run the same command again to continue.",
                       file=sys.stderr)
+                if err.signum == signal.SIGUSR1:
+                    requeue_slurm_job()  # the same command again, by SLURM
             sys.exit(128 + err.signum)
         except KeyboardInterrupt:  # Ctrl-C outside training (Lightning ends a fit on it by itself)
             if is_rank_zero():

@@ -21,6 +21,8 @@ from typing import Iterator, Sequence
 
 import torch.distributed as dist
 
+from gptlab.signals import FLAG
+
 # Set in the launching process by Lightning's DDP launcher; left behind, they make the next job of a
 # sweep believe it is a child rank of an already running group.
 LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -36,6 +38,7 @@ def job_subprocess_cmd(local_rank: int) -> tuple[Sequence[str], str]:
 
     import __main__
 
+    FLAG.hold_for_children()  # until watch_ranks: Lightning starts the child right after this returns
     hydra_cfg = HydraConfig.get()
     if os.environ.get(JOB_ENTRY_ENV):  # a job run inside a launcher's worker (hydra/launcher=local_gpus)
         command = [sys.executable, *shlex.split(os.environ[JOB_ENTRY_ENV])]

@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Any, Optional
 
+from gptlab.signals import FLAG
+
 ORDERLY_EXIT_CODES = {1, 2, 128 + signal.SIGTERM, 128 + signal.SIGUSR1}  # gptlab's own agreed stops
 GRACE_SECONDS = 20.0  # an orderly rank stop: rank 0 stops at the same step and exits well within this
 POLL_SECONDS = 0.5
@@ -90,7 +92,9 @@ def _watch() -> None:
 
 
 def watch_ranks(child_processes: list[subprocess.Popen]) -> None:
-    """Replaces lightning's `_launch_process_observer` (same argument): start the watcher thread."""
+    """Replaces lightning's `_launch_process_observer` (same argument), called once the ranks are started: start
+    the watcher thread, and let this process's preemption signals through again (job_subprocess_cmd held them)."""
+    FLAG.release()
     WATCH.children = child_processes
     threading.Thread(target=_watch, daemon=True, name="gptlab-rank-watch").start()
 

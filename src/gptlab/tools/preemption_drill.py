@@ -4,7 +4,9 @@ zero-shot evaluation, or at a random time from the launch on, imports included),
 
 A preempted job must end every rank within `deadline` seconds of the signal, with exit code 128 + the signal
 number, one `gptlab: preempted ...` line saying how to resume, no traceback, and a `last.ckpt` that loads and
-holds the step the line names. Two more cases: SIGKILL of rank 1 (a lost rank) and a NaN loss on rank 1 only, each
+holds the step the line names; a signal at a random time that lands before the first step (still tokenizing, say)
+may instead end every rank with one `gptlab: stopped: ... before training started` line, nothing to save. Two more
+cases: SIGKILL of rank 1 (a lost rank) and a NaN loss on rank 1 only, each
 of which must end the job with exit code 1 and one gptlab message naming the rank and the step.
 
 The moments are aimed from inside the job by `SignalAt`, a callback the drill adds to rank 0 (the launcher: the
@@ -273,7 +275,8 @@ class PreemptionDrill:
             problems.append("a traceback was printed")
         if out.seconds is not None and out.seconds > self.deadline:
             problems.append(f"took {out.seconds:.1f} s > {self.deadline:.0f} s")
-        stops = [line for line in text.splitlines() if re.match(r"gptlab: (preempted|rank \d|training stopped)", line)]
+        stops = [line for line in text.splitlines()
+                 if re.match(r"gptlab: (preempted|stopped|rank \d|training stopped|lost contact)", line)]
         if len(stops) != 1:
             problems.append(f"{len(stops)} stop messages instead of one: {stops[:3]}")
         message = stops[0] if stops else ""
@@ -298,6 +301,9 @@ class PreemptionDrill:
         signum = int(getattr(signal, out.case.signal_name))
         if out.returncode != 128 + signum:
             out.problems.append(f"exit {out.returncode}, expected {128 + signum}")
+        if out.case.moment == "anytime" and re.match(
+                r"gptlab: stopped: SIG\w+ while .*before training started.* run the same command again", message):
+            return  # signalled before the first step: nothing to save, every rank stopped together
         match = re.search(r"at step (\d+); saved (\S+)\)\. Continue with: .*resume=auto hydra\.run\.dir=", message)
         if not match:
             out.problems.append("no line saying what was saved and how to resume")

@@ -25,9 +25,7 @@ there anyway, so one blocking all-reduce costs nothing, and every rank saves and
 from __future__ import annotations
 
 import copy
-import os
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,7 +37,7 @@ from torch.utils.data import IterableDataset
 from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.errors import PreemptedError, StoppedBySignal
 from gptlab.lightning_internals import checkpoint_val_batch_counters, val_batch_progress, validation_follows_step
-from gptlab.signals import FLAG
+from gptlab.signals import FLAG, requeue_slurm_job
 
 
 class PreemptionCheckpoint(L.Callback):
@@ -163,12 +161,3 @@ def _one_batch_started(progress: dict[str, Any]) -> dict[str, Any]:
         progress[scope]["started"] = progress[scope]["completed"] + 1
         progress[scope]["processed"] = progress[scope]["completed"]
     return progress
-
-
-def requeue_slurm_job() -> None:
-    """Under SLURM, put the job back in the queue (what `sbatch --requeue --signal=SIGUSR1@90` expects)."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if job:
-        array = os.environ.get("SLURM_ARRAY_JOB_ID")
-        job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else job
-        subprocess.run(["scontrol", "requeue", job], check=False)
