@@ -111,6 +111,8 @@ def stop_if_signalled(what: str) -> None:
         from gptlab.errors import StoppedBySignal
 
         raise StoppedBySignal(FLAG.consume(), what)
+
+
 def requeue_slurm_job() -> None:
     """Under SLURM, put the job back in the queue (what `sbatch --requeue --signal=SIGUSR1@90` expects): after a
     SIGUSR1 stop, whether training had started (a preemption checkpoint) or not (nothing to save)."""

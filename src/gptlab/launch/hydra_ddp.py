@@ -67,6 +67,7 @@ def ddp_job_scope() -> Iterator[None]:
     try:
         yield
     finally:
+        FLAG.release()  # held by job_subprocess_cmd if the ranks' start failed before watch_ranks released it
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         for key, value in saved.items():
