@@ -115,17 +115,19 @@ def test_a_signal_to_a_rank_still_starting_is_recorded_not_its_death(tmp_path: P
     recorded preemption, not a death that the rank watcher must call a lost rank."""
     from gptlab.signals import FLAG
 
-    child = [sys.executable, "-c", "import time; time.sleep(1.0); from gptlab.signals import FLAG; FLAG.install(); "
-             "print(FLAG.signum)"]
+    def child(sleep: float) -> list[str]:  # a rank that takes `sleep` s to start, then installs the handler
+        return [sys.executable, "-c", f"import time; time.sleep({sleep}); from gptlab.signals import FLAG; "
+                "FLAG.install(); print(FLAG.signum)"]
+
     FLAG.hold_for_children()
     try:
-        proc = subprocess.Popen(child, env=CHECKOUT_ENV, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(child(1.0), env=CHECKOUT_ENV, stdout=subprocess.PIPE, text=True)
     finally:
         FLAG.release()
-    proc.send_signal(15)  # while it sleeps, before its handler exists
+    proc.send_signal(15)  # before its handler exists (held from its birth: whenever it arrives, it waits)
     out, _ = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 0 and out.split() == ["15"], (proc.returncode, out)
-    unheld = subprocess.Popen(child, env=CHECKOUT_ENV, stdout=subprocess.PIPE, text=True)
+    unheld = subprocess.Popen(child(HANG_GUARD_S), env=CHECKOUT_ENV, stdout=subprocess.PIPE, text=True)
     unheld.send_signal(15)
     unheld.communicate(timeout=HANG_GUARD_S)
     assert unheld.returncode == -15  # what the hold prevents
