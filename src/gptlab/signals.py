@@ -113,6 +113,20 @@ def stop_if_signalled(what: str) -> None:
         raise StoppedBySignal(FLAG.consume(), what)
 
 
+def agreed_signal(signum: int, device: Any) -> int:
+    """The largest signal number that any rank holds (0: none), by one blocking all-reduce on `device` that every
+    rank must join; `signum` itself outside a process group of several ranks. (torch is imported here only: this
+    module is imported before torch.)"""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return signum
+    flags = torch.tensor([signum], dtype=torch.int32, device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return int(flags.item())
+
+
 def requeue_slurm_job() -> None:
     """Under SLURM, put the job back in the queue (what `sbatch --requeue --signal=SIGUSR1@90` expects): after a
     SIGUSR1 stop, whether training had started (a preemption checkpoint) or not (nothing to save)."""

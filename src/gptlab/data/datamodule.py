@@ -12,8 +12,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning as L
-import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from gptlab.config.schemas import Data
@@ -24,7 +22,7 @@ from gptlab.data.mixture_store import MixtureStore
 from gptlab.data.stores import STORES, DataSettings, TokenStore
 from gptlab.data.tokenizers import Tokenizer
 from gptlab.errors import ConfigError, StoppedBySignal
-from gptlab.signals import FLAG
+from gptlab.signals import FLAG, agreed_signal
 
 
 class GPTDataModule(L.LightningDataModule):
@@ -110,19 +108,13 @@ class GPTDataModule(L.LightningDataModule):
             self.store.setup(self.trainer)
         except StoppedBySignal as err:
             stopped = err
-        signum = self._any_rank(stopped.signum if stopped else FLAG.signum)
+        signum = stopped.signum if stopped else FLAG.signum
+        if self.trainer is not None:
+            signum = agreed_signal(signum, self.trainer.strategy.root_device)
         if signum:
             FLAG.consume()
             raise stopped or StoppedBySignal(signum, "preparing the data (the signal reached another rank), before "
                                                      "training started")
-
-    def _any_rank(self, signum: int) -> int:
-        """The largest signal number any rank holds (0: none); this rank's own outside a process group."""
-        if self.trainer is None or self.trainer.world_size < 2 or not dist.is_initialized():
-            return signum
-        agreed = torch.tensor([signum], device=self.trainer.strategy.root_device)
-        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-        return int(agreed.item())
 
     def train_dataloader(self) -> DataLoader:
         return self.store.train_dataloader(self.trainer)

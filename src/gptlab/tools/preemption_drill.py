@@ -6,8 +6,8 @@ A preempted job must end every rank within `deadline` seconds of the signal, wit
 number, one `gptlab: preempted ...` line saying how to resume, no traceback, and a `last.ckpt` that loads and
 holds the step the line names; a signal at a random time that lands before the first step (still tokenizing, say)
 may instead end every rank with one `gptlab: stopped: ... before training started` line, nothing to save. Two more
-cases: SIGKILL of rank 1 (a lost rank) and a NaN loss on rank 1 only, each
-of which must end the job with exit code 1 and one gptlab message naming the rank and the step.
+cases: SIGKILL of rank 1 (a lost rank) and a NaN loss on rank 1 only, each of which must end the job with exit code
+1 and one gptlab message naming the rank and the step.
 
 The moments are aimed from inside the job by `SignalAt`, a callback the drill adds to rank 0 (the launcher: the
 other ranks are its child processes), so "mid-checkpoint" really is while rank 0 is in a checkpoint write.

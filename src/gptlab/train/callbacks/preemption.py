@@ -37,7 +37,7 @@ from torch.utils.data import IterableDataset
 from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.errors import PreemptedError, StoppedBySignal
 from gptlab.lightning_internals import checkpoint_val_batch_counters, val_batch_progress, validation_follows_step
-from gptlab.signals import FLAG, requeue_slurm_job
+from gptlab.signals import FLAG, agreed_signal, requeue_slurm_job
 
 
 class PreemptionCheckpoint(L.Callback):
@@ -80,9 +80,7 @@ class PreemptionCheckpoint(L.Callback):
             # First wait for every rank (rank 0 may still be scoring): a signal to a rank that waits here is
             # handled as this returns, so the flags all-reduced next include it.
             dist.all_reduce(torch.zeros(1, dtype=torch.int32, device=trainer.strategy.root_device))
-            flags = torch.tensor([FLAG.signum], dtype=torch.int32, device=trainer.strategy.root_device)
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-            signum = int(flags.item())
+            signum = agreed_signal(FLAG.signum, trainer.strategy.root_device)
             if signum:  # never cleared here: a signal that came during the all-reduce is for the next check
                 FLAG.signum = signum
         return signum
