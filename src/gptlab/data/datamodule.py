@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning as L
+import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from gptlab.config.schemas import Data
@@ -109,7 +110,7 @@ class GPTDataModule(L.LightningDataModule):
         except StoppedBySignal as err:
             stopped = err
         signum = stopped.signum if stopped else FLAG.signum
-        if self.trainer is not None:
+        if self.trainer is not None and self.trainer.world_size > 1 and dist.is_initialized():
             signum = agreed_signal(signum, self.trainer.strategy.root_device)
         if signum:
             FLAG.consume()
