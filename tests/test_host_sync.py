@@ -94,17 +94,18 @@ def test_per_step_guards_read_once_per_step_not_per_micro_batch(tmp_path: Path, 
 
 
 def test_train_loss_is_the_whole_steps_loss(tmp_path: Path) -> None:
-    """train/loss is read once per logging step, and it is the step's mean over all its micro-batches: a run that
-    accumulates 2 micro-batches of 4 windows logs what one of 8 windows does (the same windows, the same gradient),
-    not its last micro-batch's half."""
+    """train/loss and train/z_loss are read once per logging step, and each is the step's mean over all its
+    micro-batches: a run that accumulates 2 micro-batches of 4 windows logs what one of 8 windows does (the same
+    windows, the same gradient), not its last micro-batch's half."""
     from helpers import scalars, train_in_process
 
     logged = {}
     for name, overrides in {"accumulated": ("data.batch_size=4", "trainer.accumulate_grad_batches=2"),
                             "whole": ("data.batch_size=8", "trainer.accumulate_grad_batches=1")}.items():
         train_in_process(tmp_path / name, "trainer.max_steps=6", "trainer.val_check_interval=6", "model.dropout=0.0",
-                         *overrides)
-        logged[name] = scalars(tmp_path / name)["train/loss"]
-    assert sorted(logged["accumulated"]) == list(range(1, 7))
-    for step, loss in logged["whole"].items():
-        assert logged["accumulated"][step] == pytest.approx(loss, abs=1e-5), step
+                         "model.z_loss=1e-3", *overrides)
+        logged[name] = scalars(tmp_path / name)
+    for tag in ("train/loss", "train/z_loss"):
+        assert sorted(logged["accumulated"][tag]) == list(range(1, 7))
+        for step, value in logged["whole"][tag].items():
+            assert logged["accumulated"][tag][step] == pytest.approx(value, rel=1e-5), (tag, step)

@@ -29,6 +29,7 @@ from gptlab.config.schemas import Trainer
 from gptlab.config.validate import check_fields, check_node
 from gptlab.data.tokenizers import ByteTokenizer
 from gptlab.errors import ConfigError
+from gptlab.eval.val_tokens import overrides_to_reproduce
 from gptlab.eval.zeroshot import check_fits, check_tasks, evaluate_tasks, format_table, load_examples
 from gptlab.launch import quiet
 from gptlab.preflight.guards import check_devices
@@ -83,6 +84,11 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         results = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
         metrics = {"val/loss": float(results["val/loss"]), "val/ppl": math.exp(float(results["val/loss"])),
                    "val/bpb": float(results["val/bpb"])}
+        wanted = overrides_to_reproduce(hparams.get("run"), OmegaConf.to_container(cfg.data, resolve=True),
+                                        OmegaConf.to_container(cfg.trainer, resolve=True))
+        if wanted:
+            log.warning("these are not the validation tokens the checkpoint's run scored, so val/loss differs from "
+                        "the one it logged; to score those, pass: %s", " ".join(wanted))
     if tasks:
         model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
         with trainer.precision_plugin.forward_context():  # trainer.precision, as for val/loss

@@ -246,8 +246,15 @@ class StreamingStore(TokenStore):
             self._identity = stream_identity(self.source, self.tokenizer, s.block_size, s.val_fraction)
         return self._identity
 
+    @staticmethod
+    def _shard(trainer: Any, val: bool) -> tuple[int, int]:
+        """(rank, world size) a split is dealt over. Training documents are dealt to ranks; every rank validates the
+        same first val_windows windows of all val documents, so val/loss scores the same tokens on any number of
+        ranks (the synced sums count each rank's copy, which leaves their ratio as on one rank)."""
+        return (0, 1) if val else rank_world(trainer)
+
     def _stream(self, trainer: Any, val: bool, **kwargs: Any) -> StreamingWindows:
-        rank, world = rank_world(trainer)
+        rank, world = self._shard(trainer, val)
         s = self.settings
         return StreamingWindows(self.source, self.tokenizer, s.block_size, s.val_fraction, val=val, rank=rank,
                                 world_size=world, **kwargs)
@@ -262,7 +269,7 @@ class StreamingStore(TokenStore):
                 raise ConfigError(
                     f"the {'val' if val else 'train'} documents of the streamed source "
                     f"{getattr(self.source, 'name', '')!r} hold fewer than block_size+1="
-                    f"{self.settings.block_size + 1} tokens for this rank; use "
+                    f"{self.settings.block_size + 1} tokens{'' if val else ' for this rank'}; use "
                     + (f"model.block_size={fits} (the largest power of two that fits), " if fits else "")
                     + "more data, or another data.val_fraction."
                 )
@@ -270,7 +277,7 @@ class StreamingStore(TokenStore):
     def _tokens_held(self, trainer: Any, val: bool) -> int:
         """The tokens of a split too short for one window (so cheap to count): its windows of 2 tokens at stride 1,
         plus one."""
-        rank, world = rank_world(trainer)
+        rank, world = self._shard(trainer, val)
         pairs = StreamingWindows(self.source, self.tokenizer, 1, self.settings.val_fraction, val=val, rank=rank,
                                  world_size=world)
         count = sum(1 for _ in pairs.one_pass())

@@ -49,8 +49,9 @@ class GPTLitModule(L.LightningModule):
         # The newest logging step's own scalars (tensors, read only when a checkpoint is written): the checkpoint
         # carries them and a run resumed from it logs them again (train/callbacks/relog.py).
         self.step_scalars: dict[str, Any] = {}
-        # The current step's cross-entropy summed over its micro-batches so far, on the device (no host read):
-        # train/loss is the whole step's mean, not its last micro-batch's.
+        # The current step's cross-entropy (and log^2 Z, with model.z_loss) summed over its micro-batches so far, on
+        # the device (no host read): train/loss and train/z_loss are the whole step's means, not its last
+        # micro-batch's.
         self._step_loss: Optional[torch.Tensor] = None
         self._step_micro_batches = 0
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
@@ -72,11 +73,14 @@ class GPTLitModule(L.LightningModule):
         self.per_source = torch.nn.ModuleList()
 
     def setup(self, stage: str) -> None:
-        """One set of validation sums per validation DataLoader when the DataModule names its sources."""
+        """One set of validation sums per validation DataLoader when the DataModule names its sources, each as wide as
+        the device allows."""
         names = getattr(getattr(self.trainer, "datamodule", None), "val_sources", None) or []
         if list(names) != self.val_sources:
             self.val_sources = list(names)
             self.per_source = torch.nn.ModuleList(ValidationSums() for _ in names)
+        for sums in (self.val_sums, *self.per_source):
+            sums.use_device(self.trainer.strategy.root_device)
 
     def configure_model(self) -> None:
         """Lightning calls this under every strategy, before it moves or wraps the model: the one place where the
@@ -102,7 +106,8 @@ class GPTLitModule(L.LightningModule):
         # across runs with and without it, and train/z_loss logs the unscaled log^2 Z.
         parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss)
         loss = parts.ce.detach()
-        self._step_loss = loss if self._step_loss is None else self._step_loss + loss
+        sums = loss if parts.z is None else torch.stack([loss, parts.z.detach()])  # [ce] or [ce, log^2 Z]
+        self._step_loss = sums if self._step_loss is None else self._step_loss + sums
         self._step_micro_batches += 1
         step_loss, micro_batches = self._step_loss, self._step_micro_batches
         if completes_optimizer_step(self.trainer):
@@ -115,7 +120,10 @@ class GPTLitModule(L.LightningModule):
             self.step_scalars = {"steps_done": self.global_step + 1}
             # The step's mean over its micro-batches and its ranks (one scalar all-reduce, on logging steps only):
             # the loss of the whole batch the step was taken on, the same on any layout of ranks and accumulation.
-            step_loss = step_loss / micro_batches
+            # Every micro-batch holds the same number of targets (the train loaders drop a last partial batch), so the
+            # mean of their means is the token mean.
+            step_means = step_loss / micro_batches
+            step_loss = step_means if parts.z is None else step_means[0]
             self.log("train/loss", step_loss, on_step=True, on_epoch=False, sync_dist=True)
             self.step_scalars["train/loss"] = step_loss
             # Logged here rather than by LearningRateMonitor, which splits it per parameter group
@@ -123,8 +131,9 @@ class GPTLitModule(L.LightningModule):
             # TensorBoard opens on train/ and val/ (see docs/run-outputs.md).
             lr = base_lr(self.trainer.optimizers[0].param_groups[0])  # muP's hidden group: without its 1/r
             self.log_step_scalar("train/lr", lr)
-            if parts.z is not None:
-                self.log_step_scalar("train/z_loss", parts.z.detach())
+            if parts.z is not None:  # the step's mean over micro-batches and ranks, as train/loss
+                self.log("train/z_loss", step_means[1], on_step=True, on_epoch=False, sync_dist=True)
+                self.step_scalars["train/z_loss"] = step_means[1]
         # train_loss: the cross-entropy alone, for the non-finite check (train/callbacks/nonfinite.py)
         return {"loss": parts.objective, "train_loss": loss}
 
