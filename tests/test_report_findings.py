@@ -225,5 +225,5 @@ def test_a_job_of_another_sweep_with_the_same_keys_is_told_by_the_sweeps_own_val
         "sweeper_params": {"model.norm": "pre,post", "experiment": "x"}}))
     make_job(sweep, 9, {"experiment": "x", "model.norm": "rms", "seed": "1"}, [3.2, 3.1])  # from an rms sweep
     text = write_report(sweep)[0].read_text()
-    assert "- 9: model.norm=rms is not one of this sweep's values: a run from elsewhere" in text
+    assert "- 9: model.norm=rms is not one of this sweep's values (pre, post): a run from elsewhere" in text
     assert "4 jobs in 2 variants" in text and "model.norm=rms |" not in text
