@@ -61,10 +61,11 @@ def test_an_untied_head_is_marked_as_the_variant_with_more_parameters(tmp_path: 
              for t in (True, False)}
     text = write_report(sweep)[0].read_text()
     line = verdict_line(text, "model.tie_weights=false")
-    more = f"MORE PARAMETERS: {untied:,} against the baseline's {tied:,} (+{(untied - tied) / tied:.1%})"
+    more = (f"MORE PARAMETERS: {untied:,} against the baseline's {tied:,} (+{untied - tied:,}, "
+            f"{(untied - tied) / tied:+.2%})")
     assert line.endswith(f", significant; {more}"), line
     assert ("MORE FLOPS PER TOKEN" in line) == (len(flops) > 1)
-    assert row(text, "model.tie_weights=false")[7] == f"{untied:,} (+{(untied - tied) / tied:.1%} over the baseline)"
+    assert row(text, "model.tie_weights=false")[7] == f"{untied:,} (+{untied - tied:,} over the baseline)"
     assert row(text, "model.tie_weights=true")[7] == f"{tied:,}"
     assert "Compared at matched tokens (every job saw 512 tokens), not at matched FLOPs or parameters" in text
     flipped = write_report(sweep, baseline="model.tie_weights=false")[0].read_text()

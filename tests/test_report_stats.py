@@ -106,7 +106,8 @@ def test_one_seed_gets_no_test_and_the_report_still_works(tmp_path: Path) -> Non
     assert verdict_line(text, "model.norm=post") == (
         "- model.norm=post: +0.200, one seed in an arm (n=1), no spread to test against: no test possible")
     row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
-    assert "(n=1), no spread to test against: no test possible" in row and row.endswith("| — | — |")  # no p-value, no train/loss to judge
+    # no p-value, no train/loss to judge
+    assert "(n=1), no spread to test against: no test possible" in row and row.endswith("| — | — |")
     assert "p=" not in text and plot.stat().st_size > 0
 
 
@@ -177,7 +178,7 @@ def test_val_loss_at_matched_flops_against_a_hand_computation(tmp_path: Path) ->
     big_row = next(r for r in text.splitlines() if r.startswith("| model.n_embd=64 |")).split(" | ")
     small_row = next(r for r in text.splitlines() if r.startswith("| model.n_embd=32 |")).split(" | ")
     assert big_row[10] == f"{expected:.4f}" and small_row[10] == "3.0000"
-    more = f"{f_big:,} (+{(f_big - f_small) / f_small:.1%} over the baseline)"  # the baseline: the small model
+    more = f"{f_big:,} (+{f_big - f_small:,} over the baseline)"  # the baseline: the small model
     assert big_row[9] == more and small_row[9] == f"{f_small:,}"
     assert "against tokens seen" in write_report(sweep, x="tokens")[0].read_text()
 

@@ -316,10 +316,10 @@ def _fmt_diff(c: Comparison | None) -> tuple[str, str]:
 
 
 def _more(value: int | None, base: int | None) -> str:
-    """`875,392 (+1.9% over the baseline)` for a count above the baseline's; the count alone otherwise."""
+    """`875,392 (+16,384 over the baseline)` for a count above the baseline's; the count alone otherwise."""
     if value is None:
         return "—"
-    return f"{value:,}" + (f" (+{(value - base) / base:.1%} over the baseline)" if base and value > base else "")
+    return f"{value:,}" + (f" (+{value - base:,} over the baseline)" if base and value > base else "")
 
 
 def cost_note(variant: Variant, base: Variant) -> str:
@@ -332,7 +332,8 @@ def cost_note(variant: Variant, base: Variant) -> str:
                                ("FLOPs per token", variant.cost.flops_per_token, base.cost.flops_per_token)):
         if mine != theirs:
             mark = f"MORE {what.upper()}" if mine > theirs else f"fewer {what}"
-            notes.append(f"{mark}: {mine:,} against the baseline's {theirs:,} ({(mine - theirs) / theirs:+.1%})")
+            notes.append(f"{mark}: {mine:,} against the baseline's {theirs:,} ({mine - theirs:+,}, "
+                         f"{(mine - theirs) / theirs:+.2%})")
     return "; ".join(notes)
 
 
