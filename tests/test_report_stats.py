@@ -259,9 +259,10 @@ def test_real_seed_sweep_of_ablate_norm_reports_per_variant(tmp_path: Path) -> N
     assert "Baseline: model.norm=pre (--baseline)" in out
     post = next(r for r in out.splitlines() if r.startswith("| model.norm=post |")).split(" | ")
     assert post[1] == "3" and "[" in post[11]  # three seeds, a CI
-    line = verdict_line(out, "model.norm=post")
+    line, cost = verdict_line(out, "model.norm=post").split("; fewer parameters: ")  # post-LN: no final norm
     assert "(95% CI), p=" in line and (line.endswith(", significant") or line.endswith("no difference found (the "
                                                                                           "interval spans 0)"))
+    assert "; fewer FLOPs per token: " in cost and "little power" not in line
     assert (sweep / "val_loss.png").stat().st_size > 5000
 
 
