@@ -103,9 +103,11 @@ def test_alpha_decides_significance(tmp_path: Path) -> None:
 def test_one_seed_gets_no_test_and_the_report_still_works(tmp_path: Path) -> None:
     table, plot = write_report(make_sweep(tmp_path, {"pre": [3.0], "post": [3.2]}))
     text = table.read_text()
-    assert verdict_line(text, "model.norm=post") == "- model.norm=post: +0.200, one seed: no test"
+    assert verdict_line(text, "model.norm=post") == (
+        "- model.norm=post: +0.200, one seed in an arm (n=1), no spread to test against: no test possible")
     row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
-    assert "one seed: no test" in row and row.endswith("| — | — |")  # no p-value, no train/loss to judge
+    # no p-value, no train/loss to judge
+    assert "(n=1), no spread to test against: no test possible" in row and row.endswith("| — | — |")
     assert "p=" not in text and plot.stat().st_size > 0
 
 
@@ -176,7 +178,8 @@ def test_val_loss_at_matched_flops_against_a_hand_computation(tmp_path: Path) ->
     big_row = next(r for r in text.splitlines() if r.startswith("| model.n_embd=64 |")).split(" | ")
     small_row = next(r for r in text.splitlines() if r.startswith("| model.n_embd=32 |")).split(" | ")
     assert big_row[10] == f"{expected:.4f}" and small_row[10] == "3.0000"
-    assert big_row[9] == f"{f_big:,}" and small_row[9] == f"{f_small:,}"
+    more = f"{f_big:,} (+{f_big - f_small:,} over the baseline)"  # the baseline: the small model
+    assert big_row[9] == more and small_row[9] == f"{f_small:,}"
     assert "against tokens seen" in write_report(sweep, x="tokens")[0].read_text()
 
 
@@ -256,9 +259,10 @@ def test_real_seed_sweep_of_ablate_norm_reports_per_variant(tmp_path: Path) -> N
     assert "Baseline: model.norm=pre (--baseline)" in out
     post = next(r for r in out.splitlines() if r.startswith("| model.norm=post |")).split(" | ")
     assert post[1] == "3" and "[" in post[11]  # three seeds, a CI
-    line = verdict_line(out, "model.norm=post")
+    line, cost = verdict_line(out, "model.norm=post").split("; fewer parameters: ")  # post-LN: no final norm
     assert "(95% CI), p=" in line and (line.endswith(", significant") or line.endswith("no difference found (the "
                                                                                           "interval spans 0)"))
+    assert "; fewer FLOPs per token: " in cost and "little power" not in line
     assert (sweep / "val_loss.png").stat().st_size > 5000
 
 
@@ -268,7 +272,8 @@ def test_zero_variance_is_no_test_instead_of_p_zero(tmp_path: Path) -> None:
     table, _ = write_report(make_sweep(tmp_path, {"pre": [3.0, 3.0], "post": [3.183, 3.183]}))
     text = table.read_text()
     assert verdict_line(text, "model.norm=post") == ("- model.norm=post: +0.183, zero variance (every seed gave the "
-                                                     "same value on both sides: repeats of one run?): no test")
+                                                     "same value on both sides: repeats of one run?): no test "
+                                                     "possible")
     assert "p=" not in text and "significant" not in text.split("## Verdicts")[1].split("## Variants")[0]
 
 
@@ -280,7 +285,8 @@ def test_jobs_with_the_same_overrides_are_counted_once_with_a_warning(tmp_path: 
     assert "Warning: repeated runs are not independent seeds." in text
     assert "- job 1 repeats job 0 (model.norm=pre, seed=1): counted once" in text
     assert "- job 3 repeats job 2 (model.norm=post, seed=1): counted once" in text
-    assert verdict_line(text, "model.norm=post") == "- model.norm=post: +0.200, one seed: no test"
+    assert verdict_line(text, "model.norm=post") == (
+        "- model.norm=post: +0.200, one seed in an arm (n=1), no spread to test against: no test possible")
     row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
     assert "| 1 |" in row  # n: the repeat is not a second seed
 

@@ -2,9 +2,16 @@
 
 A report groups jobs by their `.hydra/overrides.yaml`; a dir that is not one of the sweep's jobs (a run copied
 in from elsewhere) or has lost its records would be grouped as a variant of its own, with blank labels, or split a
-real variant and drop its verdict. Such a dir is named in the report with the reason and left out. A job belongs
-when its overrides carry every swept key with one of the swept values (from the sweep's sweep_config.json, which
-the launch writes), or, for a sweep from before that file, the override keys and run name most of its jobs have.
+real variant and drop its verdict. Such a dir is named in the report with the reason and left out.
+
+The jobs a sweep ran are rebuilt from what its launch recorded in sweep_config.json, as Hydra's sweeper built
+them: the sweeper's params (an experiment's list) first, then the command line's overrides, a later value of a key
+replacing an earlier one. So `model.pos_emb=learned,rope` on the command line, widening or narrowing an
+experiment's list or fixing one value, decides the sweep's values, as it decided the jobs. A job belongs when its
+overrides set exactly those keys, each to one of its values (keys a relaunch may change aside). A sweep recorded
+before the launch kept its command line has only its swept overrides: those and the params are checked, other
+keys not. A sweep from before sweep_config.json is judged by the override keys and run name most of its jobs have.
+Every report that reads a sweep (ablation, LR-tuned, ladder) takes its jobs from `screen`.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from gptlab.report.override_values import same, swept_values, typed
+from gptlab.report.override_values import launched_values, same_text
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE, SWEEP_CONFIG
+from gptlab.runs.sweep_jobs import RELAUNCH_MAY_CHANGE
 
 OVERRIDES = Path(".hydra") / "overrides.yaml"
 
@@ -55,37 +63,44 @@ def _records(job_dir: Path) -> tuple[dict[str, str] | None, dict | None, str | N
     return dict(item.split("=", 1) for item in items), record, None
 
 
-def _swept(sweep_dir: Path) -> tuple[dict[str, list | None], str | None] | None:
-    """{swept key: its typed values (None: a range)} and the run name, from the launch's sweep_config.json."""
-    path = sweep_dir / SWEEP_CONFIG
+@dataclass(frozen=True)
+class Launched:
+    """The jobs a sweep's launch made, key by key."""
+
+    values: dict[str, list[str] | None]  # {key as the jobs spell it: its values (None: an interval, any value)}
+    exact: bool  # the whole command line was recorded: a job may set no other key
+    name: str | None  # the run name of its jobs
+
+
+def launched(sweep_dir: Path) -> Launched | None:
+    """What the launch recorded in sweep_config.json, merged as Hydra's sweeper merges it; None without a readable
+    record."""
     try:
-        identity = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    params = identity.get("sweeper_params", {})
-    try:
-        swept = dict(swept_values(line) for line in identity.get("swept", {}).values())
-        # A sweeper's params: each a sweep string (`pre,post`, `interval(...)`); anything else is checked by key.
-        swept |= {k: swept_values(f"{k}={v}")[1] if isinstance(v, str) else None for k, v in params.items()}
+        identity = json.loads((sweep_dir / SWEEP_CONFIG).read_text())
+        params = identity.get("sweeper_params") or {}
+        command = identity.get("task_overrides")
+        lines = [f"{k}={v}" for k, v in params.items()]  # as the sweeper spells its params
+        lines += command if command is not None else list((identity.get("swept") or {}).values())
+        values = dict(launched_values(line) for line in lines)  # a later line of a key replaces an earlier one
+        name = (identity.get("config") or {}).get("name")
     except Exception:  # noqa: BLE001 - an unreadable identity: fall back to the jobs' majority
         return None
-    return swept, identity.get("config", {}).get("name")
+    values = {k: v for k, v in values.items() if k.lstrip("+~") not in RELAUNCH_MAY_CHANGE}
+    return Launched(values, command is not None, name)
 
 
-def _foreign(overrides: dict[str, str], name: str | None, swept: dict[str, list | None], sweep_name: str | None
-             ) -> str | None:
-    for key, values in swept.items():
+def _foreign(overrides: dict[str, str], name: str | None, launch: Launched) -> str | None:
+    for key, values in launch.values.items():
         if key not in overrides:
-            return f"its overrides have no {key}, which this sweep varies: a run from elsewhere"
-        if values is not None:
-            try:
-                value = typed(key, overrides[key])
-            except ValueError:
-                value = overrides[key]
-            if not any(same(value, v) for v in values):
-                return f"{key}={overrides[key]} is not one of this sweep's values: a run from elsewhere"
-    if sweep_name is not None and name is not None and name != sweep_name:
-        return f"its run name {name!r} is not this sweep's {sweep_name!r}: a run from elsewhere"
+            return f"its overrides have no {key}, which every job of this sweep sets: a run from elsewhere"
+        if values is not None and not any(same_text(key, overrides[key], v) for v in values):
+            return (f"{key}={overrides[key]} is not one of this sweep's values ({', '.join(values)}): a run from "
+                    "elsewhere")
+    extra = sorted(k for k in overrides if k not in launch.values and k.lstrip("+~") not in RELAUNCH_MAY_CHANGE)
+    if launch.exact and extra:
+        return f"its overrides set {', '.join(extra)}, which this sweep's launch did not: a run from elsewhere"
+    if launch.name is not None and name is not None and name != launch.name:
+        return f"its run name {name!r} is not this sweep's {launch.name!r}: a run from elsewhere"
     return None
 
 
@@ -101,21 +116,20 @@ def screen(sweep_dir: Path) -> Screened:
             left_out.append((job_dir.name, damaged))
         else:
             read.append((job_dir, overrides, record))
-    identity = _swept(sweep_dir)
-    if identity is not None:
-        swept, sweep_name = identity
-    else:  # the shape most jobs share
+    launch = launched(sweep_dir)
+    majority = launch is None
+    if majority:  # the shape most jobs share
         shapes = Counter(frozenset(o) for _, o, _ in read)
         top = max(shapes.values(), default=0)
         shape = next((frozenset(o) for _, o, _ in read if shapes[frozenset(o)] == top), frozenset())
-        swept = {k: None for k in shape}
         names = Counter(r.get("name") for _, _, r in read if r.get("name"))
-        sweep_name = names.most_common(1)[0][0] if len(names) > 1 or len(read) > 1 and names else None
+        name = names.most_common(1)[0][0] if len(names) > 1 or len(read) > 1 and names else None
+        launch = Launched({k: None for k in shape}, False, name)
     members = []
     for job_dir, overrides, record in read:
-        why = _foreign(overrides, record.get("name"), swept, sweep_name)
-        if why is None and identity is None and frozenset(overrides) != frozenset(swept):
-            extra = sorted(set(overrides) ^ set(swept))
+        why = _foreign(overrides, record.get("name"), launch)
+        if why is None and majority and frozenset(overrides) != frozenset(launch.values):
+            extra = sorted(set(overrides) ^ set(launch.values))
             why = f"its overrides differ in {', '.join(extra)} from the other jobs': a run from elsewhere"
         if why:
             left_out.append((job_dir.name, why))

@@ -24,15 +24,16 @@ def typed(key: str, text: str) -> Any:
     return override.value()
 
 
-def swept_values(line: str) -> tuple[str, list[Any] | None]:
-    """The key of a sweep override line (`model.norm=pre,post`) and its typed values; None for a range or an
-    interval (an Optuna search space), whose values cannot be listed."""
+def launched_values(line: str) -> tuple[str, list[str] | None]:
+    """The key of an override line as a job's overrides spell it (`+rung`, prefix kept) and the values the sweeper
+    gives it, spelt as in those overrides (`model.norm=pre,post`: pre, post; `seed=range(1,3)`: 1, 2; a single
+    value: itself); None for an interval (an Optuna search space), whose values cannot be listed."""
     override = _PARSER.parse_overrides([line])[0]
     if not override.is_sweep_override():
-        return override.key_or_group, [override.value()]
+        return override.get_key_element(), [override.get_value_element_as_str()]
     if not override.is_discrete_sweep():
-        return override.key_or_group, None
-    return override.key_or_group, list(override.value().list)
+        return override.get_key_element(), None
+    return override.get_key_element(), list(override.sweep_string_iterator())
 
 
 def same(a: Any, b: Any) -> bool:

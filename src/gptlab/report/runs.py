@@ -22,7 +22,7 @@ from gptlab.report.job_scalars import probe_peaks, read_scalars, series
 from gptlab.report.membership import job_dirs, screen
 from gptlab.report.override_values import same_text, typed
 from gptlab.report.plot import X_LABELS, plot_val_loss
-from gptlab.report.stats import Band, Comparison, Summary, compare, mean_curve, value_at, verdict
+from gptlab.report.stats import MIN_SEEDS, Band, Comparison, Summary, compare, mean_curve, value_at, verdict
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.runs.sweep_failures import describe, failed_jobs
 
@@ -308,9 +308,62 @@ def _fmt_diff(c: Comparison | None) -> tuple[str, str]:
     if c is None:
         return "baseline", ""
     if not c.testable:
-        return f"{c.diff:+.4f} ({c.no_test}: no test)", "—"
-    found = "" if c.significant else " (no difference found)"
-    return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}{found}"
+        return f"{c.diff:+.4f} ({c.no_test}: no test possible)", "—"
+    notes = ([] if c.significant else ["no difference found"]) + ([f"little power: n<{MIN_SEEDS}"] if c.low_power
+                                                                   else [])
+    return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}" + (f" ({'; '.join(notes)})" if notes
+                                                                                else "")
+
+
+def _more(value: int | None, base: int | None) -> str:
+    """`875,392 (+16,384 over the baseline)` for a count above the baseline's; the count alone otherwise."""
+    if value is None:
+        return "—"
+    return f"{value:,}" + (f" (+{value - base:,} over the baseline)" if base and value > base else "")
+
+
+def cost_note(variant: Variant, base: Variant) -> str:
+    """What a verdict at matched tokens does not match: the variant's parameters and FLOPs per token against the
+    baseline's, when they differ; MORE when the variant has more, since it may win by size or compute, not design."""
+    if variant is base or variant.cost is None or base.cost is None:
+        return ""
+    notes = []
+    for what, mine, theirs in (("parameters", variant.cost.parameters, base.cost.parameters),
+                               ("FLOPs per token", variant.cost.flops_per_token, base.cost.flops_per_token)):
+        if mine != theirs:
+            mark = f"MORE {what.upper()}" if mine > theirs else f"fewer {what}"
+            notes.append(f"{mark}: {mine:,} against the baseline's {theirs:,} ({mine - theirs:+,}, "
+                         f"{(mine - theirs) / theirs:+.2%})")
+    return "; ".join(notes)
+
+
+def tokens_note(jobs: list[JobResult]) -> str:
+    """What the verdicts' final val/loss is matched on: the tokens every job saw, from their run summaries."""
+    seen = {job.summary.get("tokens_seen") for job in jobs}
+    known = sorted(t for t in seen if isinstance(t, int))
+    if len(seen) == 1 and known:
+        return (f"Compared at matched tokens (every job saw {known[0]:,} tokens), not at matched FLOPs or "
+                "parameters: a variant with more parameters or FLOPs per token than the baseline is marked MORE "
+                "PARAMETERS or MORE FLOPS PER TOKEN (it may win by size or compute). The table's val loss @ matched "
+                "FLOPs reads each variant at one compute budget, without a test.\n\n")
+    span = f" ({known[0]:,} to {known[-1]:,})" if len(known) > 1 else ""
+    return (f"Not at matched tokens: the jobs saw different or unrecorded numbers of tokens{span}, so a final "
+            f"val/loss compares runs of different length; read val loss @ matched FLOPs, or rerun with one "
+            f"trainer.max_steps and data.batch_size.\n\n")
+
+
+def seeds_note(variants: list[Variant]) -> str:
+    """The report's warning when an arm has fewer than MIN_SEEDS seeds with a final val/loss."""
+    few = [(v.label, n) for v in variants if 0 < (n := sum(x is not None for x in v.values(METRIC))) < MIN_SEEDS]
+    if not few:
+        return ""
+    text = f"**Fewer than {MIN_SEEDS} seeds in an arm**: " + ", ".join(f"{label} (n={n})" for label, n in few) + "."
+    if any(n > 1 for _, n in few):
+        text += (" With 2 seeds in an arm the test has little power: a real difference can go unfound, so \"no "
+                 "difference found\" says little, and a significant one rests on two runs.")
+    if any(n == 1 for _, n in few):
+        text += " With 1 seed no test is possible: there is no spread to test against."
+    return text + f" Launch with seed=1,2,3 (or more) for a verdict with {MIN_SEEDS} seeds an arm.\n\n"
 
 
 METRIC = "final_val_loss"  # the one compared against the baseline: every variant saw the same tokens by then
@@ -332,8 +385,9 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
 
 
 def variant_table(variants: list[Variant], comps: list[Comparison | None], at_budget: list[float | None],
-                  alpha: float) -> str:
+                  alpha: float, base: Variant) -> str:
     level = f"{1 - alpha:.0%}"
+    base_cost = base.cost
     header = ["variant", "n", "best val/loss", "final val/loss", "best val bpb", "final val bpb", "tokens/s",
               "parameters", "non-embedding", "FLOPs/token", "val loss @ matched FLOPs",
               f"Δ final val/loss ({level} CI)", "p (Welch)", "stability"]
@@ -344,8 +398,10 @@ def variant_table(variants: list[Variant], comps: list[Comparison | None], at_bu
         row = [v.label, str(len(v.jobs)), fmt_summary(v.summary("best_val_loss")),
                fmt_summary(v.summary("final_val_loss")), fmt_summary(v.summary("best_val_bpb")),
                fmt_summary(v.summary("final_val_bpb")), fmt_summary(v.summary("tokens_per_sec"), ",.0f"),
-               _fmt(cost and cost.parameters, ","), _fmt(cost and cost.non_embedding, ","),
-               _fmt(cost and cost.flops_per_token, ","), _fmt(at, ".4f"), diff, p, stability_count(v.jobs)]
+               _more(cost and cost.parameters, base_cost and base_cost.parameters),
+               _fmt(cost and cost.non_embedding, ","),
+               _more(cost and cost.flops_per_token, base_cost and base_cost.flops_per_token), _fmt(at, ".4f"), diff, p,
+               stability_count(v.jobs)]
         rows.append(row)
     return markdown(header, rows)
 
@@ -470,11 +526,12 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
         text += "val loss @ matched FLOPs: unavailable (a variant has no val/loss curve or no readable model).\n\n"
     if repeats:
         text += "Warning: repeated runs are not independent seeds.\n" + "".join(f"- {n}\n" for n in repeats) + "\n"
-    text += stability_note(jobs)
-    text += "## Verdicts (final val/loss against the baseline)\n\n"
-    verdicts = [verdict(v.label, c) for v, c in zip(variants, comps) if c is not None]
+    text += seeds_note(variants) + stability_note(jobs)
+    text += "## Verdicts (final val/loss against the baseline)\n\n" + (tokens_note(jobs) if len(variants) > 1 else "")
+    verdicts = [verdict(v.label, c) + (f"; {note}" if (note := cost_note(v, base)) else "")
+                for v, c in zip(variants, comps) if c is not None]
     text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
-    text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha)
+    text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha, base)
     text += jobs_section(jobs, sweep_dir)
     if no_cost:
         text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"

@@ -31,6 +31,10 @@ class Summary:
         return cls(len(present), float(np.mean(present)), std)
 
 
+MIN_SEEDS = 3  # per arm; with 2, Welch's t has at most 2 degrees of freedom and finds only gaps far beyond the noise
+ONE_SEED = "one seed in an arm (n=1), no spread to test against"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """variant − baseline. `p` and the CI are None when there is no variance to test against: either side has one
@@ -42,7 +46,8 @@ class Comparison:
     dof: float | None = None
     p: float | None = None
     alpha: float = 0.05
-    no_test: str = "one seed"
+    no_test: str = ONE_SEED
+    seeds: tuple[int, int] = (0, 0)  # (baseline, variant); (0, 0): not counted (a comparison made elsewhere)
 
     @property
     def testable(self) -> bool:
@@ -51,6 +56,20 @@ class Comparison:
     @property
     def significant(self) -> bool:
         return self.p is not None and self.p < self.alpha
+
+    @property
+    def low_power(self) -> bool:
+        """Tested, but with fewer than MIN_SEEDS seeds in an arm: a real difference of this size can go unfound, so
+        "no difference found" says little."""
+        return self.testable and 0 < min(self.seeds) < MIN_SEEDS
+
+    @property
+    def power_note(self) -> str:
+        """`little power: 2 seeds against the baseline's 3, fewer than 3 in an arm`, or empty."""
+        if not self.low_power:
+            return ""
+        return (f"little power: {self.seeds[1]} seeds against the baseline's {self.seeds[0]}, fewer than {MIN_SEEDS} "
+                "in an arm")
 
     @property
     def half_width(self) -> float | None:
@@ -70,28 +89,30 @@ def compare(baseline: Sequence[float], variant: Sequence[float], alpha: float = 
     """Difference of means with its (1 − alpha) confidence interval (Welch–Satterthwaite dof, Student's t)
     and Welch's two-sided t-test p-value, the test that does not assume the variants share a variance."""
     a, b = np.asarray(baseline, dtype=float), np.asarray(variant, dtype=float)
-    diff = float(b.mean() - a.mean())
+    diff, seeds = float(b.mean() - a.mean()), (len(a), len(b))
     if len(a) < 2 or len(b) < 2:
-        return Comparison(diff, alpha=alpha)
+        return Comparison(diff, alpha=alpha, seeds=seeds)
     var_a, var_b = float(a.var(ddof=1)), float(b.var(ddof=1))
     se = math.sqrt(var_a / len(a) + var_b / len(b))
     if se == 0.0:  # scipy's t is 0/0 here; a p of 0 would call a difference of repeated runs significant
-        return Comparison(diff, alpha=alpha, no_test=ZERO_VARIANCE)
+        return Comparison(diff, alpha=alpha, no_test=ZERO_VARIANCE, seeds=seeds)
     dof = welch_dof(var_a, len(a), var_b, len(b))
     half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
     p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
-    return Comparison(diff, diff - half, diff + half, dof, p, alpha)
+    return Comparison(diff, diff - half, diff + half, dof, p, alpha, seeds=seeds)
 
 
 def verdict(label: str, comparison: Comparison, digits: int = 3) -> str:
     """One line per variant, e.g. `post: +0.031 ± 0.012 (95% CI), p=0.004, significant`; an interval that spans 0
-    says `no difference found`, so a reader does not take the sign of the difference as a ranking."""
+    says `no difference found`, so a reader does not take the sign of the difference as a ranking, and a test on
+    fewer than MIN_SEEDS seeds in an arm says it has little power."""
     diff = f"{comparison.diff:+.{digits}f}"
     if not comparison.testable:
-        return f"{label}: {diff}, {comparison.no_test}: no test"
+        return f"{label}: {diff}, {comparison.no_test}: no test possible"
     level = f"{1 - comparison.alpha:.0%}"
     sig = "significant" if comparison.significant else "no difference found (the interval spans 0)"
-    return f"{label}: {diff} ± {comparison.half_width:.{digits}f} ({level} CI), p={comparison.p:.3g}, {sig}"
+    power = f"; {comparison.power_note}" if comparison.low_power else ""
+    return f"{label}: {diff} ± {comparison.half_width:.{digits}f} ({level} CI), p={comparison.p:.3g}, {sig}{power}"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ from gptlab.runs.sweep_jobs import RELAUNCH_MAY_CHANGE
 
 def sweep_identity(config: DictConfig) -> dict[str, Any]:
     """The master config of a `-m` launch, key by key (unresolved: `${now:...}` and `${hydra:...}` stay as
-    written), its swept overrides and its sweeper's params; as plain JSON values."""
+    written), its swept overrides and its sweeper's params; as plain JSON values. Also its whole command line
+    (`task_overrides`, not compared at a relaunch: `config` and `swept` hold what must match), from which with the
+    params a report rebuilds the jobs the sweep ran (report.membership)."""
     task = OmegaConf.to_container(config, resolve=False)
     task.pop("hydra", None)
     overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
@@ -38,6 +40,7 @@ def sweep_identity(config: DictConfig) -> dict[str, Any]:
         "config": {k: v for k, v in flatten(task) if k not in RELAUNCH_MAY_CHANGE},
         "swept": swept,
         "sweeper_params": {} if params is None else OmegaConf.to_container(params, resolve=False),
+        "task_overrides": list(config.hydra.overrides.task),
     }
     return json.loads(json.dumps(identity, default=str))  # as it reads back from the file
 
