@@ -5,6 +5,8 @@ a part out, which the report must then say."""
 
 from __future__ import annotations
 
+import argparse
+import io
 import os
 import re
 import subprocess
@@ -16,7 +18,7 @@ import torch
 from helpers import HANG_GUARD_S, ROOT
 
 from gptlab.tools.gpu_check.parts import PARTS, pytest_outcome
-from gptlab.tools.gpu_check.runner import GPU_BUDGET_S, crash_reason
+from gptlab.tools.gpu_check.runner import GPU_BUDGET_S, child_env, crash_reason, run_part
 
 STATUS = re.compile(r"^`[^`]+`: (ok|skipped: .+|failed: .+) \(\d+ s, limit \d+ s\)$")
 
@@ -100,6 +102,20 @@ def test_cpu_runs_only_at_toy_sizes(tmp_path: Path) -> None:
     proc = gpu_check("--device", "cpu", out=tmp_path)
     assert proc.returncode == 1 and "--device cpu runs only at toy sizes: add --tiny" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_on_a_gpu_each_part_is_a_fresh_interpreter_and_reports_the_same(monkeypatch) -> None:
+    """The launcher a GPU run uses (python -m gptlab.tools.gpu_check.parts, its own process group), on a part that
+    needs no GPU: its status comes back, and so does an injected crash's reason."""
+    for key, value in child_env("", tiny=False).items():  # what the runner sets before its first part
+        monkeypatch.setenv(key, value)
+    for fail, status, reason in (([], "skipped", "no fused-sweep benchmark"),
+                                 (["fused_sweep"], "failed", "exited 1: RuntimeError: failure injected")):
+        log = io.StringIO()
+        args = argparse.Namespace(device="cpu", tiny=False, fail=fail)
+        result = run_part(PARTS["fused_sweep"], args, HANG_GUARD_S, log)
+        assert (result.status, result.reason[:len(reason)]) == (status, reason), log.getvalue()[-2000:]
+        assert "===== fused_sweep (exit " in log.getvalue()
 
 
 def test_the_gpu_limits_fit_the_nine_minutes() -> None:

@@ -47,8 +47,17 @@ class Result:
 
 def machine(device: str) -> str:
     """"<device name>, torch <version>, <date>": the line every table carries."""
-    name = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    name = gpu_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
     return f"{name}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}"
+
+
+def gpu_name() -> str:
+    """nvidia-smi's name of GPU 0 where it answers: torch's would hold a CUDA context in this process all run long."""
+    name = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "--id=0"],
+                              capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    return name or torch.cuda.get_device_name(0)
 
 
 def child_env(site: str, tiny: bool) -> dict[str, str]:
