@@ -27,7 +27,7 @@ import torch
 from gptlab.tools.gpu_check.carry import RANKS, install_missing, prepare
 from gptlab.tools.gpu_check.parts import PARTS, ROOT, Part
 
-GPU_BUDGET_S = 540  # the issue's 9 minutes, setup included: a session's 15 device minutes leave room to rerun
+GPU_BUDGET_S = 540  # the issue's 9 minutes, setup included: with the machine's start, inside 15 device minutes
 TINY_BUDGET_S = 170  # under 3 minutes on a 2-core CPU
 MIN_START_S = 3  # a part is not started with less than this left of the budget
 FORKS = multiprocessing.get_context("forkserver")
@@ -107,19 +107,22 @@ def start(part: Part, args: argparse.Namespace, result: Path, output: Path):  # 
 
 
 def wait(process, limit: float) -> tuple[bool, Optional[int]]:  # type: ignore[no-untyped-def]
-    """(timed out, exit code): a part past its limit is killed with its process group (its own subprocesses)."""
-    if isinstance(process, subprocess.Popen):
-        try:
-            return False, process.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            pass
-    else:
-        process.join(limit)
-        if not process.is_alive():
-            return False, process.exitcode
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    return True, process.wait() if isinstance(process, subprocess.Popen) else process.join()
+    """(timed out, exit code). A part past its limit is killed with its process group (its own subprocesses), and so
+    is the part in flight when this runner is stopped (SIGTERM, Ctrl-C): none outlives the run."""
+    popen = isinstance(process, subprocess.Popen)
+    try:
+        if popen:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return False, process.wait(timeout=limit)
+        else:
+            process.join(limit)
+            if not process.is_alive():
+                return False, process.exitcode
+    finally:
+        if (process.poll() if popen else process.exitcode) is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return True, process.wait() if popen else process.join()
 
 
 def run_part(part: Part, args: argparse.Namespace, limit: float, log) -> Result:  # type: ignore[no-untyped-def]
@@ -162,6 +165,16 @@ def summary(results: list[Result], line: str, seconds: float, out: Path) -> list
     return [*lines, f"report: {out / 'gpu_check.md'}  log: {out / 'gpu_check.log'}"]
 
 
+def write_report(out: Path, results: list[Result], line: str, took: str, setup: str,
+                 argv: Optional[list[str]]) -> str:
+    """gpu_check.md, rewritten after each part: a run stopped from outside still leaves the parts it finished."""
+    head = [f"# gpu_check: {line}", "", f"`python scripts/gpu_check.py {' '.join(argv or sys.argv[1:])}`: {took}. "
+            f"{setup}", ""]
+    report = "\n".join(head + [row for r in results for row in section(r, line)])
+    (out / "gpu_check.md").write_text(report + "\n")
+    return report
+
+
 def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -180,6 +193,7 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through wait(), which kills the part in flight
     if args.prepare:
         print("\n".join(prepare()) or "nothing to fetch: .whl/ and the GPT-2 ranks are there")
         return 0
@@ -208,11 +222,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                                       [], 0.0, max(limit, 0)))
                 continue
             results.append(run_part(PARTS[name], args, limit, log))
+            log.flush()
             print(f"  {name}: {results[-1].status} ({results[-1].seconds:.0f} s)", flush=True)
+            write_report(out, results, line, f"{time.monotonic() - started:.0f} s so far", setup, argv)
     seconds = time.monotonic() - started
-    head = [f"# gpu_check: {line}", "", f"`python scripts/gpu_check.py {' '.join(argv or sys.argv[1:])}`: "
-            f"{seconds:.0f} s of a {budget:.0f} s budget. {setup}", ""]
-    report = "\n".join(head + [row for r in results for row in section(r, line)])
-    (out / "gpu_check.md").write_text(report + "\n")
+    report = write_report(out, results, line, f"{seconds:.0f} s of a {budget:.0f} s budget", setup, argv)
     print("\n" + report + "\n\n" + "\n".join(summary(results, line, seconds, out)))
     return 1 if any(r.status == "failed" for r in results) else 0
