@@ -196,30 +196,39 @@ FLOAT8_MODEL = dict(vocab_size=512, block_size=256, n_layer=4, n_head=4, n_embd=
 FLOAT8_PARITY = 0.02
 
 
+def float8_loss_curve(cfg: GPTConfig, device: torch.device, steps: int, float8: bool, batch: int = 16):
+    """Per-step losses of the model trained from seed 0 on the task's batches (seed 1) in bf16 autocast (CUDA), after
+    apply_float8 when `float8`, and the names of the layers float8 took."""
+    torch.manual_seed(0)
+    model = GPT(cfg).to(device)
+    converted = apply_float8(model) if float8 else []
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator(device=device).manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        start = torch.randint(0, cfg.vocab_size, (batch, 1), device=device, generator=gen)
+        stride = torch.randint(1, 8, (batch, 1), device=device, generator=gen)
+        x = (start + stride * torch.arange(cfg.block_size, device=device)) % cfg.vocab_size
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = next_token_loss(model(x), x)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    return [float(v) for v in torch.stack(losses).cpu()], converted
+
+
 def float8_loss_curves(cfg: GPTConfig, device: torch.device, steps: int, batch: int = 16):
-    """Per-step losses of the same model, init and batches in bf16 autocast (CUDA) and after apply_float8, and the
-    names of the layers float8 took."""
-    curves, converted = {}, []
-    for mode in ("bf16", "float8"):
-        torch.manual_seed(0)
-        model = GPT(cfg).to(device)
-        if mode == "float8":
-            converted = apply_float8(model)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        gen = torch.Generator(device=device).manual_seed(1)
-        losses = []
-        for _ in range(steps):
-            start = torch.randint(0, cfg.vocab_size, (batch, 1), device=device, generator=gen)
-            stride = torch.randint(1, 8, (batch, 1), device=device, generator=gen)
-            x = (start + stride * torch.arange(cfg.block_size, device=device)) % cfg.vocab_size
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                loss = next_token_loss(model(x), x)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.detach())
-        curves[mode] = [float(v) for v in torch.stack(losses).cpu()]
-    return curves["bf16"], curves["float8"], converted
+    """The same model, init and batches in bf16 and in float8: (bf16 losses, float8 losses, float8's layers)."""
+    bf16, _ = float8_loss_curve(cfg, device, steps, False, batch)
+    float8, converted = float8_loss_curve(cfg, device, steps, True, batch)
+    return bf16, float8, converted
+
+
+def float8_apart(bf16: list[float], float8: list[float]) -> tuple[float, float, float]:
+    """(bf16's final loss, float8's, how far apart as a share of the first loss): finals are means of the last 20."""
+    final_bf16, final_float8 = (sum(c[-20:]) / len(c[-20:]) for c in (bf16, float8))
+    return final_bf16, final_float8, abs(final_float8 - final_bf16) / bf16[0]
 
 
 def float8_parity(report: Report, device: torch.device, steps: int = 300) -> None:
@@ -235,8 +244,7 @@ def float8_parity(report: Report, device: torch.device, steps: int = 300) -> Non
         report.skip(check, str(refusal))
         return
     bf16, float8, converted = float8_loss_curves(GPTConfig(**FLOAT8_MODEL), device, steps)
-    final_bf16, final_float8 = (sum(c[-20:]) / len(c[-20:]) for c in (bf16, float8))
-    apart = abs(final_float8 - final_bf16) / bf16[0]
+    final_bf16, final_float8, apart = float8_apart(bf16, float8)
     ok = math.isfinite(final_float8) and apart <= FLOAT8_PARITY
     report.add(check, f"{final_float8:.4f} vs bf16 {final_bf16:.4f}",
                f"apart by {apart:.2%} of the first loss {bf16[0]:.2f} (limit {FLOAT8_PARITY:.0%}); "

@@ -392,7 +392,7 @@ def bench_typed(root: Path, steps: int, typed: tuple[str, ...] = tuple(TYPED)) -
                 if tag in acc.Tags()["scalars"]}
         summary = json.loads((Path(run) / "run_summary.json").read_text())
         mfu_text = f"{last['x_throughput/mfu']:.1%}" if "x_throughput/mfu" in last else "-"
-        return ["| typed: `python src/train.py model=gpt2_small tokenizer=gpt2 trainer=gpu` | tokens/s | MFU | wall |",
+        return [f"| typed: `python src/train.py {' '.join(typed)}` | tokens/s | MFU | wall |",
                 "|---|---|---|---|",
                 f"| {steps} steps, {summary['parameters']:,} parameters | "
                 f"{last.get('x_throughput/tokens_per_sec', float('nan')):,.0f} | {mfu_text} | "

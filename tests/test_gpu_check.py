@@ -1,0 +1,134 @@
+"""scripts/gpu_check.py, the one command a session lent a GPU runs: `--device cpu --tiny` runs every part at toy sizes
+here, so the script keeps working between GPU loans. Each part ends in its table or one clear "skipped: <reason>" or
+"failed: <reason>", and a part that fails stops none after it. Structure and content only: a loaded machine may time
+a part out, which the report must then say."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import HANG_GUARD_S, ROOT
+
+from gptlab.tools.gpu_check.parts import PARTS, pytest_outcome
+from gptlab.tools.gpu_check.runner import GPU_BUDGET_S, child_env, crash_reason, run_part
+
+STATUS = re.compile(r"^`[^`]+`: (ok|skipped: .+|failed: .+) \(\d+ s, limit \d+ s\)$")
+
+
+def gpu_check(*args: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), *args, "--out", str(out)],
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True,
+                          text=True, timeout=HANG_GUARD_S)
+
+
+def sections(report: str) -> dict[str, list[str]]:
+    """{part: the lines of its section} from gpu_check.md."""
+    found: dict[str, list[str]] = {}
+    for block in report.split("\n## ")[1:]:
+        head, *lines = block.splitlines()
+        found[head.split(":")[0]] = [line for line in lines if line]
+    return found
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
+    out = tmp_path_factory.mktemp("gpu_check")
+    # A budget above the default 170 s: a loaded CI machine still runs every part (each under its own limit).
+    proc = gpu_check("--device", "cpu", "--tiny", "--fail", "pytest", "--budget", "1200", out=out)
+    assert (out / "gpu_check.log").is_file(), proc.stderr[-3000:]
+    return proc, sections((out / "gpu_check.md").read_text())
+
+
+def test_every_part_ends_in_its_table_or_a_reason(tiny_run) -> None:
+    proc, found = tiny_run
+    assert proc.returncode == 1, proc.stdout[-3000:]  # the injected failure
+    assert set(found) == set(PARTS)
+    for name, lines in found.items():
+        status = STATUS.match(lines[0])
+        assert status, (name, lines[0])
+        if status.group(1) == "ok":
+            assert any(line.startswith("|---") for line in lines), (name, lines)
+        elif name != "pytest":  # nothing but the injected failure fails, unless a loaded machine timed a part out
+            assert status.group(1).startswith("skipped") or "timed out" in status.group(1), (name, lines[0])
+
+
+def test_a_failing_part_stops_nothing_after_it(tiny_run) -> None:
+    proc, found = tiny_run
+    assert "failed: exited 1: RuntimeError: failure injected by --fail pytest" in found["pytest"][0]
+    order = list(found)
+    after = order[order.index("pytest") + 1:]
+    assert after and all(STATUS.match(found[name][0]) for name in after), order
+
+
+def test_parts_without_their_hardware_say_so_and_still_run_their_cpu_half(tiny_run) -> None:
+    _, found = tiny_run
+    float8 = found["float8"]
+    if "timed out" not in float8[0]:
+        assert "skipped: runtime.float8=true needs a CUDA GPU" in float8[0]
+        assert any(line.startswith("| bf16 | ") for line in float8)  # the bf16 halves ran
+        assert any(line.startswith("| float8 | skipped: ") for line in float8)
+    assert found["fused_sweep"][0].startswith("`the fused sweep's GPU rows`: skipped: ")
+    doctor = found["doctor"]
+    if doctor[0].startswith("`scripts/doctor.py`: ok"):
+        assert "| check | result | detail |" in doctor and any("| skipped |" in line for line in doctor)
+
+
+def test_the_report_names_machine_torch_and_date_and_the_summary_comes_last(tiny_run) -> None:
+    proc, found = tiny_run
+    line = f"CPU ({os.cpu_count()} cores), torch {torch.__version__}, "
+    assert proc.stdout.count(line) >= len(PARTS) + 1
+    assert re.search(re.escape(line) + r"\d{4}-\d\d-\d\d", proc.stdout)
+    summary = proc.stdout.rstrip().splitlines()
+    assert summary[-1].startswith("report: ") and summary[-1].endswith("gpu_check.log")
+    assert [row.split()[0] for row in summary[-1 - len(PARTS):-1]] == list(found)
+
+
+def test_a_spent_budget_starts_nothing_and_says_so(tmp_path: Path) -> None:
+    proc = gpu_check("--device", "cpu", "--tiny", "--budget", "0", "--parts", "doctor", "fit", out=tmp_path)
+    assert proc.returncode == 1
+    found = sections((tmp_path / "gpu_check.md").read_text())
+    assert all("failed: not started: the run's 0 s were spent" in lines[0] for lines in found.values()), found
+
+
+def test_cpu_runs_only_at_toy_sizes(tmp_path: Path) -> None:
+    proc = gpu_check("--device", "cpu", out=tmp_path)
+    assert proc.returncode == 1 and "--device cpu runs only at toy sizes: add --tiny" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_on_a_gpu_each_part_is_a_fresh_interpreter_and_reports_the_same(monkeypatch) -> None:
+    """The launcher a GPU run uses (python -m gptlab.tools.gpu_check.parts, its own process group), on a part that
+    needs no GPU: its status comes back, and so does an injected crash's reason."""
+    for key, value in child_env("", tiny=False).items():  # what the runner sets before its first part
+        monkeypatch.setenv(key, value)
+    for fail, status, reason in (([], "skipped", "no fused-sweep benchmark"),
+                                 (["fused_sweep"], "failed", "exited 1: RuntimeError: failure injected")):
+        log = io.StringIO()
+        args = argparse.Namespace(device="cpu", tiny=False, fail=fail)
+        result = run_part(PARTS["fused_sweep"], args, HANG_GUARD_S, log)
+        assert (result.status, result.reason[:len(reason)]) == (status, reason), log.getvalue()[-2000:]
+        assert "===== fused_sweep (exit " in log.getvalue()
+
+
+def test_the_gpu_limits_fit_the_nine_minutes() -> None:
+    assert GPU_BUDGET_S == 9 * 60
+    assert sum(p.gpu_limit_s for p in PARTS.values()) <= GPU_BUDGET_S - 15  # the wheels' install before them
+
+
+def test_pytest_summary_and_crash_lines_are_read() -> None:
+    out = ("FAILED tests/test_gpu.py::test_a - AssertionError: x | y\nSKIPPED [3] tests/test_gpu.py:12: no CUDA\n"
+           "1 failed, 5 passed, 3 skipped, 2 deselected in 94.31s\n")
+    counts, lines = pytest_outcome(out)
+    assert counts == {"failed": 1, "passed": 5, "skipped": 3, "deselected": 2}
+    assert lines == ["FAILED tests/test_gpu.py::test_a - AssertionError: x \\| y",
+                     "SKIPPED [3] tests/test_gpu.py:12: no CUDA"]
+    crash = "Traceback (most recent call last):\n  File x\nValueError: bad shape\n\nProcess ended\n"
+    assert crash_reason(crash, 1) == "exited 1: ValueError: bad shape"
