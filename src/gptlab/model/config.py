@@ -86,7 +86,7 @@ DROPOUT = must(lambda v: 0.0 <= v < 1.0, "a number in [0, 1)", number=True)
 POSITIVE_EPS = must(lambda v: v > 0, "a number > 0 (e.g. 1e-5)", number=True)
 WINDOW = must(lambda v: is_int(v) and v >= 1, "a positive integer (the band width w; GPT-Neo uses 256)")
 SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D_K)")
-SCALE_OR_PAPER = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D)")
+TABLE_SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D)")
 THETA = must(lambda v: is_number(v) and v > 0.0, "a number > 0.0")
 Z_LOSS = must(lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = off; PaLM uses 1e-4)")
 SOFTCAP = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (Gemma 2: 30), or null")
@@ -116,7 +116,7 @@ class GPTConfig:
     sinusoidal_scale: Optional[float] = setting(
         None, "factor on the sinusoidal table (pos_emb=sinusoidal); null = 1/sqrt(D), Vaswani et al.'s sqrt(D) on "
         "the embeddings moved onto the table (mup: the base width's D); 1.0 = the table added as is (earlier gptlab)",
-        SCALE_OR_PAPER)
+        TABLE_SCALE)
     tie_weights: bool = setting(True, "head shares the token embedding (W_head = E_1^T)", BOOLEAN)
     activation: str = setting(
         "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)",
