@@ -20,6 +20,8 @@ IGNORED = [
                                   "here model.pos_emb='learned'."),
     (["model.rope_fraction=0.25", "model.pos_emb=alibi"], "model.rope_fraction=0.25 has no effect: it matters only "
                                                           "when model.pos_emb=rope; here model.pos_emb='alibi'."),
+    (["model.sinusoidal_scale=1.0"], "model.sinusoidal_scale=1.0 has no effect: it matters only when "
+                                     "model.pos_emb=sinusoidal; here model.pos_emb='learned'."),
     (["model.attn_window=8"], "model.attn_window=8 has no effect: it matters only when model.attn_pattern has a "
                               "local or strided layer; here model.attn_pattern=['dense']."),
     (["model.attn_impl=chunked"], "model.attn_impl='chunked' has no effect"),

@@ -84,6 +84,8 @@ def tasks_only(prefix: str, options: tuple[str, ...]) -> tuple[OnlyWhen, ...]:
 RULES: tuple[OnlyWhen, ...] = (
     OnlyWhen("model.rope_theta", "model.pos_emb=rope", lambda g: g("model.pos_emb") == "rope", ("model.pos_emb",)),
     OnlyWhen("model.rope_fraction", "model.pos_emb=rope", lambda g: g("model.pos_emb") == "rope", ("model.pos_emb",)),
+    OnlyWhen("model.sinusoidal_scale", "model.pos_emb=sinusoidal", lambda g: g("model.pos_emb") == "sinusoidal",
+             ("model.pos_emb",)),
     OnlyWhen("model.activation", "model.mlp_layers >= 2 (a one-layer MLP is one linear map, with no activation)",
              lambda g: g("model.mlp_layers") >= 2, ("model.mlp_layers",)),
     OnlyWhen("model.d_ff", "model.mlp_layers >= 2 (d_ff is the width between MLP layers)",
