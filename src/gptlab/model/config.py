@@ -30,6 +30,10 @@ ATTN_IMPLS = ("auto", "sdpa", "chunked", "flex", "flash")
 # Fields GPTConfig had until runtime choices moved to the trainer's side (the run config's `runtime` node).
 RUNTIME_FIELDS_BEFORE = ("compile", "activation_checkpointing")
 
+# Fields added later, with the value that rebuilds the model a checkpoint written before them was trained as: a
+# saved config lacks only these (Hydra's schema gives every node every field).
+ADDED_FIELDS_BEFORE = {"sinusoidal_scale": 1.0}
+
 
 # Each field's check, declared beside it with `setting` as every config schema does (gptlab.fields); the words are
 # GPTConfig's own: `model.<field>=<value> must be ...`.
@@ -82,6 +86,7 @@ DROPOUT = must(lambda v: 0.0 <= v < 1.0, "a number in [0, 1)", number=True)
 POSITIVE_EPS = must(lambda v: v > 0, "a number > 0 (e.g. 1e-5)", number=True)
 WINDOW = must(lambda v: is_int(v) and v >= 1, "a positive integer (the band width w; GPT-Neo uses 256)")
 SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D_K)")
+SCALE_OR_PAPER = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D)")
 THETA = must(lambda v: is_number(v) and v > 0.0, "a number > 0.0")
 Z_LOSS = must(lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = off; PaLM uses 1e-4)")
 SOFTCAP = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (Gemma 2: 30), or null")
@@ -108,6 +113,10 @@ class GPTConfig:
     pos_emb: str = setting(
         "learned", "learned (eq. 2) | sinusoidal | none | rope (rotary, RoFormer) | alibi (linear biases)",
         one_of(POSITIONS))
+    sinusoidal_scale: Optional[float] = setting(
+        None, "factor on the sinusoidal table (pos_emb=sinusoidal); null = 1/sqrt(D), Vaswani et al.'s sqrt(D) on "
+        "the embeddings moved onto the table (mup: the base width's D); 1.0 = the table added as is (earlier gptlab)",
+        SCALE_OR_PAPER)
     tie_weights: bool = setting(True, "head shares the token embedding (W_head = E_1^T)", BOOLEAN)
     activation: str = setting(
         "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)",
@@ -195,6 +204,14 @@ class GPTConfig:
         return PARAMETRIZATIONS[self.parametrization].attn_scale(self.attn_scale, self.head_dim, self.width_mult)
 
     @property
+    def sinusoidal_mult(self) -> float:
+        """The factor on the sinusoidal table: sinusoidal_scale, or 1/sqrt(D) at the base width (n_embd / r), so
+        under muP the position vectors, like the token embeddings, do not change size as the model widens."""
+        if self.sinusoidal_scale is not None:
+            return self.sinusoidal_scale
+        return (self.n_embd / self.width_mult) ** -0.5
+
+    @property
     def output_mult(self) -> float:
         """The factor on the logits (muP: 1/r)."""
         return PARAMETRIZATIONS[self.parametrization].output_mult(self.width_mult)
@@ -217,9 +234,10 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> GPTConfig:
         """Build from a plain mapping (a Hydra node or a checkpoint), rejecting unknown keys by name. Checkpoints
-        written before the runtime flags left the architecture still carry them: they are dropped."""
+        written before the runtime flags left the architecture still carry them: they are dropped; ones written
+        before a field was added lack it: it takes the value they were trained with (ADDED_FIELDS_BEFORE)."""
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in values.items() if k not in RUNTIME_FIELDS_BEFORE}
+        values = {**ADDED_FIELDS_BEFORE, **{k: v for k, v in values.items() if k not in RUNTIME_FIELDS_BEFORE}}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown model field(s) {unknown}; known fields: {sorted(known)}.")

@@ -30,7 +30,7 @@ class GPT(nn.Module):
         self.config = cfg
         self.tok_emb = nn.Embedding(cfg.padded_vocab_size, cfg.n_embd)  # E_1
         absolute = POSITIONS[cfg.pos_emb].absolute  # E_2 (eq. 2), the fixed sinusoids, or none
-        self.pos_emb = absolute(cfg.block_size, cfg.n_embd) if absolute is not None else None
+        self.pos_emb = absolute(cfg) if absolute is not None else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.final_norm = make_norm(cfg.norm_type, cfg.n_embd, cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()

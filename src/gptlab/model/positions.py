@@ -1,22 +1,25 @@
 """How a token learns where it is, chosen by model.pos_emb from one table.
 
 An absolute scheme adds a vector per position to the token embedding: learned (eq. 2, Enc+(X) = X E_1 + P E_2)
-or the original Transformer's fixed sinusoids ([S2]). A relative one acts inside attention instead: RoPE
-(rope.py) rotates queries and keys, ALiBi (alibi.py) adds a distance bias to the scores. `none` uses nothing:
-the causal mask alone tells positions apart.
+or the original Transformer's fixed sinusoids ([S2]) times model.sinusoidal_scale. A relative one acts inside
+attention instead: RoPE (rope.py) rotates queries and keys, ALiBi (alibi.py) adds a distance bias to the scores.
+`none` uses nothing: the causal mask alone tells positions apart.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 from torch import nn
 
 from gptlab.model.alibi import ALiBi
 from gptlab.model.sparse_attention import ScoreBias
+
+if TYPE_CHECKING:  # config.py builds its choices from POSITIONS
+    from gptlab.model.config import GPTConfig
 
 
 def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
@@ -41,11 +44,14 @@ class LearnedPositions(nn.Embedding):
 
 
 class SinusoidalPositions(nn.Module):
-    """The fixed table: no parameters, and not in the state_dict (a function of the shape, rebuilt on load)."""
+    """The fixed table times `scale`: no parameters, and not in the state_dict (a function of the shape and the
+    config, rebuilt on load). Vaswani et al. (2017, §3.4) multiply the embeddings by sqrt(D) before adding the
+    table; scaling the table by 1/sqrt(D) instead gives the same token-to-position ratio while the residual stream
+    keeps the size every other pos_emb gives it, and a tied head stays W_head = E_1^T unchanged (docs/model.md)."""
 
-    def __init__(self, n_positions: int, dim: int) -> None:
+    def __init__(self, n_positions: int, dim: int, scale: float = 1.0) -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(n_positions, dim), persistent=False)
+        self.register_buffer("table", sinusoidal_table(n_positions, dim) * scale, persistent=False)
 
     def forward(self, start: int, length: int) -> torch.Tensor:
         return self.table[start : start + length]
@@ -56,15 +62,17 @@ class SinusoidalPositions(nn.Module):
 
 @dataclass(frozen=True)
 class PositionScheme:
-    absolute: Optional[Callable[[int, int], nn.Module]] = None  # (block_size, n_embd) -> the table added to X E_1
+    absolute: Optional[Callable[[GPTConfig], nn.Module]] = None  # the config -> the table added to X E_1
     parameters: Callable[[int, int], int] = lambda block_size, n_embd: 0  # trained weights of `absolute`
     rotary: bool = False  # queries and keys turn by their position (rope.py)
     score_bias: Optional[Callable[[int], ScoreBias]] = None  # (n_head) -> a bias on the attention scores
 
 
 POSITIONS = {
-    "learned": PositionScheme(absolute=LearnedPositions, parameters=lambda block_size, n_embd: block_size * n_embd),
-    "sinusoidal": PositionScheme(absolute=SinusoidalPositions),
+    "learned": PositionScheme(absolute=lambda cfg: LearnedPositions(cfg.block_size, cfg.n_embd),
+                              parameters=lambda block_size, n_embd: block_size * n_embd),
+    "sinusoidal": PositionScheme(absolute=lambda cfg: SinusoidalPositions(cfg.block_size, cfg.n_embd,
+                                                                          cfg.sinusoidal_mult)),
     "none": PositionScheme(),
     "rope": PositionScheme(rotary=True),
     "alibi": PositionScheme(score_bias=ALiBi),
