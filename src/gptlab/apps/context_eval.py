@@ -22,10 +22,11 @@ from gptlab.checkpoint.reader import (
     check_tokenizer_matches,
     load_model,
     recorded_tokenizer,
+    resolve_checkpoint,
     tokenizer_overrides,
 )
 from gptlab.errors import ConfigError, is_int
-from gptlab.eval.context_results import results_record, write_results
+from gptlab.eval.context_results import RESULTS_FILE, read_results, results_record, write_results
 from gptlab.eval.extrapolation import ContextScore, context_refusal, score_context, scored_span
 from gptlab.model import GPT
 from gptlab.model.sparse_attention import ATTENTION_KINDS
@@ -154,7 +155,8 @@ def evaluate_checkpoint(model: GPT, cfg: DictConfig, tokenizer: Any, contexts: l
     note_limits(model, contexts, val.eot_id)
     scores = score_model(model, val, contexts, span, cfg, trainer)
     if trainer.is_global_zero:
-        record = results_record(str(cfg.ckpt_path), model.config.pos_emb, model.config.block_size, span, scores, {})
+        scored = {"checkpoint": str(cfg.ckpt_path), "data": val.what, "contexts": contexts, "scored_targets": span}
+        record = results_record(scored, model.config.pos_emb, model.config.block_size, scores, {})
         for path in write_results(Path(cfg.paths.output_dir).absolute(), record, scores, str(cfg.ckpt_path)):
             log.info("wrote %s", path)
     return context_metrics(scores)
@@ -178,8 +180,21 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 def score_job(job_dir: Path, cfg: DictConfig, tokenizer: Any, val: Validation, contexts: list[int], span: int,
               trainer: L.Trainer) -> dict[str, Any]:
     """One job's checkpoint at every context its scheme allows (the others recorded with the reason); its results
-    go into its own dir."""
-    model, hparams = load_model(job_dir)
+    go into its own dir. A job already scored (same checkpoint, data and contexts) keeps its results: a sweep
+    scored again while more of its jobs finish scores only the new ones."""
+    checkpoint = resolve_checkpoint(job_dir)
+    scored = {"checkpoint": str(checkpoint), "checkpoint_mtime_ns": checkpoint.stat().st_mtime_ns,
+              "data": val.what, "contexts": contexts, "scored_targets": span}
+    previous = job_dir / RESULTS_FILE
+    if previous.is_file():
+        try:
+            record = read_results(previous)
+        except ValueError:
+            record = {}
+        if record.get("scored") == scored:
+            log.info("job %s: already scored at contexts %s (%s): kept", job_dir.name, contexts, previous)
+            return record
+    model, hparams = load_model(checkpoint)
     trained = recorded_tokenizer(hparams)
     if trained is not None:
         check_tokenizer_matches(trained, OmegaConf.to_container(cfg.tokenizer, resolve=True),
@@ -189,7 +204,7 @@ def score_job(job_dir: Path, cfg: DictConfig, tokenizer: Any, val: Validation, c
     allowed = [c for c in contexts if c not in refused]
     note_limits(model, allowed or contexts, val.eot_id)
     scores = score_model(model, val, allowed, span, cfg, trainer)
-    record = results_record(str(job_dir), model.config.pos_emb, model.config.block_size, span, scores, refused)
+    record = results_record(scored, model.config.pos_emb, model.config.block_size, scores, refused)
     write_results(job_dir, record, scores, job_dir.name)
     for context, why in refused.items():
         log.info("job %s, context %d refused: %s", job_dir.name, context, why)

@@ -29,7 +29,6 @@ def plot_loss_by_position(panels: dict[str, tuple[Curves, int]], path: Path, tit
                 shade = colours(i / max(1, len(contexts) - 1) * 0.85)
                 ax.plot(range(context), curves[context], color=shade, linewidth=1, label=f"L={context}")
         ax.axvline(trained - 0.5, color="red", linestyle="--", linewidth=1, label=f"trained T={trained}")
-        ax.set_xscale("symlog", linthresh=8)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("position in the window")
         ax.grid(alpha=0.3)

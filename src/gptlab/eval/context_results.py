@@ -18,14 +18,17 @@ PROTOCOL = ("non-overlapping windows of each context over the same span of valid
             "targets (a token mean); loss_by_position[L][p] = mean NLL at position p over the windows of L")
 
 
-def results_record(ckpt: str, pos_emb: str, trained: int, span: int, scores: list[ContextScore],
+def results_record(scored: dict[str, Any], pos_emb: str, trained: int, scores: list[ContextScore],
                    refused: dict[int, str]) -> dict[str, Any]:
-    """The JSON object of context_eval.json; a refused context holds its reason instead of a loss."""
+    """The JSON object of context_eval.json; a refused context holds its reason instead of a loss. `scored` says
+    what was scored (checkpoint, data, contexts, scored_targets): a sweep scored again keeps a job's results only
+    when it is the same."""
     contexts: dict[str, Any] = {str(s.context): {"loss": s.loss, "ppl": s.ppl, "windows": s.windows,
                                                  "tokens": s.tokens} for s in scores}
     contexts |= {str(c): {"refused": why} for c, why in refused.items()}
-    return {"ckpt_path": ckpt, "pos_emb": pos_emb, "trained_context": trained, "scored_targets": span,
-            "protocol": PROTOCOL, "contexts": dict(sorted(contexts.items(), key=lambda kv: int(kv[0]))),
+    return {"scored": scored, "pos_emb": pos_emb, "trained_context": trained,
+            "scored_targets": scored["scored_targets"], "protocol": PROTOCOL,
+            "contexts": dict(sorted(contexts.items(), key=lambda kv: int(kv[0]))),
             "loss_by_position": {str(s.context): s.by_position for s in scores}}
 
 

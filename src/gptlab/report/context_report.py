@@ -71,6 +71,8 @@ def _table(variants: list[Variant], records: dict[Path, dict[str, Any]], context
         mine = [v for v in (_loss(r, context) for r in recs) if v is not None]
         trained = sorted({r["trained_context"] for r in recs if r})
         diff, p = ("baseline", "") if variant is base else ("—", "—")
+        if variant is not base and not mine and _refusals(variant, records, context):
+            verdicts.append(f"{variant.label}: refused at context {context} (below)")
         if variant is not base and mine and base_values:
             comp = compare(base_values, mine, alpha)
             verdicts.append(verdict(variant.label, comp))
@@ -81,8 +83,12 @@ def _table(variants: list[Variant], records: dict[Path, dict[str, Any]], context
         cells = [fmt_summary(Summary.of([_loss(r, c) for r in recs])) if _loss_any(recs, c) else
                  ("refused" if _refusals(variant, records, c) else "—") for c in contexts]
         rows.append([variant.label, str(len(mine)), ", ".join(map(str, trained)) or "—", *cells,
-                     fmt_summary(Summary.of([_rise(r, context) for r in recs]), "+.4f"), diff, p])
+                     _signed(Summary.of([_rise(r, context) for r in recs])), diff, p])
     return markdown(header, rows), verdicts
+
+
+def _signed(s: Summary | None) -> str:
+    return "—" if s is None else f"{s.mean:+.4f}" + (f" ± {s.std:.4f}" if s.n > 1 else "")
 
 
 def _loss_any(recs: list[dict[str, Any] | None], context: int) -> bool:
