@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from helpers import TINY, compose_config, run_train, write_corpus
 from omegaconf import OmegaConf
 
-from gptlab.apps.context_eval import check_contexts
+from gptlab.apps.context_eval import Validation, check_contexts, check_span
 from gptlab.apps.evaluate import evaluate
 from gptlab.config.rules import windows_fit_the_context
 from gptlab.errors import ConfigError
@@ -79,6 +79,15 @@ def test_every_context_scores_the_same_targets_as_a_token_mean() -> None:
         assert s.ppl == pytest.approx(math.exp(s.loss))
     assert scores[0].by_position == pytest.approx(scores[1].by_position[:8], rel=0.2)  # same positions, other text
     assert scored_span(100, [64, 96]) == 0  # lcm 192: no common multiple fits
+
+
+def test_context_targets_caps_the_span_at_a_common_multiple() -> None:
+    val = Validation(np.zeros(1000, dtype=np.uint16), None, "data.source {'name': 'x'}")
+    assert check_span(val, [64, 128]) == 896 and check_span(val, [64, 128], 300) == 256
+    with pytest.raises(ConfigError, match="context_targets=100 is fewer than one window of every context"):
+        check_span(val, [64, 128], 100)
+    with pytest.raises(ConfigError, match=r"contexts has 1000, longer than the validation split of data.source"):
+        check_span(val, [64, 1000])
 
 
 @pytest.mark.parametrize("value, fragment", [("64", "must be a list"), ([64, 0], "positive integers"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,8 +76,9 @@ def validation_tokens(cfg: DictConfig, tokenizer: Any) -> Validation:
     return Validation(datamodule.store.tokens["val"], datamodule.masking_eot, what)
 
 
-def check_span(val: Validation, contexts: list[int]) -> int:
-    """The targets every context scores; a context longer than the split is refused naming the corpus and size."""
+def check_span(val: Validation, contexts: list[int], limit: Optional[int] = None) -> int:
+    """The targets every context scores; a context longer than the split is refused naming the corpus and size.
+    `limit` (context_targets): at most that many, the first of the split, still a multiple of every context."""
     n = len(val.tokens)
     longest = contexts[-1]
     if longest + 1 > n:
@@ -88,6 +90,12 @@ def check_span(val: Validation, contexts: list[int]) -> int:
         raise ConfigError(f"contexts={contexts}: every context scores the same targets, a multiple of each length, "
                           f"and the validation split of {val.what} ({n} tokens) holds no common multiple of them; "
                           "give lengths that divide one another, e.g. powers of two.")
+    if limit is not None:
+        step = math.lcm(*contexts)
+        if limit < step:
+            raise ConfigError(f"context_targets={limit} is fewer than one window of every context ({step} targets, "
+                              f"a multiple of each of {contexts}); give context_targets={step} or more, or null.")
+        span = min(span, limit // step * step)
     return span
 
 
@@ -151,7 +159,7 @@ def evaluate_checkpoint(model: GPT, cfg: DictConfig, tokenizer: Any, contexts: l
     and eval.json's keys."""
     check_scorable(model, contexts, cfg.trainer.accelerator)
     val = validation_tokens(cfg, tokenizer)
-    span = check_span(val, contexts)
+    span = check_span(val, contexts, cfg.context_targets)
     note_limits(model, contexts, val.eot_id)
     scores = score_model(model, val, contexts, span, cfg, trainer)
     if trainer.is_global_zero:
@@ -219,7 +227,7 @@ def evaluate_sweep(cfg: DictConfig, tokenizer: Any, contexts: list[int], trainer
     with open_dict(cfg):
         cfg.data.block_size = contexts[0]  # the datamodule's own windows go unused: each context cuts its own
     val = validation_tokens(cfg, tokenizer)
-    span = check_span(val, contexts)
+    span = check_span(val, contexts, cfg.context_targets)
     jobs, skipped = {}, {}
     for job_dir in job_dirs(sweep_dir):
         problem = _job_problem(job_dir)

@@ -31,7 +31,7 @@ from gptlab.checkpoint.reader import (
     recorded_tokenizer,
     tokenizer_overrides,
 )
-from gptlab.config.ranges import boolean, positive_int, writable_dir
+from gptlab.config.ranges import boolean, optional, positive_int, writable_dir
 from gptlab.config.rules import windows_fit_the_context
 from gptlab.config.schemas import Trainer
 from gptlab.config.validate import check_fields, check_node
@@ -51,6 +51,7 @@ def check_eval_config(cfg: DictConfig) -> None:
     """eval.yaml's own fields and its trainer and data groups, with train's checks, before a checkpoint is read."""
     boolean("val_loss", cfg.val_loss)
     positive_int("task_batch_size", cfg.task_batch_size)
+    optional(positive_int)("context_targets", cfg.context_targets)
     for group in ("trainer", "data"):  # fields that interpolate the model's (set from the checkpoint below): left out
         check_node(f"{group}.", cfg[group], set_values_only=True)
     check_fields("trainer.", cfg.trainer, Trainer, set_values_only=True)  # eval.yaml's own trainer, by train's rules
