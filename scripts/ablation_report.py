@@ -8,6 +8,9 @@ each variant's compute multiplier with bootstrap intervals (scaling_ladder.png).
 
     python src/train.py -m experiment=ablate_norm seed=1,2,3
     python scripts/ablation_report.py <sweep dir> --baseline model.norm=pre --alpha 0.05 --x flops --band std
+
+With `--context L`, the variants are compared on their loss at context L, scored by `src/eval.py ckpt_path=<sweep dir>
+contexts=[...]` (context_report_<L>.md and loss_by_position.png).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from gptlab.errors import ConfigError
 from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.report.context_report import write_context_report
 from gptlab.report.runs import BANDS, X_AXES
 from gptlab.report.sweep import write_sweep_report
 
@@ -39,11 +43,19 @@ def main() -> None:
                         help="ladder: the compute to extrapolate the multiplier to (default 10x the largest rung; "
                              "beyond that it is marked EXTRAPOLATED)")
     parser.add_argument("--boot", type=int, default=1000, help="ladder: bootstrap resamples (default 1000)")
+    parser.add_argument("--context", type=int, default=None,
+                        help="compare the loss at this context length (from src/eval.py contexts=[...] on the sweep) "
+                             "instead of the final val/loss at the trained one")
     args = parser.parse_args()
     if args.boot < 10:
         raise ConfigError(f"--boot {args.boot}: use at least 10 bootstrap resamples (1000 for a 95% interval).")
     if args.target_flops is not None and not args.target_flops > 0:
         raise ConfigError(f"--target-flops {args.target_flops}: use a positive number of FLOPs, e.g. 1e15.")
+    if args.context is not None:
+        table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha)
+        print(table.read_text())
+        print(f"wrote {table} and {plot}")
+        return
     table, plot = write_sweep_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x, band=args.band,
                                      lr_key=args.lr_key, size_key=args.size_key, target_flops=args.target_flops,
                                      n_boot=args.boot)

@@ -1,6 +1,7 @@
 """`evaluate(cfg)`: a checkpoint's validation loss, perplexity and bits per byte, computed by the same validation
 step as training, so the numbers equal the run's own val/loss and val/bpb on the same data and windows; and with
-`tasks`, its zero-shot task metrics (gptlab.eval.zeroshot)."""
+`tasks`, its zero-shot task metrics (gptlab.eval.zeroshot); with `contexts`, its loss at each of those context lengths
+and by position (gptlab.apps.context_eval), for one checkpoint or every job of a sweep dir."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.apps.build import instantiate_trainer
+from gptlab.apps.context_eval import (
+    check_contexts,
+    check_scorable,
+    evaluate_checkpoint,
+    evaluate_sweep,
+    is_sweep_dir,
+)
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import (
     check_tokenizer_fits,
@@ -23,7 +31,7 @@ from gptlab.checkpoint.reader import (
     recorded_tokenizer,
     tokenizer_overrides,
 )
-from gptlab.config.ranges import boolean, positive_int, writable_dir
+from gptlab.config.ranges import boolean, optional, positive_int, writable_dir
 from gptlab.config.rules import windows_fit_the_context
 from gptlab.config.schemas import Trainer
 from gptlab.config.validate import check_fields, check_node
@@ -44,6 +52,7 @@ def check_eval_config(cfg: DictConfig) -> None:
     """eval.yaml's own fields and its trainer and data groups, with train's checks, before a checkpoint is read."""
     boolean("val_loss", cfg.val_loss)
     positive_int("task_batch_size", cfg.task_batch_size)
+    optional(positive_int)("context_targets", cfg.context_targets)
     for group in ("trainer", "data"):  # fields that interpolate the model's (set from the checkpoint below): left out
         check_node(f"{group}.", cfg[group], set_values_only=True)
     check_fields("trainer.", cfg.trainer, Trainer, set_values_only=True)  # eval.yaml's own trainer, by train's rules
@@ -51,13 +60,30 @@ def check_eval_config(cfg: DictConfig) -> None:
     writable_dir("paths.output_dir", cfg.paths.output_dir)  # eval.json goes there, after the work
 
 
+def evaluate_sweep_dir(cfg: DictConfig, tasks: list[str], contexts: list[int]) -> dict[str, float]:
+    """A sweep dir as ckpt_path: each finished job scored at `contexts` (gptlab.apps.context_eval)."""
+    if not contexts or tasks:
+        raise ConfigError(f"ckpt_path={str(cfg.ckpt_path)!r} is a sweep dir: eval.py scores its jobs at context "
+                          "lengths only; give contexts=[64,128,256] (and tasks=[]), or one job's run dir "
+                          f"(ckpt_path={str(cfg.ckpt_path)}/<job>) for val_loss and tasks.")
+    log.info("ckpt_path is a sweep dir: scoring each job at contexts %s (each job's val/loss at its trained context "
+             "is in its run_summary.json)", contexts)
+    tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    summary = evaluate_sweep(cfg, tokenizer, contexts, instantiate_trainer(cfg.trainer))
+    print(json.dumps({"sweep_dir": str(cfg.ckpt_path), "jobs": len(summary["jobs"]), "skipped": summary["skipped"]}))
+    return {}
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     check_eval_config(cfg)
     tasks = check_tasks(cfg.tasks if isinstance(cfg.tasks, str) else list(cfg.tasks))
+    contexts = check_contexts(cfg.contexts)
     ignored_options(cfg, in_sweep_job=False, rules=EVAL_RULES, defaults=eval_defaults())
-    if not tasks and not cfg.val_loss:
-        raise ConfigError("val_loss=false and tasks=[] leaves nothing to evaluate; set tasks=[lambada,hellaswag] "
-                          "or val_loss=true.")
+    if is_sweep_dir(Path(cfg.ckpt_path)):
+        return evaluate_sweep_dir(cfg, tasks, contexts)
+    if not tasks and not cfg.val_loss and not contexts:
+        raise ConfigError("val_loss=false, tasks=[] and contexts=[] leave nothing to evaluate; set "
+                          "tasks=[lambada,hellaswag], contexts=[64,128,256] or val_loss=true.")
     model, hparams = load_model(cfg.ckpt_path)
     trained_tokenizer = recorded_tokenizer(hparams)
     tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
@@ -76,6 +102,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if too_long:
         raise ConfigError(too_long)
     check_fits(examples, tokenizer, model.config.block_size, "task_data", "")  # before minutes of validation
+    check_scorable(model, contexts, cfg.trainer.accelerator)  # so are the contexts it cannot be scored at
     trainer: L.Trainer = instantiate_trainer(cfg.trainer)
     metrics: dict[str, float] = {}
     if cfg.val_loss:
@@ -93,6 +120,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
         with trainer.precision_plugin.forward_context():  # trainer.precision, as for val/loss
             metrics |= evaluate_tasks(model, tokenizer, examples, cfg.task_batch_size)
+    if contexts:
+        metrics |= evaluate_checkpoint(model, cfg, tokenizer, contexts, trainer)
     if trainer.is_global_zero:
         if "val/loss" in metrics:
             log.info("%s: val/loss %.6f, val/ppl %.4f, val/bpb %.6f", cfg.ckpt_path, metrics["val/loss"],

@@ -11,6 +11,8 @@ from omegaconf import DictConfig
 from gptlab.config.fsdp_keys import fsdp_strategy_keys, is_fsdp
 from gptlab.config.ranges import logged_metric
 from gptlab.errors import ConfigError
+from gptlab.model.context import longest_context
+from gptlab.model.positions import POSITIONS
 
 Rule = Callable[[DictConfig], Optional[str]]  # None = fine, else the message
 
@@ -20,9 +22,15 @@ def windows_fit_the_context(cfg: DictConfig) -> Optional[str]:
     if not data or not model or not isinstance(data.get("block_size"), int):
         return None
     if data.block_size > model.block_size:
-        return (f"data.block_size={data.block_size} is longer than model.block_size ({model.block_size}), the "
-                "longest context the model has positions for; leave data.block_size out (it follows model.block_size) "
-                f"or set it to at most {model.block_size}.")
+        learned = model.get("pos_emb") in POSITIONS and longest_context(model) is not None  # type: ignore[arg-type]
+        why = (f"the rows of its learned position table (model.pos_emb=learned: {model.block_size} trained vectors, "
+               "none for later positions)" if learned else
+               f"the context the model is built and trained for (model.pos_emb={model.get('pos_emb')} computes "
+               "positions for any length, but the model takes at most model.block_size tokens; to score a checkpoint "
+               f"past it, use src/eval.py contexts=[{model.block_size},{2 * model.block_size}])")
+        return (f"data.block_size={data.block_size} is longer than model.block_size ({model.block_size}), {why}; "
+                "leave data.block_size out (it follows model.block_size) or set it to at most "
+                f"{model.block_size}; to train at {data.block_size}, set model.block_size={data.block_size}.")
     return None
 
 
