@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
 from gptlab.model.alibi import ALiBi
 from gptlab.model.sparse_attention import ScoreBias
-
-if TYPE_CHECKING:  # config.py builds its choices from POSITIONS
-    from gptlab.model.config import GPTConfig
 
 
 def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
@@ -62,7 +59,9 @@ class SinusoidalPositions(nn.Module):
 
 @dataclass(frozen=True)
 class PositionScheme:
-    absolute: Optional[Callable[[GPTConfig], nn.Module]] = None  # the config -> the table added to X E_1
+    # the GPTConfig -> the table added to X E_1 (typed Any: config.py builds its choices from POSITIONS, so this module
+    # does not import it)
+    absolute: Optional[Callable[[Any], nn.Module]] = None
     parameters: Callable[[int, int], int] = lambda block_size, n_embd: 0  # trained weights of `absolute`
     rotary: bool = False  # queries and keys turn by their position (rope.py)
     score_bias: Optional[Callable[[int], ScoreBias]] = None  # (n_head) -> a bias on the attention scores
