@@ -38,9 +38,10 @@ def load_model(path: str) -> tuple[GPT, Any]:
     tokenizer there); a file is a checkpoint written by src/train.py, and another directory a run dir (its newest
     checkpoint that loads)."""
     if is_hf_directory(path):
+        model = from_pretrained(Path(path))  # refuses a config.json that is not a model's first
         recorded = read_exported_tokenizer(Path(path))
         check_recorded(recorded, "tokenizer", recording_file(path))
-        return from_pretrained(Path(path)), recorded
+        return model, recorded
     model, hparams = load_checkpoint_model(path)
     return model, recorded_tokenizer(hparams)
 
