@@ -14,13 +14,14 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import STAGING_DIR, remove, write_together
-from gptlab.checkpoint.reader import load_model, recorded_tokenizer
+from gptlab.checkpoint.reader import load_model, recorded_tokenizer, resolve_checkpoint
 from gptlab.config.entry import main as gptlab_main
 from gptlab.config.ranges import boolean, writable_dir
 from gptlab.errors import ConfigError
 from gptlab.interop import save_pretrained
 from gptlab.interop.hf_export import export_tokenizer
 from gptlab.launch.cli import user_errors_exit
+from gptlab.recorded import build_recorded
 from gptlab.runs.write_targets import check_new_dir
 
 WRITES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -33,13 +34,17 @@ def main(cfg: DictConfig) -> None:
     boolean("overwrite", cfg.overwrite)
     remove(Path(cfg.out) / STAGING_DIR)  # what an export killed midway left: gptlab's own
     check_new_dir("out", Path(cfg.out), cfg.overwrite, "overwrite=true", WRITES)
-    model, hparams = load_model(cfg.ckpt_path)
-    tokenizer_cfg = cfg.get("tokenizer") or recorded_tokenizer(hparams)
-    if tokenizer_cfg is None:
-        raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add "
-                          "tokenizer=<the training run's: bytes, gpt2, r50k_base or cl100k_base>.")
-    tokenizer_cfg = OmegaConf.to_container(OmegaConf.create(tokenizer_cfg), resolve=True)
-    tokenizer = hydra.utils.instantiate(tokenizer_cfg)
+    ckpt = resolve_checkpoint(cfg.ckpt_path)  # a run dir: its newest checkpoint that loads
+    model, hparams = load_model(ckpt)
+    if cfg.get("tokenizer") is not None:  # the user's own config
+        tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+        tokenizer = hydra.utils.instantiate(tokenizer_cfg)
+    else:  # the checkpoint's: a trusted class only (gptlab.recorded)
+        tokenizer_cfg = recorded_tokenizer(hparams)
+        if tokenizer_cfg is None:
+            raise ConfigError(f"ckpt_path={cfg.ckpt_path!r} does not record its tokenizer; add "
+                              "tokenizer=<the training run's: bytes, gpt2, r50k_base or cl100k_base>.")
+        tokenizer = build_recorded(tokenizer_cfg, "tokenizer", str(ckpt))
 
     def write(staging: Path) -> None:
         save_pretrained(model, staging)

@@ -42,11 +42,14 @@ def test_the_sharded_meta_file_is_lightnings() -> None:
     assert resolve(entry) == lightning_internals.SHARDED_META_FILE
 
 
-def test_lightning_pin_covers_the_installed_version() -> None:
-    pin = re.search(r'"lightning>=([\d.]+),<([\d.]+)"', (ROOT / "pyproject.toml").read_text())
-    assert pin, "pyproject.toml must pin lightning to a tested range: lightning>=A,<B"
-    lower, upper = pin.groups()
-    assert Version(lower) <= Version(lightning.__version__) < Version(upper), (pin.group(0), lightning.__version__)
+def test_lightning_pin_covers_the_installed_version_not_the_compromised_ones() -> None:
+    from packaging.specifiers import SpecifierSet
+
+    pin = re.search(r'"lightning(>=[\d.]+,<[\d.]+(?:,!=[\d.]+)*)"', (ROOT / "pyproject.toml").read_text())
+    assert pin, "pyproject.toml must pin lightning to a tested range: lightning>=A,<B (less excluded releases)"
+    allowed = SpecifierSet(pin.group(1))
+    assert Version(lightning.__version__) in allowed, (pin.group(0), lightning.__version__)
+    assert "2.6.2" not in allowed and "2.6.3" not in allowed  # compromised on PyPI: GHSA-w37p-236h-pfx3
 
 
 def _private(name: str) -> bool:

@@ -548,6 +548,8 @@ def test_a_checkpoint_without_batch_counters_is_followed() -> None:
 
 # ---- which raises the cases reach ------------------------------------------------------------------------------
 UNREACHED = {
+    ("runs/one_run.py", "holds other runs"): "a dir of several runs: tests/test_one_run_per_dir.py follows its ways "
+                                             "out (a new hydra.run.dir, that run's own dir with resume=auto)",
     ("runs/write_targets.py", "is a file, not a directory"): "export_hf.py, its one caller, refuses a file as `out` "
                                                              "first (config/ranges.writable_dir)",
     ("report/runs.py", 'f"{path} is missing"'): "read_job catches it (the report names the job's unknown cost); "

@@ -556,12 +556,13 @@ AREAS = {
     "test_ways_out_files.py": [
         "atomic.py", "checkpoint/convert.py", "checkpoint/reader.py", "interop/hf.py", "interop/gpt_neo.py",
         "interop/llama.py", "eval/lm_eval_adapter.py", "eval/scoring.py", "eval/task_rows.py", "eval/tasks.py",
+        "recorded.py", "execution/fsdp_strategy.py", "eval/loading.py",
     ],
     # sweeps and their reports, run dirs shared by jobs, the GPU launcher
     "test_ways_out_runs.py": [
         "report/ladder_report.py", "report/lr_report.py", "report/mup_transfer.py", "report/runs.py",
         "report/sweep.py", "runs/relayout.py", "runs/run_dir_lock.py", "runs/sweep_identity.py",
-        "runs/sweep_jobs.py", "runs/write_targets.py", "launch/gpu_launcher.py",
+        "runs/sweep_jobs.py", "runs/write_targets.py", "launch/gpu_launcher.py", "runs/one_run.py",
     ],
 }
 

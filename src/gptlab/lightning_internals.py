@@ -11,9 +11,10 @@ only inside the functions that need it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ PRIVATE = (
     Private("torch.distributed.checkpoint.state_dict_loader:_load_state_dict_from_keys",
             "load_sharded_keys", "reads a sharded checkpoint's whole weights in one process (what torch's "
             "own dcp_to_torch_save uses), without its optimizer states"),
+    Private("lightning.fabric.strategies.model_parallel:_distributed_checkpoint_load",
+            "sharded_loads_through", "the one call through which ModelParallelStrategy reads a sharded checkpoint's "
+            "tensors, with torch's default reader (which unpickles the index and runs torch.load(weights_only="
+            "False) on the non-tensor entries); there is no argument to give it another reader"),
     Private("torch.utils._pytree:tree_leaves",
             "tensor_leaves", "the tensors of a nested checkpoint dict, whatever containers hold them"),
     Private("torch._C:_get_sdp_priority_order",
@@ -162,11 +167,27 @@ def set_data_parallel_size(strategy: Any, size: int) -> None:
     strategy._data_parallel_size = size
 
 
-def load_sharded_keys(keys: set[str], checkpoint_id: str) -> dict[str, Any]:
-    """The top-level `keys` of a sharded (DCP) checkpoint, read whole in this one process."""
+def load_sharded_keys(keys: set[str], reader: Any) -> dict[str, Any]:
+    """The top-level `keys` of a sharded (DCP) checkpoint, read whole in this one process by `reader` (a DCP
+    StorageReader: gptlab's restricts what is unpickled)."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    return _load_state_dict_from_keys(keys=keys, checkpoint_id=checkpoint_id)
+    return _load_state_dict_from_keys(keys=keys, storage_reader=reader)
+
+
+@contextlib.contextmanager
+def sharded_loads_through(reader_for: Callable[[Any], Any]) -> Iterator[None]:
+    """While open, Lightning's ModelParallelStrategy reads sharded checkpoints with the DCP StorageReader
+    `reader_for(path)` returns (gptlab's restricts what is unpickled: checkpoint/dcp_index.py)."""
+    from lightning.fabric.strategies import model_parallel
+    from torch.distributed.checkpoint import load
+
+    original = model_parallel._distributed_checkpoint_load
+    model_parallel._distributed_checkpoint_load = lambda state, path: load(state, storage_reader=reader_for(path))
+    try:
+        yield
+    finally:
+        model_parallel._distributed_checkpoint_load = original
 
 
 def tensor_leaves(tree: Any) -> list[Any]:

@@ -21,8 +21,14 @@ def unreadable_reason(path: Path, err: BaseException) -> str:
     if not head.startswith((ZIP_MAGIC, PICKLE_PROTOCOL_2_PLUS)):
         shown = head[:24].decode("utf-8", "replace").splitlines()[0] if head.strip() else repr(head[:8])
         return f"not a PyTorch checkpoint: it starts with {shown!r}"
+    return load_error_reason(err)
+
+
+def load_error_reason(err: BaseException) -> str:
+    """The clause for an exception torch.load raised: foreign objects refused, or cut short."""
     text = str(err)
-    detail = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+    # torch words it either way: "WeightsUnpickler error: ..." or, for a blocked module (posix.system), "Trying to ..."
+    detail = re.search(r"WeightsUnpickler error:\s*(.+)", text) or re.search(r"^(Trying to load .+)$", text, re.M)
     if detail:
         return (f"it holds Python objects that gptlab does not unpickle (weights_only=True: a file from elsewhere "
                 f"runs no code): {detail.group(1).strip()[:120]}")

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from gptlab.checkpoint import sharded
-from gptlab.checkpoint.errors import unreadable_reason
+from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex
+from gptlab.checkpoint.errors import load_error_reason, unreadable_reason
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
+from gptlab.recorded import check_recorded
 
 log = logging.getLogger(__name__)
 MODEL_PREFIX = "model."  # GPTLitModule keeps the GPT as self.model
@@ -31,7 +34,10 @@ class UnreadableCheckpoint(Exception):
 
 def _load_sharded(path: Path, weights: bool) -> dict[str, Any]:
     """A sharded checkpoint (trainer=fsdp): Lightning's meta.pt, plus the whole weights gathered when `weights`."""
-    missing = sharded.missing_parts(path)
+    try:
+        missing = sharded.missing_parts(path)
+    except ForeignIndex as err:
+        raise UnreadableCheckpoint(f"its {INDEX_FILE} cannot be read: {err}") from err
     if missing:
         raise UnreadableCheckpoint(f"it is a sharded checkpoint folder that lacks {', '.join(missing)}: it was "
                                    "never completely written or was copied in part")
@@ -39,8 +45,11 @@ def _load_sharded(path: Path, weights: bool) -> dict[str, Any]:
         ckpt = sharded.read_meta(path)
         if weights:
             ckpt["state_dict"] = sharded.read_full_state_dict(path)
+    except CheckpointException as err:  # DCP's, a BaseException: the first rank's error says why
+        first = next(iter(err.failures.values()), (err,))[0]
+        raise UnreadableCheckpoint(f"its shards cannot be read: {load_error_reason(first)}") from err
     except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError... for bad files
-        raise UnreadableCheckpoint(f"its shards cannot be read ({type(err).__name__}: {err})") from err
+        raise UnreadableCheckpoint(f"its shards cannot be read: {load_error_reason(err)}") from err
     return ckpt
 
 
@@ -154,9 +163,10 @@ def checkpoint_model_state(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, Any]]:
     """Rebuild the GPT of a training run from its checkpoint alone (or its run dir's newest readable one), and return
-    the checkpoint's hyperparameters."""
+    the checkpoint's hyperparameters, whose recorded tokenizer names only a trusted class (gptlab.recorded)."""
     path = resolve_checkpoint(path, what)
     ckpt = read_checkpoint(path, what)
+    check_recorded(recorded_tokenizer(ckpt.get("hyper_parameters") or {}), "tokenizer", str(path))
     model = GPT(checkpoint_model_config(ckpt, path, what))
     model.load_state_checked(checkpoint_model_state(ckpt), path, "Its weights are not those of the model it "
                              f"records; pass {what}=<a checkpoint src/train.py wrote> (a run dir or its .ckpt).")

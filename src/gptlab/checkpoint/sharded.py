@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader
 
+from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex, SafeReader, read_index
 from gptlab.lightning_internals import SHARDED_META_FILE, load_sharded_keys
 
 META_FILE = SHARDED_META_FILE  # Lightning's meta.pt: the checkpoint without weights and optimizer states
-INDEX_FILE = ".metadata"  # DCP's index of which file holds which tensor chunk
 
 
 def is_sharded(path: Path) -> bool:
@@ -28,13 +27,15 @@ def is_sharded(path: Path) -> bool:
 
 def missing_parts(path: Path) -> list[str]:
     """The files a sharded checkpoint lacks (index, Lightning's meta.pt, any shard the index names); an empty or
-    unreadable index counts as missing."""
+    truncated index counts as missing. Raises ForeignIndex (dcp_index) for an index that names foreign objects."""
     index_file = path / INDEX_FILE
     if not index_file.is_file() or index_file.stat().st_size == 0:
         return [INDEX_FILE]
     try:
-        index = FileSystemReader(str(path)).read_metadata()
-    except Exception:  # a truncated or foreign index: DCP's unpickling raises EOFError, UnpicklingError, ...
+        index = read_index(index_file)
+    except ForeignIndex:
+        raise
+    except Exception:  # a truncated or garbled index: unpickling raises EOFError, UnpicklingError, ...
         return [INDEX_FILE]
     wanted = {INDEX_FILE, META_FILE} | {item.relative_path for item in (index.storage_data or {}).values()}
     return sorted(name for name in wanted if not (path / name).is_file() or (path / name).stat().st_size == 0)
@@ -50,4 +51,4 @@ def read_full_state_dict(path: Path) -> dict[str, torch.Tensor]:
     this one process: DCP reads each tensor's chunks and joins them, whatever the world size that wrote them."""
     with warnings.catch_warnings():  # "torch.distributed is unavailable...": one process reading is what we want
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
-        return load_sharded_keys({"state_dict"}, str(path))["state_dict"]
+        return load_sharded_keys({"state_dict"}, SafeReader(str(path)))["state_dict"]

@@ -24,28 +24,28 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer
+from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer, resolve_checkpoint
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import score_pairs, score_texts
 from gptlab.launch.cli import user_errors_exit
 from gptlab.preflight.devices import check_device, default_device
+from gptlab.recorded import build_recorded
 
 GENERATION_CHUNK = 32  # new tokens per generate() call between checks for a stop string
 
 
-def checkpoint_tokenizer(hparams: dict[str, Any], name: Optional[str] = None,
+def checkpoint_tokenizer(hparams: dict[str, Any], source: str, name: Optional[str] = None,
                          ranks_file: Optional[str] = None) -> Tokenizer:
-    """The tokenizer named by model_args, else the one recorded in the checkpoint's run config."""
+    """The tokenizer named by model_args, else the one recorded in the run config of the checkpoint `source`
+    (a trusted class only: gptlab.recorded)."""
     if name is not None:
         return ByteTokenizer() if name == "bytes" else TiktokenTokenizer(name, ranks_file)
     recorded = recorded_tokenizer(hparams)
     if recorded is None:
         raise ConfigError("the checkpoint records no tokenizer; pass model_args tokenizer=bytes (or gpt2, r50k_base, "
                           "cl100k_base) as in the training run.")
-    import hydra
-
-    return hydra.utils.instantiate(recorded)
+    return build_recorded(recorded, "tokenizer", source)
 
 
 def parse_batch_size(value: Any) -> int:
@@ -68,8 +68,9 @@ class GptlabLM(LM):
         super().__init__()
         if not ckpt_path:
             raise ConfigError("--model_args has no ckpt_path; pass --model_args ckpt_path=<run dir or .ckpt>.")
-        self.model, hparams = load_model(ckpt_path)
-        self.tokenizer = checkpoint_tokenizer(hparams, tokenizer, ranks_file)
+        ckpt = resolve_checkpoint(ckpt_path)  # a run dir: its newest checkpoint that loads
+        self.model, hparams = load_model(ckpt)
+        self.tokenizer = checkpoint_tokenizer(hparams, str(ckpt), tokenizer, ranks_file)
         check_tokenizer_fits(self.tokenizer, self.model, "tokenizer")
         self._device = check_device("--device", device or default_device())
         self.model.to(self._device).eval()

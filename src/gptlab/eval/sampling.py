@@ -14,22 +14,34 @@ from gptlab.checkpoint.reader import load_model as load_checkpoint_model
 from gptlab.config.ranges import boolean, check_table, integer, non_negative_int, number, optional, positive_int
 from gptlab.errors import ConfigError
 from gptlab.interop import from_pretrained
+from gptlab.interop.hf_export import CONFIG_FILE as HF_CONFIG_FILE
 from gptlab.interop.hf_export import read_exported_tokenizer
 from gptlab.model import GPT
 from gptlab.preflight.devices import check_device
 from gptlab.preflight.option_relevance import SAMPLE_RULES, ignored_options, sampling_defaults
+from gptlab.recorded import build_recorded, check_recorded
 
 
 def is_hf_directory(path: str) -> bool:
     return (Path(path) / "config.json").is_file()
 
 
+def recording_file(path: str) -> str:
+    """The file that records the tokenizer of the model at `path`: a Hugging Face directory's config.json, else the
+    checkpoint (a run dir's newest that loads)."""
+    return str(Path(path) / HF_CONFIG_FILE) if is_hf_directory(path) else str(resolve_checkpoint(path))
+
+
 def load_model(path: str) -> tuple[GPT, Any]:
-    """The model and the tokenizer config it was trained with (None if not recorded). A directory with config.json
-    is a Hugging Face model (scripts/export_hf.py records the tokenizer there); a file is a checkpoint written by
-    src/train.py, and another directory a run dir (its newest checkpoint that loads)."""
+    """The model and the tokenizer config it was trained with (None if not recorded), a trusted one only
+    (gptlab.recorded). A directory with config.json is a Hugging Face model (scripts/export_hf.py records the
+    tokenizer there); a file is a checkpoint written by src/train.py, and another directory a run dir (its newest
+    checkpoint that loads)."""
     if is_hf_directory(path):
-        return from_pretrained(Path(path)), read_exported_tokenizer(Path(path))
+        model = from_pretrained(Path(path))  # refuses a config.json that is not a model's first
+        recorded = read_exported_tokenizer(Path(path))
+        check_recorded(recorded, "tokenizer", recording_file(path))
+        return model, recorded
     model, hparams = load_checkpoint_model(path)
     return model, recorded_tokenizer(hparams)
 
@@ -43,7 +55,7 @@ def load_tokenizer(cfg: DictConfig, recorded: Any) -> Any:
     if recorded is None:
         raise ConfigError(f"no tokenizer for ckpt_path={cfg.ckpt_path!r}: it does not record the one it was trained "
                           "with; choose one, e.g. tokenizer=bytes.")
-    return hydra.utils.instantiate(OmegaConf.create(recorded))
+    return build_recorded(recorded, "tokenizer", recording_file(cfg.ckpt_path))
 
 
 # conf/sample.yaml's numbers and switches (Hydra hands `top_k=abc` over as a string; generate would fail deep inside).

@@ -17,7 +17,9 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from gptlab.atomic import remove, replace_folder
-from gptlab.lightning_internals import set_data_parallel_size
+from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex, SafeReader, read_index
+from gptlab.errors import ConfigError
+from gptlab.lightning_internals import set_data_parallel_size, sharded_loads_through
 
 
 def partial_name(path: Path) -> Path:
@@ -56,6 +58,19 @@ class GPTFSDPStrategy(ModelParallelStrategy):
         if self.global_rank == 0:
             replace_folder(partial, path)
         self.barrier("fsdp_checkpoint_renamed")
+
+    def load_checkpoint(self, checkpoint_path: str | os.PathLike[str], weights_only: Optional[bool] = None
+                        ) -> dict[str, Any]:
+        # DCP's own reader unpickles the index and loads non-tensor entries with weights_only=False. A foreign index
+        # is refused here in one line (inside DCP's load it would be logged, retried per rank and wrapped).
+        index = Path(checkpoint_path) / INDEX_FILE
+        if index.is_file():
+            try:
+                read_index(index)
+            except ForeignIndex as err:
+                raise ConfigError(f"{checkpoint_path}: its {INDEX_FILE} cannot be read: {err}") from err
+        with sharded_loads_through(SafeReader):
+            return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
 
 
 def shards_weights(strategy: Any) -> bool:

@@ -17,6 +17,7 @@ from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
+from gptlab.recorded import build_recorded
 from gptlab.report.instability import DEFINITIONS, Stability, classify
 from gptlab.report.job_scalars import probe_peaks, read_scalars, series
 from gptlab.report.membership import job_dirs, screen
@@ -132,13 +133,12 @@ def val_curve(scalars: dict, start: float | None, tokens_per_step: int) -> list[
 _VOCAB_CACHE: dict[str, int] = {}
 
 
-def _tokenizer_vocab(tokenizer_cfg: dict) -> int:
-    """The tokenizer's id count, for presets whose vocab_size is null (taken from the tokenizer at training)."""
+def _tokenizer_vocab(tokenizer_cfg: dict, source: Path) -> int:
+    """The id count of the tokenizer the file `source` records (a trusted class only: gptlab.recorded), for presets
+    whose vocab_size is null (taken from the tokenizer at training)."""
     key = json.dumps(tokenizer_cfg, sort_keys=True)
     if key not in _VOCAB_CACHE:
-        from hydra.utils import instantiate
-
-        _VOCAB_CACHE[key] = instantiate(tokenizer_cfg).vocab_size
+        _VOCAB_CACHE[key] = build_recorded(tokenizer_cfg, "tokenizer", str(source)).vocab_size
     return _VOCAB_CACHE[key]
 
 
@@ -149,7 +149,7 @@ def job_model(job_dir: Path) -> GPTConfig:
         raise ConfigError(f"{path} is missing")
     cfg = yaml.safe_load(path.read_text())
     model = dict(cfg["model"])
-    vocab = model["vocab_size"] if model.get("vocab_size") is not None else _tokenizer_vocab(cfg["tokenizer"])
+    vocab = model["vocab_size"] if model.get("vocab_size") is not None else _tokenizer_vocab(cfg["tokenizer"], path)
     return GPTConfig.for_tokenizer(model, vocab)
 
 

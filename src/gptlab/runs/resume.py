@@ -8,6 +8,8 @@ over the records of an earlier one without being asked to, and never rewrites a 
   already reached trainer.max_steps is finished: nothing is run and no file is touched.
 - restart: start over from step 0 in this dir; the earlier run's checkpoints, summary and TensorBoard events are
   deleted first (and named), so its records and the new ones never mix.
+Whatever `resume` says, a dir that holds a sweep or another run's dir is refused (gptlab.runs.one_run): nothing in
+it is searched, continued or deleted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gptlab.checkpoint.sharded import is_sharded
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.runs import sweep_jobs
+from gptlab.runs.one_run import check_one_run
 from gptlab.runs.run_dir import SUMMARY_FILE, event_files
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,11 @@ def given_checkpoint(ckpt_path: Optional[str]) -> Optional[str]:
     return str(path)
 
 
+def named_run_dir(output_dir: Path) -> str:
+    """The run dir as a message names it: as the user's hydra.run.dir when they gave it."""
+    return f"hydra.run.dir={str(output_dir)!r}" if run_dir_given() else f"the run dir {output_dir}"
+
+
 def run_dir_given() -> bool:
     """Whether the user set hydra.run.dir (on the command line), so a message may name it as theirs."""
     from hydra.core.hydra_config import HydraConfig
@@ -94,11 +102,9 @@ def checkpoint_in_run_dir(cfg: DictConfig, output_dir: Path, resume: Optional[st
     if resume == "restart" or not found:
         return None
     if resume is None:
-        given_dir = run_dir_given()
-        where = f"hydra.run.dir={str(output_dir)!r}" if given_dir else f"the run dir {output_dir}"
-        new_dir = "leave hydra.run.dir out" if given_dir else "give another hydra.run.dir"
+        new_dir = "leave hydra.run.dir out" if run_dir_given() else "give another hydra.run.dir"
         raise ConfigError(
-            f"{where} already holds a run ({len(found)} checkpoint(s), newest {found[0]}); "
+            f"{named_run_dir(output_dir)} already holds a run ({len(found)} checkpoint(s), newest {found[0]}); "
             "continue it with resume=auto, start over in it with resume=restart (deletes its checkpoints, summary "
             f"and TensorBoard events), or {new_dir} for a new run dir."
         )
@@ -160,6 +166,8 @@ def continuation(cfg: DictConfig, output_dir: Path, given: Optional[str], model_
     pass), or with resume=auto the newest one in the run dir that loads, checked against `model_cfg` here (`fsdp`:
     the run can load a sharded one). Raises ConfigError for the runs it refuses (see the module docstring)."""
     mode = resume_mode(cfg)
+    if not (cfg.get("trainer") or {}).get("fast_dev_run"):  # fast_dev_run writes nothing into its dir
+        check_one_run(output_dir, named_run_dir(output_dir))
     ckpt_path = given if given is not None else checkpoint_in_run_dir(cfg, output_dir, mode, warn)
     if ckpt_path is not None and given is None:
         check_resumable(ckpt_path, model_cfg, fsdp, cfg.optimizer.get("_target_"))
@@ -168,9 +176,10 @@ def continuation(cfg: DictConfig, output_dir: Path, given: Optional[str], model_
 
 def start_over(mode: Optional[str], output_dir: Path) -> list[Path]:
     """With resume=restart (`mode`, as `continuation` decided it), deletes the earlier run's checkpoints, summary
-    and event files; returns them."""
+    and event files; returns them. Only in a dir of one run: they are then that run's."""
     if mode != "restart" or not output_dir.is_dir():
         return []
+    check_one_run(output_dir, named_run_dir(output_dir))
     old = [*checkpoints_newest_first(output_dir), *event_files(output_dir), output_dir / SUMMARY_FILE]
     removed = [path for path in old if path.is_file() or is_sharded(path)]
     for path in removed:

@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-import hydra
 import lightning as L
 import torch
 from omegaconf import OmegaConf
@@ -26,6 +25,7 @@ from omegaconf import OmegaConf
 from gptlab.config.schemas import Runtime
 from gptlab.preflight.early_checks import build_model_config
 from gptlab.preflight.planning import estimate_memory
+from gptlab.recorded import build_recorded
 from gptlab.runs.run_dir import RESOLVED_CONFIG, event_files
 
 # Speed and memory, not checkpoints: a 1.3B model's checkpoint with Adam states is ~17 GB a write.
@@ -57,7 +57,7 @@ def planned_bytes(run: Path) -> float:
     """The estimate train's memory check made for this run, per process, less the process's runtime (the CUDA
     context and the interpreter, which the allocator's peak does not see)."""
     cfg = OmegaConf.load(run / RESOLVED_CONFIG)
-    vocab = hydra.utils.instantiate(cfg.tokenizer).vocab_size
+    vocab = build_recorded(cfg.tokenizer, "tokenizer", str(run / RESOLVED_CONFIG)).vocab_size
     model_cfg = build_model_config(cfg.model, vocab)
     est = estimate_memory(model_cfg, cfg.data.batch_size, cfg.trainer, "gpu", Runtime(**cfg.get("runtime", {})))
     return est.states + est.buffers + est.activations
