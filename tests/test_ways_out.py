@@ -152,6 +152,7 @@ RULE_CASES = {
 ONLY_WHEN_CASES = {
     "model.rope_theta": ("model.rope_theta=500000.0",),
     "model.rope_fraction": ("model.rope_fraction=0.5",),
+    "model.sinusoidal_scale": ("model.sinusoidal_scale=1.0",),
     "model.activation": ("model.mlp_layers=1", "model.activation=relu"),
     "model.d_ff": ("model.mlp_layers=1", "model.d_ff=256"),
     "model.attn_window": ("model.attn_window=64",),
@@ -248,6 +249,16 @@ UNREACHED = {
     ("train/optim.py", "needs trainer.max_steps >= 1"): "trainer.max_steps's range refuses first (a Python schedule)",
     ("train/muon.py", "needs the parameter groups"): "a MuonAdamW built from Python with other parameter groups",
     ("train/muon.py", "found no 2-D hidden weight"): "a model with no hidden matrix (every GPT has some)",
+    # length extrapolation (tests/test_length_extrapolation.py reaches each with a trained sweep or a long model)
+    ("apps/evaluate.py", "is a sweep dir: eval.py scores its jobs"): "a sweep dir as ckpt_path without contexts",
+    ("apps/context_eval.py", "longer than the validation split"): "a position scheme without a table (CKPT's is)",
+    ("apps/context_eval.py", "holds no common multiple"): "contexts whose common multiple exceeds the split",
+    ("apps/context_eval.py", "without a job that could be scored"): "a sweep dir none of whose jobs finished",
+    ("eval/extrapolation.py", "ConfigError(refusal)"): "eval.py's check_scorable refuses the same contexts first",
+    ("report/context_report.py", "cannot be read"): "ablation_report.py --context on a damaged context_eval.json",
+    ("report/context_report.py", "give a context length in tokens"): "ablation_report.py --context 0",
+    ("report/context_report.py", "has a loss at context"): "ablation_report.py --context on an unscored sweep",
+    ("report/context_report.py", "has no loss at context"): "ablation_report.py --context on a baseline unscored",
     ("train/muon.py", "is not optimizer=muon's"): "another optimizer: check_resumable refuses (test_ways_out_files)",
 }
 
@@ -403,7 +414,10 @@ APP_CASES = {
              (CKPT, "task_limit=5"), (CKPT, "trainer.limit_val_batches=0"), (CKPT, "task_batch_size=0"),
              (CKPT, "tasks=[lambada]", "task_limit=0"), (CKPT, "val_loss=maybe"), (CKPT, "data.block_size=64"),
              (CKPT, "tokenizer=gpt2"), (CKPT, "trainer.devices=4"), (f"ckpt_path={DAMAGED}",), (CKPT, "+val_los=1"),
-             (CKPT, "tasks=[lambada]", f"task_data.lambada={LONG_TARGET}")],
+             (CKPT, "tasks=[lambada]", f"task_data.lambada={LONG_TARGET}"), (CKPT, "contexts=5"),
+             (CKPT, "contexts=[0]"), (CKPT, "contexts=[16,16]"), (CKPT, "contexts=[64]"),
+             (CKPT, "val_loss=false", "contexts=[16]", "context_targets=1"),
+             (CKPT, "val_loss=false", "contexts=[16]", "data.store=streaming")],
 }
 
 

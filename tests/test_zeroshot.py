@@ -199,7 +199,7 @@ def test_eval_tasks_only_and_bad_names(run_dir: Path, tmp_path: Path) -> None:
     assert json.loads((tmp_path / "eval.json").read_text()) == metrics
     with pytest.raises(ConfigError, match="the known tasks are: lambada, hellaswag"):
         evaluate(compose_config([*base, "tasks=[lambda]"], config_name="eval"))
-    with pytest.raises(ConfigError, match="leaves nothing to evaluate"):
+    with pytest.raises(ConfigError, match="leave nothing to evaluate"):
         evaluate(compose_config([*base, "val_loss=false"], config_name="eval"))
 
 

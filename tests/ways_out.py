@@ -211,7 +211,7 @@ def app_keys() -> frozenset[str]:
 @functools.cache
 def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
     """What `python src/<app>.py <command>` says before it scores (eval) or generates (sample); None: it would."""
-    from gptlab.apps import evaluate
+    from gptlab.apps import context_eval, evaluate
     from gptlab.eval import sampling
     from gptlab.model import generation
 
@@ -232,9 +232,10 @@ def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
     if unread:
         return Refusal(unread, None)
     try:
-        if app == "eval":
+        if app == "eval":  # validation, the tasks, or the contexts' scoring (after their checks) start the work
             with mock.patch.object(evaluate, "GPTLitModule", started), \
-                    mock.patch.object(evaluate, "evaluate_tasks", started):
+                    mock.patch.object(evaluate, "evaluate_tasks", started), \
+                    mock.patch.object(context_eval, "score_model", started):
                 evaluate.evaluate(cfg)
         else:  # the decoding loops: after every check of gptlab.model.generation.generate
             with mock.patch.object(generation, "_sample", started), \
@@ -543,7 +544,8 @@ AREAS = {
         "config/fsdp_keys.py", "errors.py", "preflight/early_checks.py", "preflight/guards.py", "preflight/devices.py",
         "preflight/checkpoint_plan.py", "preflight/option_relevance.py", "preflight/output_dirs.py",
         "execution/float8.py", "execution/strategies.py", "runs/resume.py", "apps/build.py",
-        "apps/evaluate.py", "eval/sampling.py", "eval/zeroshot.py", "data/datamodule.py", "data/mixture.py",
+        "apps/evaluate.py", "apps/context_eval.py", "eval/extrapolation.py", "report/context_report.py",
+        "eval/sampling.py", "eval/zeroshot.py", "data/datamodule.py", "data/mixture.py",
         "data/mixture_store.py", "train/optim.py", "train/muon.py", "train/callbacks/loss_spike.py",
     ],
     # the corpus: sources, tokenizers, prepare_data.py's shards, the stores that read them
