@@ -15,7 +15,7 @@ from gptlab.errors import ConfigError
 
 TRUSTED_ENV = "GPTLAB_TRUSTED_TARGETS"  # comma-separated `_target_` paths the user adds (their own classes)
 
-# gptlab's classes per kind of node, as conf/ names them (tests/test_recorded_targets.py checks they agree).
+# gptlab's classes per kind of node, as conf/ names them (tests/test_recorded_code.py checks they agree).
 TOKENIZERS = frozenset({"gptlab.data.tokenizers.ByteTokenizer", "gptlab.data.tokenizers.TiktokenTokenizer"})
 DATA = frozenset({"gptlab.data.GPTDataModule", "gptlab.data.mixture.Mixture", "gptlab.data.sources.BuiltinSource",
                   "gptlab.data.sources.TextFiles", "gptlab.data.sources.HFDataset"})

@@ -35,8 +35,11 @@ def tokenizer_from_record(recorded: Optional[Mapping[str, Any]], source: str) ->
 def load(path: Union[str, os.PathLike[str]]) -> Loaded:
     """(model, tokenizer) of a training run: its run dir (the newest checkpoint that loads), one of its .ckpt files,
     or a Hugging Face directory written by scripts/export_hf.py."""
-    from gptlab.eval.sampling import load_model, recording_file  # sample.py's loader: checkpoints and HF dirs alike
+    from gptlab.checkpoint.reader import resolve_checkpoint
+    from gptlab.eval.sampling import is_hf_directory, load_model, recording_file  # sample.py's loader
 
-    source = recording_file(os.fspath(path))
-    model, recorded = load_model(os.fspath(path))
-    return Loaded(model.eval(), tokenizer_from_record(recorded, source))
+    path = os.fspath(path)
+    if not is_hf_directory(path):  # a run dir resolved once, as sample.py does: the file read is the one named
+        path = str(resolve_checkpoint(path))
+    model, recorded = load_model(path)
+    return Loaded(model.eval(), tokenizer_from_record(recorded, recording_file(path)))
