@@ -38,38 +38,55 @@ def sections(report: str) -> dict[str, list[str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
-    out = tmp_path_factory.mktemp("gpu_check")
+def tiny(out: Path, *parts: str, fail: str) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
     # A budget above the default 170 s: a loaded CI machine still runs every part (each under its own limit).
-    proc = gpu_check("--device", "cpu", "--tiny", "--fail", "pytest", "--budget", "1200", out=out)
+    proc = gpu_check("--device", "cpu", "--tiny", "--fail", fail, "--budget", "1200", *parts, out=out)
     assert (out / "gpu_check.log").is_file(), proc.stderr[-3000:]
     return proc, sections((out / "gpu_check.md").read_text())
+
+
+# CI's run: the cheapest parts that still show a table, a skip and an injected failure with a part after it
+# (parts run cheapest first with --tiny). The whole list runs in the `slow` test below.
+SHORT = ("--parts", "fused_sweep", "train_step", "pytest")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
+    return tiny(tmp_path_factory.mktemp("gpu_check"), *SHORT, fail="train_step")
 
 
 def test_every_part_ends_in_its_table_or_a_reason(tiny_run) -> None:
     proc, found = tiny_run
     assert proc.returncode == 1, proc.stdout[-3000:]  # the injected failure
-    assert set(found) == set(PARTS)
+    assert list(found) == list(SHORT[1:])
+    assert_each_part_ends_in_its_table_or_a_reason(found, failed="train_step")
+
+
+def assert_each_part_ends_in_its_table_or_a_reason(found: dict[str, list[str]], failed: str) -> None:
     for name, lines in found.items():
         status = STATUS.match(lines[0])
         assert status, (name, lines[0])
         if status.group(1) == "ok":
             assert any(line.startswith("|---") for line in lines), (name, lines)
-        elif name != "pytest":  # nothing but the injected failure fails, unless a loaded machine timed a part out
+        elif name != failed:  # nothing but the injected failure fails, unless a loaded machine timed a part out
             assert status.group(1).startswith("skipped") or "timed out" in status.group(1), (name, lines[0])
 
 
 def test_a_failing_part_stops_nothing_after_it(tiny_run) -> None:
     proc, found = tiny_run
-    assert "failed: exited 1: RuntimeError: failure injected by --fail pytest" in found["pytest"][0]
+    assert "failed: exited 1: RuntimeError: failure injected by --fail train_step" in found["train_step"][0]
     order = list(found)
-    after = order[order.index("pytest") + 1:]
+    after = order[order.index("train_step") + 1:]
     assert after and all(STATUS.match(found[name][0]) for name in after), order
 
 
-def test_parts_without_their_hardware_say_so_and_still_run_their_cpu_half(tiny_run) -> None:
-    _, found = tiny_run
+@pytest.mark.slow
+def test_every_part_runs_at_toy_sizes_and_those_without_their_hardware_say_so(tmp_path: Path) -> None:
+    """The whole list, as a session lent a GPU runs it (minutes on a loaded 2-core CPU: CI runs SHORT above)."""
+    proc, found = tiny(tmp_path, fail="pytest")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert set(found) == set(PARTS)
+    assert_each_part_ends_in_its_table_or_a_reason(found, failed="pytest")
     float8 = found["float8"]
     if "timed out" not in float8[0]:
         assert "skipped: runtime.float8=true needs a CUDA GPU" in float8[0]
@@ -84,11 +101,11 @@ def test_parts_without_their_hardware_say_so_and_still_run_their_cpu_half(tiny_r
 def test_the_report_names_machine_torch_and_date_and_the_summary_comes_last(tiny_run) -> None:
     proc, found = tiny_run
     line = f"CPU ({os.cpu_count()} cores), torch {torch.__version__}, "
-    assert proc.stdout.count(line) >= len(PARTS) + 1
+    assert proc.stdout.count(line) >= len(found) + 1
     assert re.search(re.escape(line) + r"\d{4}-\d\d-\d\d", proc.stdout)
     summary = proc.stdout.rstrip().splitlines()
     assert summary[-1].startswith("report: ") and summary[-1].endswith("gpu_check.log")
-    assert [row.split()[0] for row in summary[-1 - len(PARTS):-1]] == list(found)
+    assert [row.split()[0] for row in summary[-1 - len(found):-1]] == list(found)
 
 
 def test_a_spent_budget_starts_nothing_and_says_so(tmp_path: Path) -> None:
