@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,59 @@ def compose_tiny(run_dir: Path, *overrides: str) -> DictConfig:
     return compose_config([*TINY, *overrides], run_dir)
 
 
+class Zygote:
+    """The client of tests/forkserver.py: one zygote per pytest worker, started at its first run, that forks each
+    `python <script> args` instead of starting an interpreter (the imports were most of a subprocess's time)."""
+
+    def __init__(self) -> None:
+        self.server: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def usable(self) -> bool:
+        return os.environ.get("GPTLAB_TEST_FORKSERVER", "1") != "0" and hasattr(os, "fork")
+
+    def _start(self) -> subprocess.Popen:
+        if self.server is None or self.server.poll() is not None:
+            self.server = subprocess.Popen([sys.executable, str(TESTS / "forkserver.py")], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True, cwd=ROOT, env=CHECKOUT_ENV)
+            assert "ready" in json.loads(self.server.stdout.readline() or '{"died": 1}'), "the test zygote died"
+        return self.server
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+        import tempfile
+
+        with self.lock, tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            server = self._start()
+            server.stdin.write(json.dumps({"script": argv[1], "args": argv[2:], "cwd": str(cwd), "env": env,
+                                           "out": str(out), "err": str(err)}) + "\n")
+            server.stdin.flush()
+            pid = json.loads(server.stdout.readline())["pid"]
+            killed: list[int] = []
+            guard = threading.Timer(HANG_GUARD_S, lambda: killed.append(_kill_group(pid)))
+            guard.start()
+            try:
+                status = json.loads(server.stdout.readline())["status"]
+            finally:
+                guard.cancel()
+            code = os.waitstatus_to_exitcode(status)
+            stdout, stderr = (path.read_text(errors="replace") if path.exists() else "" for path in (out, err))
+            if killed:
+                raise subprocess.TimeoutExpired(argv, HANG_GUARD_S, stdout, stderr)
+            return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+
+def _kill_group(pid: int) -> int:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return pid
+
+
+ZYGOTE = Zygote()
+
+
 def run_script(script: str, args: list[str], cwd: Path = ROOT, threads: int | None = None,
                check: bool = False) -> subprocess.CompletedProcess:
     """`python <script> args` (a path relative to the checkout, e.g. src/train.py or scripts/plan.py) in `cwd`;
@@ -83,8 +137,11 @@ def run_script(script: str, args: list[str], cwd: Path = ROOT, threads: int | No
     env = dict(CHECKOUT_ENV)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=HANG_GUARD_S, env=env)
+    argv = [sys.executable, str(ROOT / script), *args]
+    if ZYGOTE.usable():
+        proc = ZYGOTE.run(argv, Path(cwd), env)
+    else:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc

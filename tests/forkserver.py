@@ -1,0 +1,98 @@
+"""A zygote for the tests' entry-script runs: torch, Lightning, Hydra and gptlab imported once per pytest worker, then
+each `python <script> args` that helpers.run_script asks for is a fork of it that runs the script as __main__.
+
+Why: most of a test's subprocess was its ~10 s of imports (CPU time, not waiting), and the suite starts a few hundred
+of them: on CI's 2 cores that was most of its wall time. A fork shares the imported modules and starts in
+milliseconds. What the script sees is what `python <script>` gives it: its own pid and process group, argv, cwd,
+environment, sys.path (the script's dir, then PYTHONPATH), stdio redirected to files, default signal handlers, exit
+code or -signal from waitpid. What differs, and why that is safe here: modules imported by the zygote are not
+imported again (the zygote runs with the same PYTHONPATH as the runs it serves, so they are the same files), and
+warnings printed while importing them are not in the run's stderr.
+
+Protocol, one JSON line each way on stdin/stdout: {script, args, cwd, env, out, err} -> {"pid"} when forked, then
+{"status"} (os.waitpid's) when it ended. The zygote ends when its stdin closes (the pytest worker ended).
+Set GPTLAB_TEST_FORKSERVER=0 to run every script in a fresh interpreter instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "tensorboard", "gptlab.apps.train", "gptlab.apps.evaluate",
+           "gptlab.config.entry", "gptlab.launch.cli")
+
+
+def run_child(request: dict) -> None:
+    """In the forked child: become `python <script> args` and never return."""
+    import atexit
+    import runpy
+    import signal
+
+    code = 1
+    try:
+        os.setpgid(0, 0)  # as subprocess.run's child would be its own leader for the client's kill on timeout
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["out"], os.O_WRONLY | os.O_CREAT),
+                                (2, request["err"], os.O_WRONLY | os.O_CREAT)):
+            os.dup2(os.open(path, flags, 0o644), fd)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        if "OMP_NUM_THREADS" in os.environ:
+            import torch
+
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        script = os.path.abspath(request["script"])
+        sys.argv = [script, *request["args"]]
+        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [os.path.dirname(script), *extra, *[p for p in SITE_PATH if p not in extra]]
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as stop:
+            if stop.code is None or isinstance(stop.code, int):
+                code = stop.code or 0
+            else:
+                print(stop.code, file=sys.stderr)
+                code = 1
+        except BaseException:  # noqa: BLE001  (what the interpreter does with an uncaught exception)
+            sys.excepthook(*sys.exc_info())
+            code = 1
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
+def serve() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing a preloaded module prints can break the protocol
+    replies.write(json.dumps({"ready": os.getpid()}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            replies.close()
+            run_child(request)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"status": status}) + "\n")
+
+
+# sys.path as a fresh interpreter has it but for the script's own dir and PYTHONPATH (both set per run).
+SITE_PATH = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+
+if __name__ == "__main__":
+    serve()
