@@ -51,3 +51,12 @@ def test_an_unchanged_resume_keeps_the_checkpoint_settings_and_logs_nothing(trai
     ckpt = continued(trained, tmp_path)
     assert ckpt["lr_schedulers"][0]["base_lrs"] == [4e-3, 4e-3]
     assert "settings the checkpoint did not have" not in caplog.text
+
+
+def test_every_checkpoint_callback_off_writes_no_checkpoint(tmp_path: Path) -> None:
+    """Lightning adds its own ModelCheckpoint when none is configured: a full checkpoint under tensorboard/."""
+    run_dir = tmp_path / "run"
+    train_in_process(run_dir, *RUN, "trainer.max_steps=2", "callbacks.model_checkpoint=null",
+                     "callbacks.periodic_checkpoint=null", "callbacks.preemption_checkpoint=null")
+    assert (run_dir / "run_summary.json").is_file()
+    assert sorted(run_dir.rglob("*.ckpt")) == []
