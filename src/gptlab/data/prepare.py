@@ -16,7 +16,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from gptlab.atomic import atomic_write_text
+from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.data.prepare_progress import PrepareBar, ReadCounter
 from gptlab.data.ranks import sha256_file
 from gptlab.data.shard_writer import PROGRESS, ShardWriter
@@ -117,8 +117,7 @@ def prepare(
 
 def _prepare_into(out: Path, key: dict[str, Any], source: Any, tokenizer: Tokenizer, val_fraction: float,
                   shard_tokens: int, num_proc: int, progress: bool) -> dict[str, Any]:
-    for stale in out.glob(".*.tmp"):  # left by a run killed while writing; never renamed into place
-        stale.unlink()
+    remove_stale_temp_files([out])  # left by a run killed while writing; never renamed into place
     state = {"batches_done": 0, "shards": {s: [] for s in SPLITS}}
     progress_path = out / PROGRESS
     if progress_path.is_file():
