@@ -17,8 +17,12 @@ from helpers import ROOT
 from hydra.core.global_hydra import GlobalHydra
 
 ENTRY_POINTS = ["src/train.py", "src/sample.py", "scripts/prepare_data.py", "scripts/export_hf.py"]
-HABITS = {"--cfg job --resolve": "",  # the config, resolved: its text differs by entry point "--cfg hydra": "run:", "--info": "Config search path",
-          "-m --cfg job": "# job 1: "}
+HABITS = {
+    "--cfg job --resolve": "",  # the config, resolved: its text differs by entry point
+    "--cfg hydra": "run:",
+    "--info": "Config search path",
+    "-m --cfg job": "# job 1: ",
+}
 SWEPT = {"scripts/export_hf.py": "overwrite=false,true"}  # a key of each script's config, two values
 
 
