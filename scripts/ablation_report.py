@@ -21,6 +21,7 @@ from pathlib import Path
 from gptlab.errors import ConfigError
 from gptlab.launch.cli import ArgumentParser, user_errors_exit
 from gptlab.report.context_report import write_context_report
+from gptlab.report.output_dir import one_report_writer
 from gptlab.report.runs import BANDS, X_AXES
 from gptlab.report.sweep import write_sweep_report
 
@@ -51,15 +52,15 @@ def main() -> None:
         raise ConfigError(f"--boot {args.boot}: use at least 10 bootstrap resamples (1000 for a 95% interval).")
     if args.target_flops is not None and not args.target_flops > 0:
         raise ConfigError(f"--target-flops {args.target_flops}: use a positive number of FLOPs, e.g. 1e15.")
-    if args.context is not None:
-        table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha)
-        print(table.read_text())
-        print(f"wrote {table} and {plot}")
-        return
-    table, plot = write_sweep_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x, band=args.band,
-                                     lr_key=args.lr_key, size_key=args.size_key, target_flops=args.target_flops,
-                                     n_boot=args.boot)
-    print(table.read_text())
+    with one_report_writer(args.sweep_dir):  # a second report of this sweep waits for this one
+        if args.context is not None:
+            table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha)
+        else:
+            table, plot = write_sweep_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x,
+                                             band=args.band, lr_key=args.lr_key, size_key=args.size_key,
+                                             target_flops=args.target_flops, n_boot=args.boot)
+        text = table.read_text()
+    print(text)
     print(f"wrote {table} and {plot}")
 
 

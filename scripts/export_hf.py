@@ -14,7 +14,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab.atomic import STAGING_DIR, remove, write_together
-from gptlab.checkpoint.reader import load_model, recorded_tokenizer, resolve_checkpoint
+from gptlab.checkpoint.reader import (
+    check_tokenizer_fits,
+    check_tokenizer_matches,
+    load_model,
+    recorded_tokenizer,
+    resolve_checkpoint,
+)
 from gptlab.config.entry import main as gptlab_main
 from gptlab.config.ranges import boolean, writable_dir
 from gptlab.errors import ConfigError
@@ -36,9 +42,12 @@ def main(cfg: DictConfig) -> None:
     check_new_dir("out", Path(cfg.out), cfg.overwrite, "overwrite=true", WRITES)
     ckpt = resolve_checkpoint(cfg.ckpt_path)  # a run dir: its newest checkpoint that loads
     model, hparams = load_model(ckpt)
-    if cfg.get("tokenizer") is not None:  # the user's own config
+    if cfg.get("tokenizer") is not None:  # the user's own config: only the one the model was trained with
         tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+        check_tokenizer_matches(recorded_tokenizer(hparams), tokenizer_cfg, "leave tokenizer out: export_hf.py "
+                                "then exports the one the model was trained with")
         tokenizer = hydra.utils.instantiate(tokenizer_cfg)
+        check_tokenizer_fits(tokenizer, model, "tokenizer=<the one it was trained with>")
     else:  # the checkpoint's: a trusted class only (gptlab.recorded)
         tokenizer_cfg = recorded_tokenizer(hparams)
         if tokenizer_cfg is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gptlab.launch.cli import ArgumentParser, user_errors_exit
 from gptlab.report.mup_transfer import plot_transfer, transfer_table, transfer_verdicts, width_curves
+from gptlab.report.output_dir import report_dir
 from gptlab.runs.write_targets import check_new_file
 
 
@@ -31,7 +32,7 @@ def main() -> None:
     print()
     for line in transfer_verdicts(curves):
         print(line)
-    out = args.out or args.sweep_dir / "mup_transfer.png"
+    out = args.out or report_dir(args.sweep_dir) / "mup_transfer.png"
     plot_transfer(curves, out)
     print(f"plot: {out}")
 

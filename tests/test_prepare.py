@@ -94,6 +94,19 @@ def test_truncated_shard_fails_naming_it(corpus, tmp_path):
         load_prepared(tmp_path / "c", ByteTokenizer())
 
 
+@pytest.mark.parametrize("cut", [0, 100])
+def test_a_cut_shard_is_prepared_again_not_called_complete(corpus, tmp_path, caplog, cut):
+    """A 0-byte or cut shard (a disk that filled, a copy cut short) is not a complete cache: prepare makes it again,
+    as it does a deleted one, instead of returning the manifest over it."""
+    run(corpus, tmp_path / "c")
+    run(corpus, tmp_path / "clean")
+    shard = tmp_path / "c" / "bytes" / "train_000001.bin"
+    shard.write_bytes(shard.read_bytes()[:cut])
+    run(corpus, tmp_path / "c")
+    assert "lacks train_000001.bin whole; preparing it again" in caplog.text
+    assert files_of(tmp_path / "c" / "bytes") == files_of(tmp_path / "clean" / "bytes")
+
+
 def test_tampered_shard_fails_naming_it(corpus, tmp_path):
     run(corpus, tmp_path / "c")
     shard = tmp_path / "c" / "bytes" / "val_000000.bin"

@@ -276,7 +276,10 @@ CASES: dict[str, list[tuple[str, ...]]] = {
         (CK, *TASK, "tasks=[hellaswag]", f"task_data.hellaswag={F}/hellaswag_label.jsonl"),
         (CK, *TASK, "tasks=[hellaswag]", f"task_data.hellaswag={F}/hellaswag_label_digit.jsonl"),
     ],
-    "export": [(f"ckpt_path={F}/no_tokenizer.ckpt", f"out={F}/exported/c")],
+    "export": [(f"ckpt_path={F}/no_tokenizer.ckpt", f"out={F}/exported/c"),
+               (CK, f"out={F}/exported/t", "tokenizer=gpt2", f"tokenizer.ranks_file={RANKS}"),
+               (f"ckpt_path={F}/no_tokenizer.ckpt", f"out={F}/exported/v", "tokenizer=gpt2",
+                f"tokenizer.ranks_file={RANKS}")],
     "train": [
         (f"ckpt_path={F}/train_sharded/last.ckpt",), (f"ckpt_path={F}/no_tokenizer.ckpt",),
         (f"ckpt_path={F}/train_run/checkpoints/last.ckpt", "model.n_layer=3"),

@@ -2,14 +2,18 @@
 
 The temp file is made beside its target, never in $TMPDIR: a rename within one directory is atomic on every
 POSIX filesystem (ext4, XFS, NFS, Lustre, tmpfs), while a move from another filesystem is a copy that first
-truncates the old file. A kill leaves at most a `.<name>.<random>.tmp` beside the target, which
-`remove_stale_temp_files` clears at the next start. Kept free of Hydra and Lightning so the model package (Hugging
-Face export) can use it too.
+truncates the old file. A kill leaves at most a `.<name>.<random>.tmp` beside the target. Its writer holds an
+flock on it for as long as it writes (the kernel drops it when the writer dies, of SIGKILL too), so a temp file whose
+lock is free is abandoned: the next write of the same target removes it (a killed convert_checkpoint's 400 MB
+file went on forever) and `remove_stale_temp_files` clears a dir's at a run's start, while a live writer's is never
+touched. Kept free of Hydra and Lightning so the model package (Hugging Face export) can use it too.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
+import glob
 import os
 import shutil
 import tempfile
@@ -58,6 +62,57 @@ def _disk_was_full(err: BaseException, directory: Path, size_hint: Optional[int]
     return free < max(SLACK_BYTES, size_hint or 0)
 
 
+def _writer_alive(temp: Path) -> bool:
+    """Whether a temp file's writer still holds it (its flock is taken). A filesystem without locks answers no, as
+    every temp file was taken for abandoned before writers locked them."""
+    try:
+        fd = os.open(temp, os.O_RDWR | os.O_CLOEXEC)  # read-write: NFS emulates flock with a write lock
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # drops the probe's lock
+    return False
+
+
+def _is_temp(p: Path) -> bool:
+    return p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX) and p.is_file()
+
+
+def remove_abandoned_temps(path: Path) -> list[Path]:
+    """Delete the temp files of `path` (`.<name>.<random>.tmp` beside it) whose writers are gone; returns them."""
+    path = Path(path)
+    found = [p for p in path.parent.glob(f".{glob.escape(path.name)}.*{TEMP_SUFFIX}") if _is_temp(p)]
+    removed = [p for p in found if not _writer_alive(p)]
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
+def _locked_temp(path: Path) -> tuple[int, str]:
+    """A new temp file beside `path`, open and flocked for as long as it is written (see the module docstring). A
+    file removed as abandoned between its creation and its lock is made again."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            here, there = os.stat(tmp), os.fstat(fd)
+            if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+                return fd, tmp
+        except BlockingIOError:  # a cleaner probing it this instant: it will remove it
+            pass
+        except FileNotFoundError:  # already removed by one
+            pass
+        except OSError:  # a filesystem without locks: write unlocked, as before
+            return fd, tmp
+        os.close(fd)
+
+
 def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] = None,
                  size_hint: Optional[int] = None, disk_full_advice: str = "Free some space and run again.") -> None:
     """`write(tmp)` fills a temporary file beside `path`; it is fsynced, then replaces `path` in one rename.
@@ -66,8 +121,8 @@ def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] =
     A full disk raises DiskFullError; on any failure the temp file is removed and `path` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
-    os.close(fd)
+    remove_abandoned_temps(path)  # what a killed writer of this file left
+    fd, tmp = _locked_temp(path)
     try:
         write(tmp)
         with open(tmp, "rb+") as f:
@@ -77,6 +132,8 @@ def atomic_write(path: Path, write: Callable[[str], None], mode: Optional[int] =
         Path(tmp).unlink(missing_ok=True)
         _raise_if_disk_full(err, path, size_hint, disk_full_advice)
         raise
+    finally:
+        os.close(fd)  # the lock goes with it
     fsync_dir(path.parent)
 
 
@@ -105,7 +162,7 @@ class AtomicFile:
     def __init__(self, path: Path, mode: Optional[int] = None) -> None:
         self.path, self.mode = Path(path), mode
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX)
+        fd, self.tmp = _locked_temp(self.path)  # the lock lasts as long as the file is open
         self.file = os.fdopen(fd, "r+b")
 
     def write(self, data: bytes) -> None:
@@ -118,12 +175,12 @@ class AtomicFile:
     def _replace(self) -> None:
         self.file.flush()
         os.fsync(self.file.fileno())
+        _install(self.tmp, self.path, self.mode)  # still open, so still locked: never taken for abandoned
         self.file.close()
-        _install(self.tmp, self.path, self.mode)
 
     def discard(self) -> None:
+        Path(self.tmp).unlink(missing_ok=True)  # before the close drops the lock
         self.file.close()
-        Path(self.tmp).unlink(missing_ok=True)
 
     def _guard(self, step: Callable[[], object]) -> None:
         """Run a write step; on failure remove the temp file, and name a full disk as such."""
@@ -145,13 +202,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def remove_stale_temp_files(directories: Iterable[Path]) -> list[Path]:
     """Delete the temp files that killed writers left in `directories` (not recursive); returns them.
-    Only this module's own names (`.<name>.<random>.tmp`) are touched."""
+    Only this module's own names (`.<name>.<random>.tmp`) are touched, and only those no live writer holds."""
     removed = []
     for directory in directories:
         if not directory.is_dir():
             continue
         for p in directory.iterdir():
-            if p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX) and p.is_file():
+            if _is_temp(p) and not _writer_alive(p):
                 p.unlink(missing_ok=True)
                 removed.append(p)
     return removed

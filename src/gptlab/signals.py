@@ -8,7 +8,12 @@ starts it, where per-pool initializers would miss the pools of libraries and rep
 `worker_init_fn` (which seeds the workers). Spawned and exec'd processes start with default handlers anyway.
 The signals stay blocked across the fork until the child has its default handlers back: a SIGTERM that reached the
 child before (Pool.terminate right after starting its workers) would otherwise be taken by the parent's handler
-and lost, and the worker, waiting on the pool's queue lock that the parent holds, would hang the parent's join."""
+and lost, and the worker, waiting on the pool's queue lock that the parent holds, would hang the parent's join.
+
+A signal is answered at once, also while a step of minutes runs inside a kernel (when no Python handler runs): the
+C-level handler writes the signal's number to a pipe (signal.set_wakeup_fd), and a thread waiting on it writes one
+line to stderr (os.write: no lock that the interrupted code could hold) saying what will happen and when. The stop
+itself still comes at the next step boundary: a kernel cannot be cut, and a step cut midway has nothing to save."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 from typing import Any, Iterator
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: SLURM's `--signal=SIGUSR1@90` before requeue
@@ -30,6 +36,7 @@ class SignalFlag:
         self._previous: dict[int, Any] = {}
         self._mask_before_fork: set[int] | None = None
         self._held_mask: set[int] | None = None  # the mask before hold_for_children
+        self._wakeup: tuple[int, int] | None = None  # the pipe the C handler writes signal numbers to (read, write)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
@@ -47,6 +54,7 @@ class SignalFlag:
         if not self.installed:
             self.signum = 0  # a signal from before (a finished job of this process) is not for this one
             self._previous = {s: signal.signal(s, self._handle) for s in PREEMPTION_SIGNALS}
+            self._answer_at_once()
             # A DDP rank started with them blocked (hold_for_children): one sent while it started is taken now.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPTION_SIGNALS)
 
@@ -68,6 +76,28 @@ class SignalFlag:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
+        self._stop_answering()
+
+    def _answer_at_once(self) -> None:
+        """Start the thread that says at once that a signal was received (see the module docstring); not where
+        another wakeup fd is set (an asyncio loop's), which is left alone."""
+        if threading.current_thread() is not threading.main_thread() or self._wakeup is not None:
+            return
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        theirs = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        if theirs != -1:  # someone else's: put back
+            signal.set_wakeup_fd(theirs)
+            os.close(read), os.close(write)
+            return
+        self._wakeup = (read, write)
+        threading.Thread(target=_answer, args=(read,), name="gptlab-signal-answer", daemon=True).start()
+
+    def _stop_answering(self) -> None:
+        if self._wakeup is not None and threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(-1)
+            os.close(self._wakeup[1])  # the thread reads the end of the pipe and ends
+            self._wakeup = None
 
     def block_for_fork(self) -> None:
         """Runs before every fork: the preemption signals wait (in the parent too, for the instant of the fork)."""
@@ -82,6 +112,12 @@ class SignalFlag:
     def forget_in_child(self) -> None:
         """Runs in every forked child: the flag is the parent's; the child dies of SIGTERM like any process, also
         of one sent during the fork (it was blocked until now)."""
+        if self._wakeup is not None:  # the parent's pipe: the child's signals are not the parent's to answer
+            with contextlib.suppress(ValueError):  # forked from another thread than the main one
+                signal.set_wakeup_fd(-1)
+            for fd in self._wakeup:
+                os.close(fd)
+            self._wakeup = None
         if self.installed:
             for signum in PREEMPTION_SIGNALS:
                 signal.signal(signum, signal.SIG_DFL)
@@ -98,6 +134,34 @@ class SignalFlag:
         finally:
             if ours:
                 self.restore()
+
+
+def _answer(read: int) -> None:
+    """The thread of `SignalFlag._answer_at_once`: one line per preemption signal, the moment it arrives."""
+    received = 0
+    while True:
+        try:
+            numbers = os.read(read, 64)
+        except OSError:
+            return
+        if not numbers:
+            os.close(read)
+            return
+        for signum in numbers:
+            if signum in PREEMPTION_SIGNALS:
+                received += 1
+                os.write(2, answer(signum, received).encode())
+
+
+def answer(signum: int, received: int) -> str:
+    """What a process says the moment a preemption signal reaches it (`received`: how many so far)."""
+    name = signal.Signals(signum).name
+    if received > 1:
+        return (f"{name} received again (gptlab): still stopping at the end of the step in progress; SIGKILL stops "
+                "at once without saving.\n")
+    return (f"{name} received (gptlab): stopping at the end of the step in progress, which a signal cannot cut "
+            "inside a kernel, and saving last.ckpt there (before training: at the next unit of data preparation, "
+            "nothing to save). SIGKILL stops at once without saving.\n")
 
 
 FLAG = SignalFlag()  # one per process

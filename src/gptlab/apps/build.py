@@ -102,8 +102,12 @@ def build_trainer(cfg: DictConfig, callbacks: list[Any]) -> L.Trainer:
     # callbacks.progress_bar=null means no bar, not Lightning's own default bar in its place.
     no_bar = {} if any(isinstance(c, ProgressBar) for c in callbacks) or "enable_progress_bar" in cfg.trainer \
         else {"enable_progress_bar": False}
+    # Every checkpoint callback null means no checkpoints, not Lightning's own default one (a full checkpoint under
+    # tensorboard/<version>/checkpoints/ that no resume looks for).
+    no_checkpoints = {} if any(isinstance(c, ModelCheckpoint) for c in callbacks) \
+        or "enable_checkpointing" in cfg.trainer else {"enable_checkpointing": False}
     trainer = instantiate_trainer(cfg.trainer, callbacks=callbacks, logger=instantiate_loggers(
-        cfg.get("logger"), str(cfg.name)), plugins=[AtomicCheckpointIO()], **no_bar)
+        cfg.get("logger"), str(cfg.name)), plugins=[AtomicCheckpointIO()], **no_bar, **no_checkpoints)
     # Every patch of Lightning, in one place: scalars at the step the progress bar and the checkpoint names show,
     # gptlab's signal handling, and DDP ranks > 0 started in the Hydra job and watched by gptlab.launch.rank_watch.
     lightning_internals.install(trainer, logged_step=steps_done_axis(trainer), rank_command=job_subprocess_cmd,

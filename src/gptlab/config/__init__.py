@@ -5,8 +5,9 @@ errors rewritten as one `gptlab: error:` line that names the key meant (`main`).
 Importing this package registers the schemas; every entry script that composes conf/ imports it first.
 """
 
-from gptlab.config import fast_path
+from gptlab.config import fast_path, output_dir
 from gptlab.config.store import register
 
 register()
 fast_path.register()  # ${gptlab.on_cuda:...}: the GPU fast path's defaults
+output_dir.register()  # ${gptlab.output_dir:}: paths.output_dir, also where Hydra runs no job (--cfg job --resolve)

@@ -35,6 +35,8 @@ def main(config_name: str, config_path: str = "../conf") -> Callable[[Callable[.
 
         @functools.wraps(task)
         def run() -> Any:
+            if _multirun_shown(sys.argv[1:]):
+                return _show_each_job(run, sys.argv)
             previous = os.environ.get("HYDRA_FULL_ERROR")
             os.environ["HYDRA_FULL_ERROR"] = "1"
             try:
@@ -49,6 +51,46 @@ def main(config_name: str, config_path: str = "../conf") -> Callable[[Callable[.
         return run
 
     return decorate
+
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+SHOW_FLAGS = ("-c", "--cfg", "--info", "-i")
+
+
+def _multirun_shown(args: list[str]) -> bool:
+    """`-m --cfg job` (or --info): what a sweep's jobs would get. Hydra allows only one of --multirun, --cfg and
+    --info, so it is shown job by job instead, as single runs with each job's overrides."""
+    return any(a in MULTIRUN_FLAGS for a in args) and any(a in SHOW_FLAGS or a.startswith("--cfg=") for a in args)
+
+
+def _show_each_job(run: Callable[[], Any], argv: list[str]) -> None:
+    """Each job of the sweep `argv` describes, shown by `run` with that job's overrides (the sweep's own syntax,
+    a=1,2 or range(...), expanded by Hydra's basic sweeper as -m would)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = [a for a in argv[1:] if a not in MULTIRUN_FLAGS]
+    flags, overrides, i = [], [], 0
+    while i < len(args):  # --cfg job / -c job / -p package take a value; --info may take one (a word, no `=`)
+        takes = args[i] in ("-c", "--cfg", "-p", "--package", "--info", "-i") and i + 1 < len(args) \
+            and "=" not in args[i + 1] and not args[i + 1].startswith("-")
+        flags += args[i:i + 1 + takes] if args[i].startswith("-") else []
+        overrides += [] if args[i].startswith("-") else [args[i]]
+        i += 1 + takes
+    try:
+        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+    except Exception as err:
+        exit_if_compose_error(err)
+        raise
+    for number, job in enumerate(jobs):
+        print(f"# job {number}: {' '.join(job) or '(no overrides)'}", flush=True)
+        GlobalHydra.instance().clear()
+        sys.argv = [argv[0], *flags, *job]
+        try:
+            run()
+        finally:
+            sys.argv = argv
 
 
 def exit_if_compose_error(err: BaseException) -> None:

@@ -116,7 +116,7 @@ class Train:
 @dataclass
 class Paths:
     log_dir: str = setting("outputs", "all runs and sweeps", c.writable_dir)
-    output_dir: str = setting("${hydra:runtime.output_dir}", "this job's run dir (Hydra creates it)",
+    output_dir: str = setting("${gptlab.output_dir:}", "this job's run dir (Hydra creates it)",
                               c.writable_dir)
 
 

@@ -16,20 +16,22 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from gptlab.atomic import atomic_write_text
+from gptlab.atomic import atomic_write_text, remove_stale_temp_files
 from gptlab.data.prepare_progress import PrepareBar, ReadCounter
 from gptlab.data.ranks import sha256_file
 from gptlab.data.shard_writer import PROGRESS, ShardWriter
-from gptlab.data.shards import ShardedTokens, open_shard, read_header, token_dtype
+from gptlab.data.shards import HEADER_BYTES, ShardedTokens, open_shard, read_header, token_dtype
 from gptlab.data.source_files import changes, file_identity
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.tokenizers import Tokenizer, fingerprint
+from gptlab.dir_lock import release, wait_lock
 from gptlab.errors import ConfigError
 from gptlab.signals import stop_if_signalled
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+LOCK_FILE = ".gptlab.lock"  # held by the one process preparing the cache (gptlab.dir_lock); others wait
 SOURCE_FILES = "source_files"  # key of the manifest: data.source_files.file_identity
 
 
@@ -84,13 +86,50 @@ def prepare(
     key = {"format": FORMAT, "source": source.describe(), "tokenizer": tokenizer_identity(tokenizer),
            "val_fraction": val_fraction, "shard_tokens": shard_tokens}
     files = file_identity(source)
+    done = _complete(out, key, files)
+    if done is not None:  # nothing to write (a read-only cache too): no lock
+        return done
+    created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
+    out.mkdir(parents=True, exist_ok=True)
+    lock = wait_lock(out / LOCK_FILE, lambda holder: log.warning(
+        "%s is being prepared by another process (%s); waiting for it to finish", out, holder),
+        poll=lambda: stop_if_signalled(f"waiting for another process to prepare {out}"))
+    try:
+        manifest = _prepare_locked(out, key, files, source, tokenizer, val_fraction, shard_tokens, num_proc, progress)
+    except BaseException:
+        release(lock)
+        for directory in created:  # the dirs this run made, while nothing is in them (progress.json resumes a run)
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
+    release(lock)
+    return manifest
+
+
+def _found(out: Path, key: dict[str, Any], files: Any) -> tuple[dict[str, Any] | None, list[str], list[str]]:
+    """The cache's manifest (None: none yet), the source files changed since, and its shards not there whole."""
     manifest_path = out / "manifest.json"
-    if manifest_path.is_file():
-        manifest = read_json(manifest_path)
-        if {k: manifest.get(k) for k in key} != key:
-            raise _mismatch(manifest_path, manifest, key)
-        changed = changes(manifest.get(SOURCE_FILES), files)
-        missing = missing_shards(out, manifest)
+    if not manifest_path.is_file():
+        return None, [], []
+    manifest = read_json(manifest_path)
+    if {k: manifest.get(k) for k in key} != key:
+        raise _mismatch(manifest_path, manifest, key)
+    return manifest, changes(manifest.get(SOURCE_FILES), files), missing_shards(out, manifest)
+
+
+def _complete(out: Path, key: dict[str, Any], files: Any) -> dict[str, Any] | None:
+    """The manifest of a cache prepared whole with these settings from these files (None: there is work)."""
+    manifest, changed, missing = _found(out, key, files)
+    return manifest if manifest and not changed and not missing and not (out / PROGRESS).exists() else None
+
+
+def _prepare_locked(out: Path, key: dict[str, Any], files: Any, source: Any, tokenizer: Tokenizer,
+                    val_fraction: float, shard_tokens: int, num_proc: int, progress: bool) -> dict[str, Any]:
+    """`prepare`'s work, by the one process that holds the cache's lock: another may have finished it meanwhile."""
+    manifest, changed, missing = _found(out, key, files)
+    if manifest is not None:
         if not changed and not missing:
             (out / PROGRESS).unlink(missing_ok=True)  # a run killed between writing the manifest and removing it
             return manifest
@@ -98,27 +137,16 @@ def prepare(
             log.warning("the source of %s changed since it was prepared (%s); preparing it again", out,
                         "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else ""))
         else:
-            log.warning("%s lacks %s; preparing it again", out, ", ".join(missing[:5]) + (" ..." if len(missing) > 5
-                                                                                         else ""))
+            log.warning("%s lacks %s whole; preparing it again", out,
+                        ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
         _remove_prepared(out, manifest)
-    key[SOURCE_FILES] = files  # in progress.json's key too: a half-done run over older files is not resumed
-    created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        return _prepare_into(out, key, source, tokenizer, val_fraction, shard_tokens, num_proc, progress)
-    except BaseException:
-        for directory in created:  # the dirs this run made, while nothing is in them (progress.json resumes a run)
-            try:
-                directory.rmdir()
-            except OSError:
-                break
-        raise
+    key = {**key, SOURCE_FILES: files}  # in progress.json's key too: a half-done run over older files is not resumed
+    return _prepare_into(out, key, source, tokenizer, val_fraction, shard_tokens, num_proc, progress)
 
 
 def _prepare_into(out: Path, key: dict[str, Any], source: Any, tokenizer: Tokenizer, val_fraction: float,
                   shard_tokens: int, num_proc: int, progress: bool) -> dict[str, Any]:
-    for stale in out.glob(".*.tmp"):  # left by a run killed while writing; never renamed into place
-        stale.unlink()
+    remove_stale_temp_files([out])  # left by a run killed while writing; never renamed into place
     state = {"batches_done": 0, "shards": {s: [] for s in SPLITS}}
     progress_path = out / PROGRESS
     if progress_path.is_file():
@@ -151,10 +179,16 @@ def _write_shards(source: Any, tokenizer: Tokenizer, writer: ShardWriter, val_fr
 
 
 def missing_shards(out: Path, manifest: dict[str, Any]) -> list[str]:
-    """The manifest's shards that are not there: a shard the user deleted, as every refusal of a broken one says to
-    do, is prepared again, not taken as done."""
+    """The manifest's shards that are not there whole: a shard the user deleted, as every refusal of a broken one says
+    to do, or one whose size is not what its token count makes (a 0-byte or cut file), is prepared again, not taken
+    as done. A size per shard (a stat, no read): the sha256 is train's check."""
+    itemsize = token_dtype(manifest.get("vocab_size") or 0).itemsize
     return [name for split in SPLITS for shard in manifest.get("splits", {}).get(split, {}).get("shards", [])
-            if not (out / (name := Path(shard["file"]).name)).is_file()]
+            if not _whole(out / (name := Path(shard["file"]).name), HEADER_BYTES + shard["tokens"] * itemsize)]
+
+
+def _whole(path: Path, size: int) -> bool:
+    return path.is_file() and path.stat().st_size == size
 
 
 def _remove_prepared(out: Path, manifest: dict[str, Any]) -> None:

@@ -44,50 +44,36 @@ def _task_config(config: DictConfig, run_dir: Path) -> DictConfig:
     return task
 
 
-class GuardRunDir(Callback):
+def hold_run_dir(run_dir: Path) -> int:
+    """Make the run dir and take its lock before Hydra writes into it; refused in one line when another run holds it.
+    What this creates is noted, so an early refusal removes it again (runs.run_dir.remove_created)."""
+    created_from, lock_existed = first_missing(run_dir), (run_dir / LOCK_FILE).exists()
+    run_dir.mkdir(parents=True, exist_ok=True)  # writable_dir said it can be made
+    try:
+        lock = lock_run_dir(run_dir)
+    except ConfigError as err:  # held by another run: what is in the dir is that run's, nothing is removed
+        _refuse(err)
+    note_origin(run_dir, created_from, ignore=() if lock_existed else (LOCK_FILE,))
+    return lock
+
+
+class HoldRunDir(Callback):
+    """One process writes a run (or sweep) dir at a time: eval.py's, whose eval.json, .hydra/ and eval.log two
+    evaluations into one hydra.run.dir would mix (or an evaluation into a run dir that is training)."""
+
     def __init__(self) -> None:
         self._lock: Optional[int] = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
+        if not owns_run_dir():
             return
         from gptlab.config.ranges import writable_dir
-        from gptlab.preflight.early_checks import check_before_run
-        from gptlab.runs.resume import continuation
-        from gptlab.runs.sweep_jobs import check_sweep_is_multirun
 
-        run_dir = Path(os.path.abspath(config.hydra.run.dir))
-        task = _task_config(config, run_dir)
         try:
-            check_sweep_is_multirun(config)  # on_run_start: Hydra runs this config as one job
-            writable_dir("hydra.run.dir", config.hydra.run.dir)  # as CheckOutputDir, which may run after this
-            checked = check_before_run(task)
-        except Exception as err:
-            if find_config_error(err) is None:
-                raise
+            writable_dir("hydra.run.dir", config.hydra.run.dir)
+        except ConfigError as err:
             _refuse(err)
-        if task.trainer.get("fast_dev_run"):  # writes nothing (conf/debug/fast_dev_run.yaml): nothing to hold
-            return
-        created_from, lock_existed = first_missing(run_dir), (run_dir / LOCK_FILE).exists()
-        run_dir.mkdir(parents=True, exist_ok=True)  # writable_dir said it can be made
-        try:
-            self._lock = lock_run_dir(run_dir)
-        except ConfigError as err:  # held by another run: what is in the dir is that run's, nothing is removed
-            _refuse(err)
-        note_origin(run_dir, created_from, ignore=() if lock_existed else (LOCK_FILE,))
-        log_file = f"{config.hydra.job.name}.log"
-        try:
-            # train() names the checkpoints it skips in its log
-            finished = continuation(task, run_dir, checked.given, checked.model_cfg, checked.fsdp, warn=False).finished
-        except Exception as err:
-            if find_config_error(err) is None:
-                raise
-            say_removed(remove_created(run_dir, log_file))
-            _refuse(err)
-        if finished is not None:
-            say_removed(remove_created(run_dir, log_file))
-            print(f"gptlab: {finished.message(run_dir)}", flush=True)
-            sys.exit(0)
+        self._lock = hold_run_dir(Path(os.path.abspath(config.hydra.run.dir)))
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self._lock is not None:
@@ -109,3 +95,42 @@ class GuardRunDir(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.on_run_end(config)
+
+
+class GuardRunDir(HoldRunDir):
+    """train.py's: the checks of the module docstring, then the lock."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
+            return
+        from gptlab.config.ranges import writable_dir
+        from gptlab.preflight.early_checks import check_before_run
+        from gptlab.runs.resume import continuation
+        from gptlab.runs.sweep_jobs import check_sweep_is_multirun
+
+        run_dir = Path(os.path.abspath(config.hydra.run.dir))
+        task = _task_config(config, run_dir)
+        try:
+            check_sweep_is_multirun(config)  # on_run_start: Hydra runs this config as one job
+            writable_dir("hydra.run.dir", config.hydra.run.dir)  # as CheckOutputDir, which may run after this
+            checked = check_before_run(task)
+        except Exception as err:
+            if find_config_error(err) is None:
+                raise
+            _refuse(err)
+        if task.trainer.get("fast_dev_run"):  # writes nothing (conf/debug/fast_dev_run.yaml): nothing to hold
+            return
+        self._lock = hold_run_dir(run_dir)
+        log_file = f"{config.hydra.job.name}.log"
+        try:
+            # train() names the checkpoints it skips in its log
+            finished = continuation(task, run_dir, checked.given, checked.model_cfg, checked.fsdp, warn=False).finished
+        except Exception as err:
+            if find_config_error(err) is None:
+                raise
+            say_removed(remove_created(run_dir, log_file))
+            _refuse(err)
+        if finished is not None:
+            say_removed(remove_created(run_dir, log_file))
+            print(f"gptlab: {finished.message(run_dir)}", flush=True)
+            sys.exit(0)

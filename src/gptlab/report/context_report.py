@@ -13,6 +13,7 @@ from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.eval.context_plot import plot_loss_by_position
 from gptlab.eval.context_results import RESULTS_FILE, read_results
+from gptlab.report.output_dir import report_dir
 from gptlab.report.runs import (
     JobResult,
     Variant,
@@ -146,7 +147,8 @@ def write_context_report(sweep_dir: Path, context: int, baseline: str | None = N
         text += (f"\n## Not scored (no {RESULTS_FILE}; run src/eval.py ckpt_path={sweep_dir} contexts=[...])\n\n"
                  + "".join(f"- {n}\n" for n in unscored))
     text += jobs_section(jobs, sweep_dir)
-    table_path, plot_path = sweep_dir / f"context_report_{context}.md", sweep_dir / "loss_by_position.png"
+    out = report_dir(sweep_dir)
+    table_path, plot_path = out / f"context_report_{context}.md", out / "loss_by_position.png"
     text += f"\n![loss by position, one panel per variant, one curve per context]({plot_path.name})\n"
     atomic_write_text(table_path, text)
     panels = {v.label: (_mean_curves(v, records), min(r["trained_context"] for j in v.jobs

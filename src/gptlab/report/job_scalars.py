@@ -29,11 +29,19 @@ def read_scalars(job_dir: Path, wanted: Callable[[str], bool] = report_tag
     for path in event_files(job_dir):
         acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
         acc.Reload()
-        start = acc.FirstEventTimestamp() if start is None else start  # the job's first event: oldest file first
+        start = _first_event_time(acc) if start is None else start  # the job's first event: oldest file first
         offset = steps_done_offset(path)  # 1 for event files that log Lightning's step, one behind
         for tag in filter(wanted, acc.Tags()["scalars"]):
             scalars.setdefault(tag, {}).update({e.step + offset: (e.wall_time, e.value) for e in acc.Scalars(tag)})
     return scalars, start
+
+
+def _first_event_time(acc) -> float | None:
+    """The file's first event time; None for a file with no event in it (empty, or cut before its first one)."""
+    try:
+        return acc.FirstEventTimestamp()
+    except ValueError:  # tensorboard's "No event timestamp could be found"
+        return None
 
 
 def series(scalars: dict[str, dict[int, tuple[float, float]]], tag: str) -> list[tuple[int, float]]:

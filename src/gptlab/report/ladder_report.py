@@ -19,6 +19,7 @@ from gptlab.report.ladder_fit import (
     far_extrapolation,
     fit_rungs,
 )
+from gptlab.report.output_dir import report_dir
 from gptlab.report.runs import (
     SEED_KEY,
     JobResult,
@@ -61,7 +62,8 @@ def _fmt_m(value: float) -> str:
 def write_ladder_report(sweep_dir: Path, jobs: list[JobResult], size_key: str, baseline: str | None,
                         target: float | None, n_boot: int = 1000) -> tuple[Path, Path]:
     """Writes ablation_report.md and scaling_ladder.png into the sweep dir."""
-    table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "scaling_ladder.png"
+    out = report_dir(sweep_dir)
+    table_path, plot_path = out / "ablation_report.md", out / "scaling_ladder.png"
     variants = group_variants(jobs, axes=(SEED_KEY, size_key))
     base = pick_baseline(variants, baseline)
     rungs = {v.label: rungs_of(v, size_key) for v in variants}

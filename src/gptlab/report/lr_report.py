@@ -14,6 +14,7 @@ from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.report.lr_tuning import GRID_EDGE, LrRun, TunedResult, lr_curve, tuned_comparison
 from gptlab.report.membership import screen
+from gptlab.report.output_dir import report_dir
 from gptlab.report.probe_plot import ATTN_LOGIT_DIVERGENCE, SOURCE, ProbePoint, crossed, plot_probes
 from gptlab.report.runs import (
     SEED_KEY,
@@ -182,7 +183,8 @@ def _probe_section(points: list[ProbePoint], title: str, path: Path) -> str:
 def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baseline: str | None,
                     alpha: float) -> tuple[Path, Path]:
     """Writes ablation_report.md, lr_sensitivity.png and (when the jobs carry probes) lr_probes.png."""
-    table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "lr_sensitivity.png"
+    out = report_dir(sweep_dir)
+    table_path, plot_path = out / "ablation_report.md", out / "lr_sensitivity.png"
     diverged = diverged_jobs(sweep_dir)
     jobs = jobs + diverged
     variants = group_variants(jobs, axes=(SEED_KEY, lr_key))
@@ -231,7 +233,7 @@ def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baselin
         text += _lr_table(variants, runs, results, "bpb")
     text += "\n## LR sensitivity and best LR, with 95% intervals over seeds\n\n"
     text += _interval_table(variants, runs, ivs)
-    text += _probe_section(probe_points(variants, lr_key), name, sweep_dir / "lr_probes.png")
+    text += _probe_section(probe_points(variants, lr_key), name, out / "lr_probes.png")
     text += jobs_section(jobs, sweep_dir, {j.job_dir.name for j in diverged})
     text += (f"\n![final val/loss against the learning rate, ±1 std over seeds; red rings: unstable runs]"
              f"({plot_path.name})\n")

@@ -21,6 +21,7 @@ from gptlab.recorded import build_recorded
 from gptlab.report.instability import DEFINITIONS, Stability, classify
 from gptlab.report.job_scalars import probe_peaks, read_scalars, series
 from gptlab.report.membership import job_dirs, screen
+from gptlab.report.output_dir import report_dir
 from gptlab.report.override_values import same_text, typed
 from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import MIN_SEEDS, Band, Comparison, Summary, compare, mean_curve, value_at, verdict
@@ -127,6 +128,8 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
 def val_curve(scalars: dict, start: float | None, tokens_per_step: int) -> list[ValPoint]:
     """The val/loss points of a job's scalars (report.job_scalars), in tokens and seconds since its first event."""
     points = scalars.get("val/loss", {})
+    if start is None:  # an event file without events came first: time from the first point instead
+        start = min((wall for wall, _ in points.values()), default=0.0)
     return [ValPoint(step * tokens_per_step, wall - start, loss) for step, (wall, loss) in sorted(points.items())]
 
 
@@ -506,7 +509,8 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
                           + ", ".join(no_cost) + ". Use --x tokens or --x seconds.")
     comps = comparisons(variants, base, alpha)
     budget, at_budget = matched_flops(variants)
-    table_path, plot_path = sweep_dir / "ablation_report.md", sweep_dir / "val_loss.png"
+    out = report_dir(sweep_dir)
+    table_path, plot_path = out / "ablation_report.md", out / "val_loss.png"
     level = f"{1 - alpha:.0%}"
     name = jobs[0].summary.get("name", "sweep")
     text = f"# {name}: {sweep_dir}\n\n"

@@ -4,12 +4,30 @@ report (lr_report), one over model sizes the scaling-ladder report (ladder_repor
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from gptlab.errors import ConfigError
 from gptlab.report.ladder_report import write_ladder_report
 from gptlab.report.lr_report import write_lr_report
-from gptlab.report.runs import check_options, differing_keys, drop_repeats, load_sweep, write_report
+from gptlab.report.runs import SEED_KEY, check_options, differing_keys, drop_repeats, load_sweep, write_report
+
+NO_KEY = "none"  # --lr-key none, --size-key none: no LR grid, no ladder
+LR_NAME = re.compile(r"(?:^|_)lr$|learning_rate$")  # an optimizer's lr (optimizer.lr, +optimizer.muon_lr)
+
+
+def check_axis_keys(lr_key: str, size_key: str) -> None:
+    """An LR grid read off another key would report its values as learning rates (`--lr-key seed`: "3 learning
+    rates (seed = 1, 2, 3)"), and seeds are what every verdict averages over, never a grid or a ladder."""
+    for flag, key in (("--lr-key", lr_key), ("--size-key", size_key)):
+        if key == SEED_KEY:
+            raise ConfigError(f"{flag} {key}: the report averages over {SEED_KEY}, so it is never an LR grid or a "
+                              f"ladder; pass e.g. {flag} {'optimizer.lr' if flag == '--lr-key' else '+ladder'}, or "
+                              f"{flag} {NO_KEY}.")
+    if lr_key != NO_KEY and not LR_NAME.search(lr_key.rsplit(".", 1)[-1]):
+        raise ConfigError(f"--lr-key {lr_key}: {lr_key} is not a learning rate (its name does not end in lr), so its "
+                          "values would be reported as one; pass the override that holds the LR grid, e.g. --lr-key "
+                          f"optimizer.lr, or --lr-key {NO_KEY} for no LR grid.")
 
 
 def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
@@ -17,6 +35,7 @@ def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: floa
                        target_flops: float | None = None, n_boot: int = 1000) -> tuple[Path, Path]:
     """Writes the sweep's report (markdown) and its plot into the sweep dir and returns both paths."""
     check_options(x, band, alpha)
+    check_axis_keys(lr_key, size_key)
     jobs, _ = drop_repeats(load_sweep(sweep_dir))
     swept = differing_keys(jobs)
     if lr_key in swept and size_key in swept:

@@ -20,6 +20,7 @@ from gptlab.model import GPT
 from gptlab.model.loss import LossParts
 from gptlab.runs.relayout import relayout_loops
 from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
+from gptlab.train.resumed_optimizer import built_settings, log_changes, reapply
 from gptlab.train.source_metrics import ValidationSums
 
 OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
@@ -55,6 +56,10 @@ class GPTLitModule(L.LightningModule):
         self._step_loss: Optional[torch.Tensor] = None
         self._step_micro_batches = 0
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        # The optimizer settings the config built, put back over a checkpoint's on resume (train/resumed_optimizer.py),
+        # and the run config the checkpoint recorded, to log what changed.
+        self._built_settings: list[dict[str, Any]] = []
+        self._trained_run: Optional[dict[str, Any]] = None
         self.label_smoothing = label_smoothing
         # The model's config travels in the checkpoint, so eval and sampling rebuild it without Hydra; the
         # resolved run config (plain data) goes along for the HParams tab and for eval to check the tokenizer.
@@ -209,6 +214,7 @@ class GPTLitModule(L.LightningModule):
         groups = param_groups(self.optimizer_factory, self.model, keywords.get("weight_decay", 0.0))
         optimizer = self.optimizer_factory(groups, **extra)
         scale_group_lrs(optimizer)
+        self._built_settings = built_settings(optimizer)
         if self.scheduler_factory is None:
             return optimizer
         total_steps = self.trainer.max_steps
@@ -231,3 +237,12 @@ class GPTLitModule(L.LightningModule):
             set_rng_states(checkpoint["rng_states"])
         self.best_val_loss = checkpoint.get("best_val_loss", math.inf)
         self.best_val_bpb = checkpoint.get("best_val_bpb", math.nan)
+        self._trained_run = (checkpoint.get("hyper_parameters") or {}).get("run")
+
+    def on_train_start(self) -> None:
+        """After Lightning restored a checkpoint's optimizer and schedule: the settings this run was given apply."""
+        if self.trainer.ckpt_path is None or not self._built_settings:
+            return
+        configs = self.trainer.lr_scheduler_configs
+        if reapply(self.trainer.optimizers[0], configs[0].scheduler if configs else None, self._built_settings):
+            log_changes(self._trained_run, self.hparams.get("run"), self.global_step)

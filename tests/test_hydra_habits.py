@@ -1,0 +1,54 @@
+"""Hydra's own ways of reading a config work on gptlab's entry points (issue 46 item 4): `--cfg job --resolve` (was
+"paths.output_dir=None is invalid": Hydra runs no job, so hydra.runtime.output_dir is unset), `--cfg hydra`,
+`--info`, and `-m --cfg job`, which Hydra itself refuses ("Only one of --run, --multirun, --cfg ...") and gptlab shows
+job by job. Each script's main runs in this process, as `python <script> <flags>` runs it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import runpy
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from helpers import ROOT
+from hydra.core.global_hydra import GlobalHydra
+
+ENTRY_POINTS = ["src/train.py", "src/sample.py", "scripts/prepare_data.py", "scripts/export_hf.py"]
+HABITS = {
+    "--cfg job --resolve": "",  # the config, resolved: its text differs by entry point
+    "--cfg hydra": "run:",
+    "--info": "Config search path",
+    "-m --cfg job": "# job 1: ",
+}
+SWEPT = {"scripts/export_hf.py": "overwrite=false,true"}  # a key of each script's config, two values
+
+
+def shown(script: str, args: list[str], cwd: Path) -> str:
+    """stdout of `python <script> <args>`; it must neither fail nor show a traceback."""
+    out, err = io.StringIO(), io.StringIO()
+    GlobalHydra.instance().clear()
+    with mock.patch.object(sys, "argv", [script, *args]), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err), contextlib.chdir(cwd):
+        try:
+            runpy.run_path(str(ROOT / script), run_name="__main__")  # finds ../conf beside the script, as python does
+        except SystemExit as stop:
+            assert stop.code in (None, 0), err.getvalue()[-2000:]
+    assert "Traceback" not in err.getvalue() and "error" not in err.getvalue(), err.getvalue()[-2000:]
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("habit", HABITS)
+@pytest.mark.parametrize("script", ENTRY_POINTS)
+def test_hydras_own_flags_work_on_every_entry_point(script: str, habit: str, tmp_path: Path) -> None:
+    swept = [SWEPT.get(script, "seed=1,2")] if habit.startswith("-m") else []
+    printed = shown(script, [*habit.split(), *swept], tmp_path)
+    assert printed and HABITS[habit] in printed, printed[-2000:]
+    assert not any(tmp_path.iterdir())  # showing a config runs nothing and writes nothing
+
+
+def test_the_resolved_run_dir_is_the_one_a_run_gets(tmp_path: Path) -> None:
+    printed = shown("src/train.py", ["--cfg", "job", "--resolve", "hydra.run.dir=somewhere"], tmp_path)
+    assert "  output_dir: somewhere\n" in printed
