@@ -45,3 +45,18 @@ def test_repeated_looks_keep_the_error_rate_and_save_seeds() -> None:
     tolerance = 3 * np.sqrt(0.05 * 0.95 / SWEEPS)
     assert spent_rate < 0.05 + tolerance < naive_rate
     assert found.mean() > 0.8 and stopped.mean() < counts[-1] - 2  # a real effect stops early
+
+
+def test_a_start_above_the_budget_is_one_line_with_a_way_out(tmp_path, capsys) -> None:
+    import runpy
+    import sys
+    from unittest import mock
+
+    from helpers import ROOT
+
+    argv = ["scripts/sequential_sweep.py", str(tmp_path / "seq"), "--start", "5", "--budget", "3", "--", "x=1"]
+    with mock.patch.object(sys, "argv", argv), pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "sequential_sweep.py"), run_name="__main__")
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "e.g. --start 3 --step 2 --budget 9" in err, err
+    assert looks(3, 2, 9) == [3, 5, 7, 9] and not (tmp_path / "seq").exists()  # the way out is a valid plan

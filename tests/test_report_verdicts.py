@@ -196,3 +196,28 @@ def test_margin_and_effect_give_equivalence_and_seeds(tmp_path) -> None:
 def test_a_margin_or_effect_that_is_not_positive_is_refused(tmp_path, option) -> None:
     with pytest.raises(ConfigError, match=f"--{option} -0.1: give a positive loss difference"):
         write_report(seeded_sweep(tmp_path, {"learned": BASE, "rope": BASE}), **{option: -0.1})
+
+
+def test_tensorboard_gets_each_variants_seed_band(tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from gptlab.report.runs import group_variants, load_sweep
+
+    sweep = seeded_sweep(tmp_path, {"learned": BASE, "rope": [b - 0.1 for b in BASE]})
+    write_report(sweep)
+    write_report(sweep)  # a second report rewrites the bands, it does not stack them
+    rope = next(v for v in group_variants(load_sweep(sweep)) if v.label == "model.pos_emb=rope")
+    assert len(rope.jobs) == 5  # the bands' dir is not read as a job
+    events = EventAccumulator(str(sweep / "seed_bands" / "model.pos_emb=rope")).Reload()
+    means = [e.value for e in events.Scalars("seeds/val_loss_mean")]
+    band = rope.curve("tokens")
+    assert means == pytest.approx(band.mean.tolist(), rel=1e-6)
+    assert [e.value for e in events.Scalars("seeds/val_loss_low")] == pytest.approx(band.low.tolist(), rel=1e-6)
+    assert [e.step for e in events.Scalars("seeds/val_loss_high")] == [2, 4]  # steps done, as the val points read
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    series = layout.category[0].chart[0].margin.series[0]
+    assert (series.value, series.lower, series.upper) == ("seeds/val_loss_mean", "seeds/val_loss_low",
+                                                          "seeds/val_loss_high")

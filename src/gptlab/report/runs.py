@@ -24,6 +24,7 @@ from gptlab.report.membership import job_dirs, screen
 from gptlab.report.override_values import same_text, typed
 from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import MIN_SEEDS, Band, Comparison, Summary, mean_curve, value_at, verdict
+from gptlab.report.tensorboard_bands import BANDS_DIR, write_seed_bands
 from gptlab.report.verdict_text import power_section, ranking, tests_paragraph, worth_note
 from gptlab.report.verdicts import CORRECTIONS, TESTS, judge
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE
@@ -542,6 +543,9 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
         text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"
     band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"
     text += f"\n![val/loss against {X_LABELS[x_axis]}, bands: {band_text}]({plot_path.name})\n"
+    text += (f"\nThe same bands in TensorBoard: runs {BANDS_DIR}/<variant> of `tensorboard --logdir {sweep_dir}` "
+             "(Custom Scalars: one margin chart per variant; Scalars: seeds/val_loss_mean, _low, _high).\n")
     atomic_write_text(table_path, text)
     plot_val_loss(variants, x_axis, band, name, plot_path, budget if x_axis == "flops" else None)
+    write_seed_bands(sweep_dir, variants, band, int(jobs[0].summary.get("tokens_per_step") or 0))
     return table_path, plot_path
