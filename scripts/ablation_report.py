@@ -1,6 +1,8 @@
 """Summarise a sweep: `python scripts/ablation_report.py <sweep dir>` writes ablation_report.md and
 val_loss.png into that dir and prints the report. Jobs that differ only in `seed` are one variant; each
-variant is compared with the baseline by Welch's t-test across seeds. A sweep over the learning rate too
+variant is compared with the baseline seed by seed (the paired t-test) where both ran the same seeds with paired
+seeds, else by Welch's t-test, with Holm's correction across variants, the seeds' power (--effect: the seeds an
+effect needs) and, with --margin, equivalence. A sweep over the learning rate too
 (`optimizer.lr=1e-3,3e-3,1e-2`, or hparams_search=lr_grid) gets the LR-tuned report: each variant's LR-sensitivity
 curve, and verdicts at each variant's own best LR (lr_sensitivity.png instead of val_loss.png). A sweep over model
 sizes (`+ladder=w16,w24,w32,w48`, experiment=ladder_gpt2_to_llama) gets the scaling-ladder report: L(C) fits and
@@ -24,6 +26,7 @@ from gptlab.report.context_report import write_context_report
 from gptlab.report.output_dir import one_report_writer
 from gptlab.report.runs import BANDS, X_AXES
 from gptlab.report.sweep import write_sweep_report
+from gptlab.report.verdicts import CORRECTIONS, TESTS
 
 
 @user_errors_exit
@@ -35,6 +38,18 @@ def main() -> None:
     parser.add_argument("--x", choices=X_AXES, default=None,
                         help="plot's x axis (default: flops when the variants' FLOPs per token differ, else tokens)")
     parser.add_argument("--band", choices=BANDS, default="minmax", help="shaded band: min–max over seeds or ±1 std")
+    parser.add_argument("--test", choices=TESTS, default="paired",
+                        help="paired: the paired t-test where both arms ran the same seeds with paired_seeds=true, "
+                             "Welch's elsewhere (default); welch: Welch's on every comparison")
+    parser.add_argument("--correction", choices=CORRECTIONS, default="holm",
+                        help="with several variants: holm holds the family-wise error at alpha (default); none tests "
+                             "each alone")
+    parser.add_argument("--margin", type=float, default=None,
+                        help="equivalence margin in val/loss, e.g. 0.005: each verdict says equivalent (TOST), not "
+                             "equivalent, or undecided with the seeds needed")
+    parser.add_argument("--effect", type=float, default=None,
+                        help="a val/loss difference worth finding, e.g. 0.002: the seeds per arm it needs, paired and "
+                             "unpaired, from the sweep's own seed sigma")
     parser.add_argument("--lr-key", default="optimizer.lr",
                         help="the override whose values are the LR grid (default optimizer.lr; none: no LR grid)")
     parser.add_argument("--size-key", default="+ladder",
@@ -58,7 +73,8 @@ def main() -> None:
         else:
             table, plot = write_sweep_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x,
                                              band=args.band, lr_key=args.lr_key, size_key=args.size_key,
-                                             target_flops=args.target_flops, n_boot=args.boot)
+                                             target_flops=args.target_flops, n_boot=args.boot, test=args.test,
+                                             correction=args.correction, margin=args.margin, effect=args.effect)
         text = table.read_text()
     print(text)
     print(f"wrote {table} and {plot}")

@@ -21,7 +21,7 @@ def row(text: str, label: str) -> list[str]:
 def test_two_seeds_in_an_arm_say_the_test_has_little_power(tmp_path: Path) -> None:
     text = write_report(make_sweep(tmp_path, {"pre": [3.0, 3.02], "post": [3.5, 3.46]}))[0].read_text()
     line = verdict_line(text, "model.norm=post")
-    assert "(95% CI), p=" in line  # still tested: the p-value is shown, with what it can bear
+    assert "(95% CI, paired t, 2 seeds), p=" in line  # still tested: the p-value is shown, with what it can bear
     assert line.endswith("; little power: 2 seeds against the baseline's 2, fewer than 3 in an arm"), line
     assert row(text, "model.norm=post")[12].endswith("(little power: n<3)")
     assert "**Fewer than 3 seeds in an arm**: model.norm=pre (n=2), model.norm=post (n=2)." in text

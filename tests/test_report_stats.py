@@ -106,8 +106,9 @@ def test_one_seed_gets_no_test_and_the_report_still_works(tmp_path: Path) -> Non
     assert verdict_line(text, "model.norm=post") == (
         "- model.norm=post: +0.200, one seed in an arm (n=1), no spread to test against: no test possible")
     row = next(r for r in text.splitlines() if r.startswith("| model.norm=post |"))
-    # no p-value, no train/loss to judge
-    assert "(n=1), no spread to test against: no test possible" in row and row.endswith("| — | — |")
+    # no p-value, a compute worth without an interval, no train/loss to judge
+    assert "(n=1), no spread to test against: no test possible" in row
+    assert row.endswith("| — | 0.758x (no interval) | — |")
     assert "p=" not in text and plot.stat().st_size > 0
 
 
@@ -260,8 +261,9 @@ def test_real_seed_sweep_of_ablate_norm_reports_per_variant(tmp_path: Path) -> N
     post = next(r for r in out.splitlines() if r.startswith("| model.norm=post |")).split(" | ")
     assert post[1] == "3" and "[" in post[11]  # three seeds, a CI
     line, cost = verdict_line(out, "model.norm=post").split("; fewer parameters: ")  # post-LN: no final norm
-    assert "(95% CI), p=" in line and (line.endswith(", significant") or line.endswith("no difference found (the "
-                                                                                          "interval spans 0)"))
+    # a real sweep runs paired seeds: the report pairs its arms seed by seed
+    assert "(95% CI, paired t, 3 seeds), p=" in line
+    assert line.endswith(", significant") or line.endswith("no difference found (the interval spans 0)")
     assert "; fewer FLOPs per token: " in cost and "little power" not in line
     assert (sweep / "val_loss.png").stat().st_size > 5000
 

@@ -336,6 +336,7 @@ REPORT_CASES = {
     "--baseline no variant": ablation("--baseline", "model.norm=mid"),
     "--baseline two variants": ablation("--baseline", "model.norm=pre", sweep=two_keys),
     "--alpha out of range": ablation("--alpha", "2"),
+    "--margin not positive": ablation("--margin", "-0.005"),
     "--x not an axis": ablation("--x", "bogus"),
     "--band not a band": ablation("--band", "bogus"),
     "--boot too few": ablation("--boot", "5"),
@@ -560,6 +561,8 @@ UNREACHED = {
     ("report/runs.py", "is not one of {', '.join(X_AXES)}"): "only from Python: ablation_report.py's argparse "
                                                               "choices refuse --x first (followed above)",
     ("report/runs.py", "is not one of {', '.join(BANDS)}"): "only from Python: argparse's choices refuse --band first",
+    ("report/runs.py", "--test {test} --correction {correction}"): "only from Python: argparse's choices refuse --test "
+                                                                  "and --correction first",
 }
 
 

@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from gptlab import lightning_internals
+from gptlab.apps.seeds import run_seed
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError, find_config_error, is_int
@@ -46,10 +47,13 @@ class Run:
 
 
 def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Run:
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    seed = run_seed(cfg)  # cfg.seed, or one keyed by the variant when paired_seeds=false (apps.seeds)
+    L.seed_everything(seed, workers=True, verbose=False)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "high"))  # TF32 on GPUs
-    datamodule = instantiate_data(cfg.data, checked.tokenizer)
-    model = GPT(checked.model_cfg)  # plain: how it runs is applied by runtime.parallelize (module.configure_model)
+    datamodule = instantiate_data(cfg.data, checked.tokenizer, **({} if cfg.get("paired_seeds", True)
+                                                                  else {"seed": seed}))
+    # plain: how it runs is applied by runtime.parallelize (module.configure_model); each tensor keyed by its name
+    model = GPT(checked.model_cfg, init_seed=seed)
     module = build_module(cfg, model, checked.tokenizer, checked.runtime)
     callbacks = build_callbacks(cfg)
     trainer = build_trainer(cfg, callbacks)
@@ -59,11 +63,11 @@ def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Ru
     return Run(model, module, datamodule, callbacks, trainer, tokens_per_step, ckpt_path)
 
 
-def instantiate_data(node: DictConfig, tokenizer: Any) -> Any:
+def instantiate_data(node: DictConfig, tokenizer: Any, **kwargs: Any) -> Any:
     """The datamodule from the `data` node; a node Hydra cannot build (a _target_ that does not import, an argument
     its class does not take) is a ConfigError naming the key, not a traceback through Hydra's instantiate."""
     try:
-        return hydra.utils.instantiate(node, tokenizer=tokenizer)
+        return hydra.utils.instantiate(node, tokenizer=tokenizer, **kwargs)
     except InstantiationException as err:
         if find_config_error(err) is not None:
             raise

@@ -74,6 +74,10 @@ class Train:
 
     name: str = setting("train", "names the run and sweep dirs; experiments set their own", c.text)
     seed: int = setting(1337, "seeds python, numpy and torch on every rank, and the data sampler", c.seed)
+    paired_seeds: bool = setting(
+        True, "true: a seed is the same data order in every variant of a sweep and the same initial weights for "
+        "the tensors variants share (the report's paired test); false: drawn per variant too (independent arms)",
+        c.boolean)
     ladder_tokens_per_param: Optional[float] = setting(
         None, "scaling ladders: tokens per non-embedding parameter each size trains on (experiment=ladder_*)",
         c.optional(c.number(0.0, low_open=True)))

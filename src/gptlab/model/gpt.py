@@ -15,6 +15,7 @@ from gptlab.model.documents import Documents
 from gptlab.model.generation import SamplingOptions, generate
 from gptlab.model.kv_cache import KVCache
 from gptlab.model.norms import make_norm
+from gptlab.model.paired_init import global_stream, tensor_generators
 from gptlab.model.parametrization import PARAMETRIZATIONS
 from gptlab.model.positions import POSITIONS
 from gptlab.model.sparse_attention import ATTENTION_KINDS
@@ -23,7 +24,7 @@ from gptlab.model.sparse_attention import ATTENTION_KINDS
 class GPT(nn.Module):
     """A plain nn.Module: `GPT(cfg)(idx)` maps token ids (B, T) to logits (B, T, padded_vocab_size)."""
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, init_seed: Optional[int] = None) -> None:
         super().__init__()
         if cfg.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the tokenizer fill it in before building GPT.")
@@ -35,14 +36,16 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layer))
         self.final_norm = make_norm(cfg.norm_type, cfg.n_embd, cfg.layer_norm_eps) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)  # W_head
-        self.reset_parameters()
+        self.reset_parameters(init_seed)
         if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters ([S3])
             self.head.weight = self.tok_emb.weight
 
-    def reset_parameters(self) -> None:
-        """Every weight's starting value, as model.parametrization says (parametrization.py)."""
+    def reset_parameters(self, init_seed: Optional[int] = None) -> None:
+        """Every weight's starting value, as model.parametrization says (parametrization.py); with `init_seed`, each
+        tensor from its own stream keyed by its name (paired_init.py), else from torch's global RNG."""
         cfg = self.config
-        PARAMETRIZATIONS[cfg.parametrization].init(self, cfg.n_layer, cfg.width_mult)
+        streams = tensor_generators(init_seed) if init_seed is not None else global_stream
+        PARAMETRIZATIONS[cfg.parametrization].init(self, cfg.n_layer, cfg.width_mult, streams)
 
     def embed(self, idx: torch.Tensor, start_pos: int = 0, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Enc+(X) = X E_1 + P E_2 (or the fixed table, or nothing), for positions start_pos.., or for the (B, T)

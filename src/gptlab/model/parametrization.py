@@ -26,21 +26,26 @@ from typing import Callable, Optional
 
 from torch import nn
 
+from gptlab.model.paired_init import GeneratorFor, global_stream
+
 INIT_STD = 0.02
 
 
-def gpt2_init(model: nn.Module, n_layer: int, hidden_std_mult: float = 1.0) -> None:
-    """GPT-2's init; the matrices inside the blocks (every Linear but the head) get std times hidden_std_mult."""
+def gpt2_init(model: nn.Module, n_layer: int, hidden_std_mult: float = 1.0,
+              generator_for: GeneratorFor = global_stream) -> None:
+    """GPT-2's init; the matrices inside the blocks (every Linear but the head) get std times hidden_std_mult.
+    `generator_for(module name)` gives each matrix its own random stream (model.paired_init)."""
     head = getattr(model, "head", None)
     residual_std = INIT_STD / math.sqrt(2 * n_layer)
-    for module in model.modules():
+    for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             std = residual_std if getattr(module, "is_residual_projection", False) else INIT_STD
-            nn.init.normal_(module.weight, mean=0.0, std=std if module is head else std * hidden_std_mult)
+            nn.init.normal_(module.weight, mean=0.0, std=std if module is head else std * hidden_std_mult,
+                            generator=generator_for(name))
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD, generator=generator_for(name))
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
@@ -60,7 +65,7 @@ def hidden_matrices(model: nn.Module) -> set[int]:
 
 @dataclass(frozen=True)
 class Parametrization:
-    init: Callable[[nn.Module, int, float], None]  # (model, its blocks M, r): every weight's starting value
+    init: Callable[[nn.Module, int, float, GeneratorFor], None]  # (model, its blocks M, r, streams): the weights' start
     attn_scale: Callable[[Optional[float], int, float], Optional[float]]  # (attn_scale, D_K, r) -> the scale used
     output_mult: Callable[[float], float]  # r -> the factor on the logits
     hidden_lr_mult: Callable[[float], float]  # r -> the factor on the hidden matrices' learning rate
@@ -72,10 +77,10 @@ def _mup_attn_scale(base_scale: Optional[float], head_dim: int, r: float) -> flo
 
 
 PARAMETRIZATIONS = {
-    "standard": Parametrization(init=lambda model, n_layer, r: gpt2_init(model, n_layer),
+    "standard": Parametrization(init=lambda model, n_layer, r, gen: gpt2_init(model, n_layer, 1.0, gen),
                                 attn_scale=lambda scale, head_dim, r: scale,
                                 output_mult=lambda r: 1.0, hidden_lr_mult=lambda r: 1.0),
-    "mup": Parametrization(init=lambda model, n_layer, r: gpt2_init(model, n_layer, r**-0.5),
+    "mup": Parametrization(init=lambda model, n_layer, r, gen: gpt2_init(model, n_layer, r**-0.5, gen),
                            attn_scale=_mup_attn_scale, output_mult=lambda r: 1.0 / r,
                            hidden_lr_mult=lambda r: 1.0 / r),
 }

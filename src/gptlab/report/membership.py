@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from gptlab.report.override_values import launched_values, same_text
+from gptlab.report.tensorboard_bands import BANDS_DIR
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE, SWEEP_CONFIG
 from gptlab.runs.sweep_jobs import RELAUNCH_MAY_CHANGE
 
@@ -37,8 +38,8 @@ class Screened:
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
-    """The sweep's subdirs in job order (2 before 10), hidden ones aside."""
-    dirs = (p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    """The sweep's subdirs in job order (2 before 10), hidden ones and the report's seed bands aside."""
+    dirs = (p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != BANDS_DIR)
     return sorted(dirs, key=lambda p: (len(p.name), p.name))
 
 

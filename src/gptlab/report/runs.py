@@ -24,7 +24,10 @@ from gptlab.report.membership import job_dirs, screen
 from gptlab.report.output_dir import report_dir
 from gptlab.report.override_values import same_text, typed
 from gptlab.report.plot import X_LABELS, plot_val_loss
-from gptlab.report.stats import MIN_SEEDS, Band, Comparison, Summary, compare, mean_curve, value_at, verdict
+from gptlab.report.stats import MIN_SEEDS, Band, Comparison, Summary, mean_curve, value_at, verdict
+from gptlab.report.tensorboard_bands import BANDS_DIR, write_seed_bands
+from gptlab.report.verdict_text import power_section, ranking, tests_paragraph, worth_note
+from gptlab.report.verdicts import CORRECTIONS, TESTS, judge
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.runs.sweep_failures import describe, failed_jobs
 
@@ -314,8 +317,9 @@ def _fmt_diff(c: Comparison | None) -> tuple[str, str]:
         return f"{c.diff:+.4f} ({c.no_test}: no test possible)", "—"
     notes = ([] if c.significant else ["no difference found"]) + ([f"little power: n<{MIN_SEEDS}"] if c.low_power
                                                                    else [])
-    return f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]", f"{c.p:.3g}" + (f" ({'; '.join(notes)})" if notes
-                                                                                else "")
+    p = f"{c.p:.3g}" + (f" (Holm {c.p_family:.3g})" if c.p_family is not None else "")
+    return (f"{c.diff:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]",
+            f"{p} {'paired' if c.paired else 'Welch'}" + (f" ({'; '.join(notes)})" if notes else ""))
 
 
 def _more(value: int | None, base: int | None) -> str:
@@ -372,30 +376,20 @@ def seeds_note(variants: list[Variant]) -> str:
 METRIC = "final_val_loss"  # the one compared against the baseline: every variant saw the same tokens by then
 
 
-def comparisons(variants: list[Variant], baseline: Variant, alpha: float) -> list[Comparison | None]:
-    """Each variant's final val/loss against the baseline's; None for the baseline itself."""
-    base = [x for x in baseline.values(METRIC) if x is not None]
-    out: list[Comparison | None] = []
-    for v in variants:
-        mine = [x for x in v.values(METRIC) if x is not None]
-        out.append(None if v is baseline or not base or not mine else compare(base, mine, alpha))
-    return out
-
-
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def variant_table(variants: list[Variant], comps: list[Comparison | None], at_budget: list[float | None],
-                  alpha: float, base: Variant) -> str:
+                  alpha: float, base: Variant, worths: list[str] | None = None) -> str:
     level = f"{1 - alpha:.0%}"
     base_cost = base.cost
     header = ["variant", "n", "best val/loss", "final val/loss", "best val bpb", "final val bpb", "tokens/s",
               "parameters", "non-embedding", "FLOPs/token", "val loss @ matched FLOPs",
-              f"Δ final val/loss ({level} CI)", "p (Welch)", "stability"]
+              f"Δ final val/loss ({level} CI)", "p", "worth in compute", "stability"]
     rows = []
-    for v, comp, at in zip(variants, comps, at_budget):
+    for v, comp, at, worth in zip(variants, comps, at_budget, worths or [""] * len(variants)):
         cost = v.cost
         diff, p = _fmt_diff(comp)
         row = [v.label, str(len(v.jobs)), fmt_summary(v.summary("best_val_loss")),
@@ -404,7 +398,7 @@ def variant_table(variants: list[Variant], comps: list[Comparison | None], at_bu
                _more(cost and cost.parameters, base_cost and base_cost.parameters),
                _fmt(cost and cost.non_embedding, ","),
                _more(cost and cost.flops_per_token, base_cost and base_cost.flops_per_token), _fmt(at, ".4f"), diff, p,
-               stability_count(v.jobs)]
+               worth, stability_count(v.jobs)]
         rows.append(row)
     return markdown(header, rows)
 
@@ -460,6 +454,15 @@ def check_options(x: str | None, band: str, alpha: float) -> None:
         raise ConfigError(f"--alpha {alpha} must lie strictly between 0 and 1 (e.g. 0.05).")
 
 
+def check_verdict_options(test: str, correction: str, margin: float | None, effect: float | None) -> None:
+    if test not in TESTS or correction not in CORRECTIONS:
+        raise ConfigError(f"--test {test} --correction {correction}: use --test {' or '.join(TESTS)} and --correction "
+                          f"{' or '.join(CORRECTIONS)}.")
+    for option, value in (("--margin", margin), ("--effect", effect)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{option} {value}: give a positive loss difference in nats, e.g. {option} 0.005.")
+
+
 def missing_jobs_note(sweep_dir: Path, counted: set[str] = frozenset()) -> str:
     """The failed jobs with their reasons, the dirs left out as foreign or damaged with theirs, and the job dirs
     with neither a run summary nor a failure record (killed, crashed or still running) with the last word of their
@@ -496,9 +499,11 @@ def unfinished_reason(job_dir: Path) -> str:
 
 
 def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
-                 band: str = "minmax") -> tuple[Path, Path]:
+                 band: str = "minmax", test: str = "paired", correction: str = "holm", margin: float | None = None,
+                 effect: float | None = None) -> tuple[Path, Path]:
     """Writes ablation_report.md and val_loss.png into the sweep dir."""
     check_options(x, band, alpha)
+    check_verdict_options(test, correction, margin, effect)
     jobs, repeats = drop_repeats(load_sweep(sweep_dir))
     variants = group_variants(jobs)
     base = pick_baseline(variants, baseline)
@@ -507,22 +512,19 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     if x_axis == "flops" and no_cost:
         raise ConfigError(f"--x flops needs every job's model from {RESOLVED_CONFIG}; unreadable: "
                           + ", ".join(no_cost) + ". Use --x tokens or --x seconds.")
-    comps = comparisons(variants, base, alpha)
+    judged, found = judge(variants, base, alpha, test, correction, margin)
+    comps = [v and v.comparison for v in judged]
     budget, at_budget = matched_flops(variants)
     out = report_dir(sweep_dir)
     table_path, plot_path = out / "ablation_report.md", out / "val_loss.png"
-    level = f"{1 - alpha:.0%}"
     name = jobs[0].summary.get("name", "sweep")
     text = f"# {name}: {sweep_dir}\n\n"
     keys = [k for k in differing_keys(jobs) if k != SEED_KEY]
     text += (f"{len(jobs)} jobs in {len(variants)} variants (grouped by {', '.join(keys) or 'nothing'}; "
              f"seeds are repeats). Baseline: {base.label}"
              f"{' (--baseline)' if baseline else ' (the first variant; --baseline k=v to choose)'}.\n\n")
-    text += (f"Test: Welch's t-test (two-sided, unequal variances) of final val/loss across seeds against the "
-             f"baseline, at alpha = {alpha}. Δ is the variant's mean minus the baseline's (negative: lower loss), "
-             f"with its {level} confidence interval from Student's t with Welch–Satterthwaite degrees of freedom. "
-             f"A variant with one seed, or compared with a one-seed baseline, gets no test; so does a comparison "
-             f"where every seed on both sides gave the same value (zero variance).\n\n")
+    labels = [v.label for v in variants]
+    text += tests_paragraph(labels, judged, alpha)
     if budget is not None:
         text += (f"val loss @ matched FLOPs: each variant's mean val/loss curve at {budget:.4g} training FLOPs, "
                  f"the largest every variant reached (training FLOPs = tokens × FLOPs per token, 3 × forward).\n\n")
@@ -532,15 +534,22 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
         text += "Warning: repeated runs are not independent seeds.\n" + "".join(f"- {n}\n" for n in repeats) + "\n"
     text += seeds_note(variants) + stability_note(jobs)
     text += "## Verdicts (final val/loss against the baseline)\n\n" + (tokens_note(jobs) if len(variants) > 1 else "")
-    verdicts = [verdict(v.label, c) + (f"; {note}" if (note := cost_note(v, base)) else "")
-                for v, c in zip(variants, comps) if c is not None]
-    text += "".join(f"- {line}\n" for line in verdicts) or "- only one variant: nothing to compare\n"
-    text += "\n## Variants (mean ± std over seeds)\n\n" + variant_table(variants, comps, at_budget, alpha, base)
+    lines = [verdict(v.label, j.comparison) + "".join(f"; {note}" for note in (
+        j.equivalence and j.equivalence.text(), cost_note(v, base)) if note) for v, j in zip(variants, judged) if j]
+    text += "".join(f"- {line}\n" for line in lines) or "- only one variant: nothing to compare\n"
+    seeds = max((len(v.jobs) for v in variants), default=0)
+    text += "\n" + power_section(found, seeds, alpha, effect) + ranking(labels, judged)
+    worths = ["" if j is None else (j.worth.text() if j.worth else "—") for j in judged]
+    text += "## Variants (mean ± std over seeds)\n\n" + worth_note()
+    text += variant_table(variants, comps, at_budget, alpha, base, worths)
     text += jobs_section(jobs, sweep_dir)
     if no_cost:
         text += f"\nParameters and FLOPs unknown for: {', '.join(no_cost)}\n"
     band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"
     text += f"\n![val/loss against {X_LABELS[x_axis]}, bands: {band_text}]({plot_path.name})\n"
+    text += (f"\nThe same bands in TensorBoard: runs {BANDS_DIR}/<variant> of `tensorboard --logdir {out}` "
+             "(Custom Scalars: one margin chart per variant; Scalars: seeds/val_loss_mean, _low, _high).\n")
     atomic_write_text(table_path, text)
     plot_val_loss(variants, x_axis, band, name, plot_path, budget if x_axis == "flops" else None)
+    write_seed_bands(out, variants, band, int(jobs[0].summary.get("tokens_per_step") or 0))
     return table_path, plot_path

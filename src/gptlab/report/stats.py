@@ -1,4 +1,5 @@
-"""The ablation report's statistics: across-seed summaries, Welch's comparison against a baseline, and mean curves.
+"""The ablation report's statistics: across-seed summaries, the comparison against a baseline (paired by seed, or
+Welch's for independent arms), and mean curves.
 
 Kept apart from file reading and plotting so each number the report prints can be checked on plain lists.
 """
@@ -31,6 +32,7 @@ class Summary:
         return cls(len(present), float(np.mean(present)), std)
 
 
+WELCH, PAIRED = "Welch", "paired t"
 MIN_SEEDS = 3  # per arm; with 2, Welch's t has at most 2 degrees of freedom and finds only gaps far beyond the noise
 ONE_SEED = "one seed in an arm (n=1), no spread to test against"
 
@@ -48,6 +50,15 @@ class Comparison:
     alpha: float = 0.05
     no_test: str = ONE_SEED
     seeds: tuple[int, int] = (0, 0)  # (baseline, variant); (0, 0): not counted (a comparison made elsewhere)
+    test: str = WELCH
+    se: float | None = None  # standard error of diff, what the power and equivalence figures start from
+    correlation: float | None = None  # paired: Pearson's r between the arms over seeds
+    family: int = 1  # how many variants were tested against the baseline together
+    p_family: float | None = None  # Holm-adjusted p when family > 1 (report.family): what `significant` reads
+
+    @property
+    def paired(self) -> bool:
+        return self.test == PAIRED
 
     @property
     def testable(self) -> bool:
@@ -55,7 +66,8 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        return self.p is not None and self.p < self.alpha
+        p = self.p if self.p_family is None else self.p_family
+        return p is not None and p < self.alpha
 
     @property
     def low_power(self) -> bool:
@@ -98,8 +110,28 @@ def compare(baseline: Sequence[float], variant: Sequence[float], alpha: float = 
         return Comparison(diff, alpha=alpha, no_test=ZERO_VARIANCE, seeds=seeds)
     dof = welch_dof(var_a, len(a), var_b, len(b))
     half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
-    p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
-    return Comparison(diff, diff - half, diff + half, dof, p, alpha, seeds=seeds)
+    p = float(2 * stats.t.sf(abs(diff) / se, dof))  # scipy's ttest_ind(equal_var=False), written out as in the CI
+    return Comparison(diff, diff - half, diff + half, dof, p, alpha, seeds=seeds, se=se)
+
+
+def compare_paired(baseline: Sequence[float], variant: Sequence[float], alpha: float = 0.05) -> Comparison:
+    """The paired comparison of arms run under the same seeds (element i of each is seed i): the mean of the
+    per-seed differences with its Student's t interval (n − 1 dof) and the paired two-sided t-test. What both arms
+    share under one seed (data order, the weights they have in common) cancels in each difference."""
+    a, b = np.asarray(baseline, dtype=float), np.asarray(variant, dtype=float)
+    d, seeds = b - a, (len(a), len(b))
+    if len(d) < 2:
+        return Comparison(float(d.mean()), alpha=alpha, seeds=seeds, test=PAIRED)
+    se = float(d.std(ddof=1)) / math.sqrt(len(d))
+    r = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else None
+    if se == 0.0:
+        return Comparison(float(d.mean()), alpha=alpha, no_test=ZERO_VARIANCE, seeds=seeds, test=PAIRED,
+                          correlation=r)
+    mean, dof = float(d.mean()), len(d) - 1  # scipy's ttest_rel written out: drills call it 1000s of times
+    half = float(stats.t.ppf(1 - alpha / 2, dof)) * se
+    p = float(2 * stats.t.sf(abs(mean) / se, dof))
+    return Comparison(mean, mean - half, mean + half, float(dof), p, alpha,
+                      seeds=seeds, test=PAIRED, se=se, correlation=r)
 
 
 def verdict(label: str, comparison: Comparison, digits: int = 3) -> str:
@@ -110,9 +142,22 @@ def verdict(label: str, comparison: Comparison, digits: int = 3) -> str:
     if not comparison.testable:
         return f"{label}: {diff}, {comparison.no_test}: no test possible"
     level = f"{1 - comparison.alpha:.0%}"
-    sig = "significant" if comparison.significant else "no difference found (the interval spans 0)"
+    if comparison.significant:
+        sig = "significant"
+    elif comparison.p_family is not None and comparison.p < comparison.alpha:
+        sig = f"no difference found after Holm over {comparison.family} variants"
+    else:
+        sig = "no difference found (the interval spans 0)"
+    holm = f" (Holm {comparison.p_family:.3g})" if comparison.p_family is not None else ""
     power = f"; {comparison.power_note}" if comparison.low_power else ""
-    return f"{label}: {diff} ± {comparison.half_width:.{digits}f} ({level} CI), p={comparison.p:.3g}, {sig}{power}"
+    return (f"{label}: {diff} ± {comparison.half_width:.{digits}f} ({level} CI, {test_name(comparison)}), "
+            f"p={comparison.p:.3g}{holm}, {sig}{power}")
+
+
+def test_name(comparison: Comparison) -> str:
+    """`paired t, 8 seeds` or `Welch, 3 vs 2 seeds`: which test a verdict used, on how many runs."""
+    base, mine = comparison.seeds
+    return f"paired t, {mine} seeds" if comparison.paired else f"Welch, {mine} vs {base} seeds"
 
 
 @dataclass(frozen=True)

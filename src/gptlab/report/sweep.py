@@ -32,7 +32,9 @@ def check_axis_keys(lr_key: str, size_key: str) -> None:
 
 def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
                        band: str = "minmax", lr_key: str = "optimizer.lr", size_key: str = "+ladder",
-                       target_flops: float | None = None, n_boot: int = 1000) -> tuple[Path, Path]:
+                       target_flops: float | None = None, n_boot: int = 1000, test: str = "paired",
+                       correction: str = "holm", margin: float | None = None,
+                       effect: float | None = None) -> tuple[Path, Path]:
     """Writes the sweep's report (markdown) and its plot into the sweep dir and returns both paths."""
     check_options(x, band, alpha)
     check_axis_keys(lr_key, size_key)
@@ -47,4 +49,4 @@ def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: floa
         return write_lr_report(sweep_dir, jobs, lr_key, baseline, alpha)
     if size_key in swept:
         return write_ladder_report(sweep_dir, jobs, size_key, baseline, target_flops, n_boot)
-    return write_report(sweep_dir, baseline, alpha, x, band)
+    return write_report(sweep_dir, baseline, alpha, x, band, test, correction, margin, effect)

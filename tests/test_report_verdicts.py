@@ -1,0 +1,223 @@
+"""Verdicts that need fewer seeds: the paired test's and Welch's intervals cover a known effect at their nominal
+rate, equivalence (TOST) and Holm's family hold their error rates, the seeds-needed formula matches a simulation,
+and the report says which test it used and why (synthetic sweeps with a known truth; numpy-vectorised)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+from test_report_stats import make_job, make_sweep, verdict_line
+
+from gptlab.errors import ConfigError
+from gptlab.report.compute_worth import compute_worth, flops_at_loss
+from gptlab.report.equivalence import EQUIVALENT, equivalence, tost_seeds
+from gptlab.report.family import holm
+from gptlab.report.power import detectable_effect, pooled_sigma, power, seeds_needed
+from gptlab.report.runs import write_report
+from gptlab.report.stats import compare, compare_paired
+
+SWEEPS = 2000
+EFFECT, SIGMA, SHARED = 0.004, 0.0014, 0.9  # a true difference, the seed sigma, and the share of it both arms see
+
+
+def simulated(n: int, rng: np.random.Generator, effect: float = EFFECT, sweeps: int = SWEEPS, shared: float = SHARED):
+    """`sweeps` sweeps of n seeds per arm, (sweeps, n) each: a `shared` part of a seed's variance is common to both
+    arms (its data order and initial weights), the rest each arm's own."""
+    common = rng.normal(0, SIGMA * np.sqrt(shared), (sweeps, n))
+    own = SIGMA * np.sqrt(1 - shared)
+    base = 3.0 + common + rng.normal(0, own, (sweeps, n))
+    return base, 3.0 + effect + common + rng.normal(0, own, (sweeps, n))
+
+
+def coverage(n: int, paired: bool, rng: np.random.Generator) -> tuple[float, float]:
+    base, variant = simulated(n, rng)
+    comps = [(compare_paired if paired else compare)(a, b) for a, b in zip(base, variant)]
+    covered = np.mean([c.ci_low <= EFFECT <= c.ci_high for c in comps])
+    return float(covered), float(np.mean([c.ci_high - c.ci_low for c in comps]))
+
+
+def test_paired_and_welch_intervals_cover_the_true_effect_at_95_percent() -> None:
+    rng = np.random.default_rng(0)
+    paired, paired_width = coverage(5, True, rng)
+    welch, welch_width = coverage(5, False, rng)
+    print(f"coverage over {SWEEPS} sweeps of 5 seeds: paired {paired:.3f} (width {paired_width:.5f}), "
+          f"Welch {welch:.3f} (width {welch_width:.5f})")
+    tolerance = 3 * np.sqrt(0.05 * 0.95 / SWEEPS)  # three binomial standard errors
+    assert abs(paired - 0.95) < tolerance  # exact for the paired test
+    assert welch > 0.95 - tolerance  # Welch ignores the shared noise: valid, and wider than it needs to be
+    assert paired_width < 0.5 * welch_width  # 90% of the noise shared: the paired interval is ~1/3 as wide
+
+
+def test_tost_calls_equivalence_at_the_margin_no_more_than_alpha_of_the_time() -> None:
+    rng = np.random.default_rng(1)
+    margin = EFFECT  # the true difference sits on the margin: "equivalent" would be a false claim
+    calls = [equivalence(compare_paired(a, b), margin, None).verdict == EQUIVALENT for a, b in zip(*simulated(6, rng))]
+    inside = [equivalence(compare_paired(a, b), 3 * margin, None).verdict == EQUIVALENT
+              for a, b in zip(*simulated(6, rng))]
+    rate, found = float(np.mean(calls)), float(np.mean(inside))
+    print(f"TOST at the margin: equivalent in {rate:.3f} of {SWEEPS} sweeps (alpha 0.05); margin 3x: {found:.3f}")
+    assert rate < 0.05 + 3 * np.sqrt(0.05 * 0.95 / SWEEPS)
+    assert found > 0.5  # the test is not simply never "equivalent"
+
+
+def test_holm_matches_a_hand_computation_and_holds_the_family_error() -> None:
+    # sorted: 0.005 x4 = 0.02, 0.01 x3 = 0.03, 0.03 x2 = 0.06, 0.04 x1 = 0.04 -> running max 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # 0.5 x2 = 1.0, then 0.9 raised to it
+    rng = np.random.default_rng(2)
+    base = rng.normal(3.0, SIGMA, (SWEEPS, 5))
+    variants = rng.normal(3.0, SIGMA, (4, SWEEPS, 5))  # four variants, no effect anywhere
+    p = stats.ttest_ind(variants, base[None], axis=2, equal_var=False).pvalue  # (4, SWEEPS)
+    raw = float(np.mean((p < 0.05).any(axis=0)))
+    corrected = float(np.mean([min(holm(col)) < 0.05 for col in p.T]))
+    print(f"family-wise error, 4 null variants: uncorrected {raw:.3f}, Holm {corrected:.3f}")
+    assert raw > 0.1 and corrected < 0.05 + 3 * np.sqrt(0.05 * 0.95 / SWEEPS)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_the_seeds_needed_reach_80_percent_power_in_a_simulation(paired: bool) -> None:
+    shared, effect = (SHARED, 0.0008) if paired else (0.0, 0.002)  # unpaired: independent arms
+    sigma = SIGMA * (np.sqrt(2 * (1 - shared)) if paired else 1)  # the spread the planned test sees
+    n = seeds_needed(effect, sigma, paired=paired)
+    rng = np.random.default_rng(3)
+    rates, welch = [], 0.0
+    for seeds in (n - 1, n):
+        base, variant = simulated(seeds, rng, effect, sweeps=4000, shared=shared)
+        test = stats.ttest_rel(variant, base, axis=1) if paired else stats.ttest_ind(variant, base, axis=1)
+        rates.append(float(np.mean(test.pvalue < 0.05)))
+        welch = float(np.mean(stats.ttest_ind(variant, base, axis=1, equal_var=False).pvalue < 0.05))
+    formula = power(effect, sigma, n, paired=paired)
+    print(f"{'paired' if paired else 'unpaired'}: {n} seeds needed for {effect}; simulated power {rates[0]:.3f} at "
+          f"{n - 1}, {rates[1]:.3f} at {n} (Welch {welch:.3f}); formula {formula:.3f}")
+    assert rates[1] == pytest.approx(formula, abs=0.025)  # 4000 sweeps: one standard error is ~0.006
+    assert rates[0] < 0.8 + 0.02 and rates[1] > 0.8 - 0.02
+    if paired:  # the same runs read as independent arms: the shared noise swamps the effect
+        assert welch < 0.5 * rates[1]
+    else:  # Welch, which the report runs on unpaired arms, loses little to Student's t at these seeds
+        assert welch > rates[1] - 0.05
+    assert detectable_effect(sigma, n, paired=paired) <= effect < detectable_effect(sigma, n - 1, paired=paired)
+
+
+def test_pooled_sigma_and_its_interval() -> None:
+    s = pooled_sigma([[1.0, 2.0, 3.0], [10.0, 12.0]])  # squares 2 + 2 over 3 dof
+    assert s.value == pytest.approx(np.sqrt(4 / 3)) and s.dof == 3 and s.low < s.value < s.high
+    assert pooled_sigma([[1.0], [2.0]]) is None
+
+
+def test_tost_seeds_size_an_undecided_equivalence() -> None:
+    assert tost_seeds(0.0, SIGMA, 0.002, paired=False) > tost_seeds(0.0, SIGMA, 0.002) > 2
+    rng = np.random.default_rng(4)
+    sigma_d = SIGMA * np.sqrt(2 * (1 - SHARED))
+    n_d = tost_seeds(0.0, sigma_d, 0.002)
+    base, variant = simulated(n_d, rng, effect=0.0, sweeps=1000)
+    rate = np.mean([equivalence(compare_paired(a, b), 0.002, sigma_d).verdict == EQUIVALENT
+                    for a, b in zip(base, variant)])
+    assert rate > 0.75  # the planned seeds decide it about 80% of the time
+
+
+def test_compute_worth_reads_the_baseline_curve() -> None:
+    flops, loss = [1e9, 2e9, 4e9, 8e9], [4.0, 3.5, 3.2, 3.0]
+    assert flops_at_loss(flops, loss, 3.5) == pytest.approx(2e9)
+    assert flops_at_loss(flops, loss, 3.35) == pytest.approx(np.sqrt(2e9 * 4e9))  # halfway in log FLOPs
+    assert flops_at_loss(flops, loss, 2.9) is None and flops_at_loss(flops, loss, 4.1) is None
+    worth = compute_worth(flops, loss, 3.2, 2e9, 3.0, 3.5)  # the variant reached 3.2 at 2e9: the baseline took 4e9
+    assert worth.multiplier == pytest.approx(2.0) and worth.low == pytest.approx(1.0) and worth.high == pytest.approx(4)
+    assert compute_worth(flops, loss, 2.9, 8e9).text() == "beyond the curve"
+
+
+def seeded_sweep(tmp_path, finals: dict[str, list[float]], seeds: dict[str, list[int]] | None = None, **kwargs):
+    sweep, index = tmp_path / "sweep", 0
+    for value, per_seed in finals.items():
+        for seed, final in zip((seeds or {}).get(value, range(1, len(per_seed) + 1)), per_seed):
+            make_job(sweep, index, {"model.pos_emb": value, "seed": str(seed)}, [final + 0.5, final], **kwargs)
+            index += 1
+    return sweep
+
+
+BASE = [3.00, 3.05, 2.97, 3.02, 2.99]
+
+
+def test_the_report_pairs_seeds_and_says_why_and_falls_back_to_welch(tmp_path) -> None:
+    shifted = [b + 0.01 + e for b, e in zip(BASE, [0.001, -0.002, 0.0, 0.002, -0.001])]
+    text = write_report(seeded_sweep(tmp_path / "a", {"learned": BASE, "rope": shifted}))[0].read_text()
+    line = verdict_line(text, "model.pos_emb=rope")
+    assert "(95% CI, paired t, 5 seeds)" in line and line.endswith(", significant")
+    assert "- model.pos_emb=rope (test): paired: both arms ran seeds 1,2,3,4,5 with paired seeds" in text
+    assert "Per-seed correlation with the baseline: model.pos_emb=rope r=+1.00" in text
+    welch = verdict_line(write_report(tmp_path / "a" / "sweep", test="welch")[0].read_text(), "model.pos_emb=rope")
+    assert "Welch, 5 vs 5 seeds" in welch and "no difference found" in welch  # the same runs, unpaired
+    missing = seeded_sweep(tmp_path / "b", {"learned": BASE, "rope": shifted[:4]}, {"rope": [1, 2, 3, 5]})
+    text = write_report(missing)[0].read_text()
+    assert "Welch, 4 vs 5 seeds" in verdict_line(text, "model.pos_emb=rope")
+    assert "Welch: pairing impossible, seed 4 only in the baseline" in text
+
+
+def test_runs_launched_unpaired_get_welch(tmp_path) -> None:
+    sweep = seeded_sweep(tmp_path, {"learned": BASE, "rope": [b + 0.01 for b in BASE]})
+    for config in sweep.glob("*/config_resolved.yaml"):
+        config.write_text(config.read_text() + "paired_seeds: false\n")
+    text = write_report(sweep)[0].read_text()
+    assert "Welch: launched with paired_seeds=false" in text
+
+
+def test_many_variants_are_one_holm_family_ranked_with_intervals(tmp_path) -> None:
+    noise = [0.001, -0.002, 0.0, 0.002, -0.001]
+    finals = {"learned": BASE, "rope": [b - 0.02 + e for b, e in zip(BASE, noise)],
+              "none": [b + 0.003 + e for b, e in zip(BASE, noise[::-1])],
+              "alibi": [b - 0.004 + e for b, e in zip(BASE, noise[1:] + noise[:1])]}
+    text = write_report(seeded_sweep(tmp_path, finals))[0].read_text()
+    comps = {v: compare_paired(BASE, finals[v]) for v in ("rope", "none", "alibi")}
+    adjusted = dict(zip(comps, holm([c.p for c in comps.values()])))
+    for v, p in adjusted.items():
+        assert f"(Holm {p:.3g})" in verdict_line(text, f"model.pos_emb={v}")
+    assert "Family: 3 variants tested against one baseline" in text
+    table = text.split("## Ranking")[1].split("\n## ")[0]
+    ranked = [r.split(" | ")[1] for r in table.splitlines() if r.startswith("| ") and "rank" not in r]
+    assert ranked == ["model.pos_emb=rope", "model.pos_emb=alibi", "model.pos_emb=none"]
+    alone = write_report(tmp_path / "sweep", correction="none")[0].read_text()
+    assert "Holm" not in verdict_line(alone, "model.pos_emb=rope")
+
+
+def test_margin_and_effect_give_equivalence_and_seeds(tmp_path) -> None:
+    same = [b + e for b, e in zip(BASE, [0.0005, -0.0004, 0.0, 0.0003, -0.0002])]
+    text = write_report(seeded_sweep(tmp_path, {"learned": BASE, "rope": same}), margin=0.005, effect=0.002)[0]
+    text = text.read_text()
+    assert "; equivalent within ±0.005 (TOST p=" in verdict_line(text, "model.pos_emb=rope")
+    assert "seeds per arm for --effect 0.002" in text and "| paired |" in text and "| unpaired (Welch) |" in text
+    tight = write_report(tmp_path / "sweep", margin=0.0003)[0].read_text()
+    assert "undecided within ±0.0003" in verdict_line(tight, "model.pos_emb=rope") and "seeds per arm to decide" in \
+        verdict_line(tight, "model.pos_emb=rope")
+    far = write_report(make_sweep(tmp_path / "far", {"pre": BASE, "post": [b + 0.1 for b in BASE]}), margin=0.005)
+    assert "not equivalent: beyond ±0.005" in far[0].read_text()
+
+
+@pytest.mark.parametrize("option", ["margin", "effect"])
+def test_a_margin_or_effect_that_is_not_positive_is_refused(tmp_path, option) -> None:
+    with pytest.raises(ConfigError, match=f"--{option} -0.1: give a positive loss difference"):
+        write_report(seeded_sweep(tmp_path, {"learned": BASE, "rope": BASE}), **{option: -0.1})
+
+
+def test_tensorboard_gets_each_variants_seed_band(tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from gptlab.report.runs import group_variants, load_sweep
+
+    sweep = seeded_sweep(tmp_path, {"learned": BASE, "rope": [b - 0.1 for b in BASE]})
+    write_report(sweep)
+    write_report(sweep)  # a second report rewrites the bands, it does not stack them
+    rope = next(v for v in group_variants(load_sweep(sweep)) if v.label == "model.pos_emb=rope")
+    assert len(rope.jobs) == 5  # the bands' dir is not read as a job
+    events = EventAccumulator(str(sweep / "seed_bands" / "model.pos_emb=rope")).Reload()
+    means = [e.value for e in events.Scalars("seeds/val_loss_mean")]
+    band = rope.curve("tokens")
+    assert means == pytest.approx(band.mean.tolist(), rel=1e-6)
+    assert [e.value for e in events.Scalars("seeds/val_loss_low")] == pytest.approx(band.low.tolist(), rel=1e-6)
+    assert [e.step for e in events.Scalars("seeds/val_loss_high")] == [2, 4]  # steps done, as the val points read
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    series = layout.category[0].chart[0].margin.series[0]
+    assert (series.value, series.lower, series.upper) == ("seeds/val_loss_mean", "seeds/val_loss_low",
+                                                          "seeds/val_loss_high")
