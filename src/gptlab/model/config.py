@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 from gptlab.errors import ConfigError, invalid_choice, is_int, is_number
 from gptlab.fields import Check, boolean, check_declared, must, setting
+from gptlab.model import speedrun_checks as sr
 from gptlab.model.activations import ACTIVATIONS
 from gptlab.model.norms import NORMS
 from gptlab.model.parametrization import PARAMETRIZATIONS
@@ -89,6 +90,8 @@ SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number
 TABLE_SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D)")
 THETA = must(lambda v: is_number(v) and v > 0.0, "a number > 0.0")
 Z_LOSS = must(lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = off; PaLM uses 1e-4)")
+SCALE_OR_NULL = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (the record: 0.5), or null")
+BIGRAM_ROWS = must(lambda v: is_int(v) and (v == 0 or v >= 2), "0 (off) or an integer >= 2 (the record: 377280)")
 SOFTCAP = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (Gemma 2: 30), or null")
 
 
@@ -119,7 +122,8 @@ class GPTConfig:
         TABLE_SCALE)
     tie_weights: bool = setting(True, "head shares the token embedding (W_head = E_1^T)", BOOLEAN)
     activation: str = setting(
-        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)",
+        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | relu2 (relu(x)^2: the speedrun, record #5) | swiglu | "
+        "geglu (gated: silu/gelu(x W) * x V)",
         one_of(ACTIVATIONS))
     attn_bias: bool = setting(True, "biases in the Q/K/V and output projections", BOOLEAN)
     qkv_bias: Optional[bool] = setting(
@@ -161,6 +165,48 @@ class GPTConfig:
     mup_base_width: int = setting(
         128, "parametrization=mup: an integer >= 1, the n_embd whose best lr wider models share (r = n_embd / "
         "this; r = 1 is standard)", POSITIVE)
+    # The GPT-2 speedrun's model-side choices (modded-nanogpt; docs/model.md, "The speedrun's choices"), each citing
+    # the record that introduced it; all off = GPT-2 exactly. model=speedrun_nano / speedrun turn them all on.
+    zero_init_proj: list[str] = setting(
+        [], "projections that start at zero: attn (W_O) and/or mlp (f_L) (record #5, 2024-10-14); [] = GPT-2's init",
+        sr.projections)
+    init_scale: Optional[float] = setting(
+        None, "the other hidden matrices ~ U(+-sqrt(3) s / sqrt(fan_in)), std s / sqrt(fan_in) (record #64, "
+        "2026-01-30: s = 0.5); null = GPT-2's N(0, 0.02)", SCALE_OR_NULL)
+    value_embed_layers: list[int] = setting(
+        [], "blocks whose attention values get v += VE_l[token], an extra embedding per block (record #14, "
+        "2024-12-04); [] = none", sr.layer_list)
+    value_embed_gate: bool = setting(
+        False, "value embeddings times 2 sigmoid(w_h . [x[:6], VE[:6]]) per head, w_h from 0 (record #55, "
+        "2025-12-29)", BOOLEAN)
+    x0_mix: bool = setting(
+        False, "each block reads x + b_l x0, x0 the embedding output, b_l learned from 0 (record #9, 2024-11-06)",
+        BOOLEAN)
+    skips: list[list[int]] = setting(
+        [], "[from, to] block pairs: block to reads x + sigmoid(g) h_from, h_from block from's output, g learned "
+        "from -1.5 (U-net skips: record #11, 2024-11-10; one gated skip: records #45, #55); [] = none", sr.skip_pairs)
+    residual_scalars: bool = setting(
+        False, "every sublayer x <- a x + c F(x), a learned from sqrt(1.1), c from 1 (records #45, 2025-11-18, and "
+        "#73, 2026-02-12)", BOOLEAN)
+    smear: bool = setting(
+        False, "embedding e_t += lambda sigmoid(w . e_t[:12]) e_(t-1), lambda and w learned from 0 (record #34, "
+        "2025-09-18)", BOOLEAN)
+    logit_sigmoid_cap: Optional[list[float]] = setting(
+        None, "[A, B, C]: logits A sigmoid((z + B) / C), the record's [23, 5, 7.5] (record #54, 2025-12-26); "
+        "null = none (logit_softcap is the tanh form)", sr.sigmoid_cap)
+    no_attn_layers: list[int] = setting(
+        [], "blocks without attention (records #17, 2024-12-17, and #35, 2025-09-21); [] = none", sr.layer_list)
+    no_mlp_layers: list[int] = setting(
+        [], "blocks without an MLP (record #30, 2025-09-05); [] = none", sr.layer_list)
+    bigram_vocab: int = setting(
+        0, "rows R of the bigram hash embedding: e_t += B[hash(t_(t-1), t_t) mod (R-1)], B from 0 (record #62, "
+        "2026-01-19); 0 = off", BIGRAM_ROWS)
+    mtp_weights: list[float] = setting(
+        [], "multi-token prediction: + w_k CE(logits_t, token_(t+1+k)) for k = 1.. from the same head (record #53, "
+        "2025-12-22); [] = next token only", sr.weights)
+    mtp_weights_end: Optional[list[float]] = setting(
+        None, "the mtp_weights at the end of training, reached linearly from mtp_weights over the steps (record #53's "
+        "schedule, as one ramp); null = constant", sr.weights)
 
     def __post_init__(self) -> None:
         check_declared(self, "model.")  # each field's own check, declared with it above
@@ -177,6 +223,7 @@ class GPTConfig:
         if self.qkv_bias is None:
             self.qkv_bias = self.attn_bias
         self.attn_pattern = list(self.attn_pattern)
+        self.skips = [list(p) for p in self.skips]
 
     def layer_kind(self, layer: int) -> str:
         """The attention kind of block `layer` (0-based): the pattern, cycled."""
@@ -305,7 +352,7 @@ def rotary_pairs(cfg: GPTConfig) -> None:
     )
 
 
-RULES: tuple[Callable[[GPTConfig], None], ...] = (heads_divide_width, rotary_pairs)
+RULES: tuple[Callable[[GPTConfig], None], ...] = (heads_divide_width, rotary_pairs, *sr.RULES)
 
 
 def default_d_ff(n_embd: int, activation: str) -> int:

@@ -18,6 +18,7 @@ from gptlab.execution.parallelize import LossFn, eager_loss_fn, parallelize
 from gptlab.lightning_internals import attached_trainer, completes_optimizer_step, logs_this_step
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts
+from gptlab.model.mtp import mtp_weights_at
 from gptlab.runs.relayout import relayout_loops
 from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.source_metrics import ValidationSums
@@ -96,15 +97,28 @@ class GPTLitModule(L.LightningModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
-    def _loss(self, batch: tuple[torch.Tensor, ...], label_smoothing: float = 0.0, z_loss: float = 0.0) -> LossParts:
+    def _loss(self, batch: tuple[torch.Tensor, ...], label_smoothing: float = 0.0, z_loss: float = 0.0,
+              mtp: Optional[torch.Tensor] = None) -> LossParts:
         """LossParts of an (x, y) batch, or of (x, y, document ids) with data.document_masking."""
         x, y, *documents = batch
-        return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss)
+        if mtp is None:  # the loss function's own arguments, as before multi-token prediction
+            return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss)
+        return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss, mtp)
+
+    def _mtp_weights(self) -> Optional[torch.Tensor]:
+        """This step's multi-token weights (model/mtp.py), from the optimizer step alone: a resumed run takes the
+        same ones. None when model.mtp_weights is empty."""
+        cfg = self.model.config
+        if not cfg.mtp_weights:
+            return None
+        total = self.trainer.max_steps if self.trainer.max_steps > 0 else self.trainer.estimated_stepping_batches
+        weights = mtp_weights_at(cfg.mtp_weights, cfg.mtp_weights_end, self.global_step, int(total))
+        return torch.tensor(weights, dtype=torch.float32, device=self.device)
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
         # The objective adds model.z_loss * log^2 Z (PaLM); train/loss stays the cross-entropy alone, comparable
         # across runs with and without it, and train/z_loss logs the unscaled log^2 Z.
-        parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss)
+        parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss, self._mtp_weights())
         loss = parts.ce.detach()
         sums = loss if parts.z is None else torch.stack([loss, parts.z.detach()])  # [ce] or [ce, log^2 Z]
         self._step_loss = sums if self._step_loss is None else self._step_loss + sums
