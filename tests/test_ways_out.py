@@ -158,6 +158,8 @@ ONLY_WHEN_CASES = {
     "model.attn_window": ("model.attn_window=64",),
     "model.attn_impl": ("model.attn_impl=chunked",),
     "model.mup_base_width": ("model.mup_base_width=64",),
+    "model.value_embed_gate": ("model.value_embed_gate=true",),
+    "model.mtp_weights_end": ("model.mtp_weights_end=[]",),
     "data.shard_tokens": ("data.store=memory", "data.shard_tokens=1000"),
     "data.verify_sha256": ("data.store=memory", "data.verify_sha256=false"),
     "data.val_windows": ("data.val_windows=8",),
@@ -175,6 +177,13 @@ OTHER_CASES = [
     ("model.pos_emb=rope", "model.rope_fraction=0.3"), ("model.pos_emb=rope", "model.rope_fraction=1.5"),
     ("model.attn_pattern=[dense,sparse]",), ("+model.n_embdd=64",), ("optimizer.betas=[0.9,1.5]",),
     ("model.attn_pattern=[]",), ("model.attn_pattern=dense",), ("model.vocab_size=100",),
+    # the speedrun's keys (model/speedrun_checks.py): their own checks, then the rules between them
+    ("model.no_attn_layers=[1,1]",), ("model.mtp_weights=[-1]",), ("model.zero_init_proj=[out]",),
+    ("model.skips=[[2,1]]",), ("model.logit_sigmoid_cap=[23,5]",), ("model.value_embed_layers=[1,4]",),
+    ("model.skips=[[1,4]]",), ("model.value_embed_layers=[1,2]", "model.no_attn_layers=[2]"),
+    ("model.logit_softcap=15", "model.logit_sigmoid_cap=[23,5,7.5]"),
+    ("model.mtp_weights=[0.5,0.25]", "model.mtp_weights_end=[0.0]"),
+    ("model.parametrization=mup", "model.init_scale=0.5"),
     # the attention kernels, float8, the optimizer under a strategy
     ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flex", "model.dropout=0.1"),
     ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flex"),
