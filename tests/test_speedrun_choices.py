@@ -6,12 +6,15 @@ the optimizer's groups and the presets' counts."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import ROOT, compose_config, scalars, train_in_process
+from omegaconf import OmegaConf
 
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, PreemptedError
 from gptlab.model import GPT, GPTConfig, count_parameters
 from gptlab.model.loss import loss_parts
 from gptlab.model.mtp import mtp_weights_at
@@ -246,3 +249,64 @@ def test_count_parameters_follows_every_choice() -> None:
     for values in [*CHOICES.values(), ALL]:
         cfg = GPTConfig(**SMALL, **values)
         assert count_parameters(cfg)["total"] == GPT(cfg).num_parameters(), values
+
+
+def _model(*overrides: str) -> dict:
+    return OmegaConf.to_container(compose_config(list(overrides)).model, resolve=True)
+
+
+def test_the_speedrun_preset_counts_as_docs_model_md_says() -> None:
+    """The record's shape: 635,702,699 parameters, the record's 635,887,015 in use minus its MUDD connections and
+    gates (203,759), its 22 weight scalars and the attention-less block's 2 residual scalars, plus gptlab's RMSNorm
+    and QK-norm gains (19,456) and the 11 x0 weights (docs/model.md, "The speedrun preset")."""
+    cfg = GPTConfig.from_dict(_model("model=speedrun"))
+    counts = count_parameters(cfg)
+    assert counts["total"] == 635_702_699
+    record_in_use = 635_887_015
+    assert counts["total"] - record_in_use == -100_124 - 103_635 - 22 - 2 + 16_896 + 2_560 + 11
+    assert counts["embedding"] == 50304 * 768 * 6 + 377_280 * 768  # token, 5 value embeddings, bigram
+    assert counts["attention"] == 10 * (4 * 768 * 768 + 2 * 128) and counts["mlp"] == 11 * 2 * 3072 * 768
+    assert counts["head"] == 50304 * 768 and counts["scalars"] == 42 + 11 + 1 + 5 * 72 + 13
+    with torch.device("meta"):  # the built model agrees, without allocating it
+        assert GPT(cfg).num_parameters() == counts["total"]
+
+
+ARMS = sorted(p.stem for p in (ROOT / "conf" / "speedrun_minus").glob("*.yaml"))
+
+
+def test_each_arm_is_one_choice_both_ways() -> None:
+    """Leave-one-out arm X turns off, in the record's model, exactly the keys add-one-in arm X turns on in GPT-2's:
+    the first sets them to nano's values, the second to speedrun_nano's. `none` changes nothing. The gate and its
+    value embeddings go together where the other would have no effect (preflight/option_relevance.py)."""
+    assert ARMS == sorted(p.stem for p in (ROOT / "conf" / "speedrun_plus").glob("*.yaml"))
+    nano, record = _model("model=nano"), _model("model=speedrun_nano")
+    for arm in ARMS:
+        minus = _model("experiment=ablate_speedrun_leave_one_out", f"+speedrun_minus={arm}")
+        plus = _model("experiment=ablate_speedrun_add_one_in", f"+speedrun_plus={arm}")
+        off = {k for k in record if minus[k] != record[k] and k != "block_size"}
+        on = {k for k in nano if plus[k] != nano[k] and k != "block_size"}
+        pair = {"value_embed_layers", "value_embed_gate"}  # a gate needs its value embeddings
+        assert (off == set()) == (arm == "none") and (off == on or (off ^ on) <= pair <= off | on), (arm, off, on)
+        assert all(minus[k] == nano[k] for k in off) and all(plus[k] == record[k] for k in on), arm
+
+
+# Every choice on, the multi-token weights ramping to 0 over the run: a run killed at step 4 and resumed from its
+# checkpoint takes the same weights at steps 5..8 (a function of the step), so its losses equal the straight run's.
+RUN = ["model=speedrun_nano", "model.n_layer=4", "model.mtp_weights_end=[0.0,0.0]", "trainer.max_steps=8",
+       "trainer.val_check_interval=4"]
+KILL = ["+callbacks.killer._target_=helpers.KillAtStep", "+callbacks.killer.step=4",
+        "+callbacks.killer.signal_name=SIGTERM"]
+
+
+def test_the_record_resumes_bit_exactly_mid_schedule(tmp_path: Path) -> None:
+    train_in_process(tmp_path / "ref", *RUN)
+    reference = scalars(tmp_path / "ref")["train/loss"]
+    run = tmp_path / "run"
+    with pytest.raises(PreemptedError):
+        train_in_process(run, *RUN, *KILL)
+    train_in_process(run, *RUN, f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
+    resumed = scalars(run)["train/loss"]
+    assert [resumed[s] for s in range(1, 9)] == [reference[s] for s in range(1, 9)]  # exact float equality
+    flat = train_in_process(tmp_path / "flat", *RUN[:2], "trainer.max_steps=8", "trainer.val_check_interval=4")
+    assert scalars(tmp_path / "flat")["train/loss"][8] != reference[8]  # the ramp changes training: a real check
+    assert flat is not None

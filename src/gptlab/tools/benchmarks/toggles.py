@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 import torch
 
-from gptlab.model import GPT, GPTConfig, next_token_loss
+from gptlab.model import GPT, GPTConfig
 from gptlab.model.attention import CausalSelfAttention
+from gptlab.model.loss import loss_parts
 from gptlab.train.callbacks.stability import block_grad_norms, block_weights, forward_probes, update_ratios
 
 NANO = dict(vocab_size=257, block_size=256, n_layer=4, n_head=4, n_embd=128)
@@ -28,6 +29,28 @@ VARIANTS: dict[str, dict] = {
     "swiglu": {"activation": "swiglu"},
     "llama (rope+rmsnorm+swiglu)": {"pos_emb": "rope", "norm_type": "rmsnorm", "activation": "swiglu"},
 }
+ATTENTION_VARIANTS = list(VARIANTS)  # the ones that change the attention layer itself (measure_attention_layer)
+# The speedrun's model-side choices (docs/model.md, "The speedrun's choices"), each alone on the nano baseline (its
+# tanh GELU), at the layer lists model=speedrun_nano uses; then all of them (model=speedrun_nano's keys).
+SPEEDRUN = {
+    "relu2": {"activation": "relu2"},
+    "zero_init_proj+init_scale": {"zero_init_proj": ["mlp"], "init_scale": 0.5},
+    "value_embeds": {"value_embed_layers": [0, 3]},
+    "value_embeds+gate": {"value_embed_layers": [0, 3], "value_embed_gate": True},
+    "x0_mix": {"x0_mix": True},
+    "skips": {"skips": [[1, 2]]},
+    "residual_scalars": {"residual_scalars": True},
+    "smear": {"smear": True},
+    "logit_sigmoid_cap": {"logit_sigmoid_cap": [23.0, 5.0, 7.5]},
+    "no_attn_layers=[2]": {"no_attn_layers": [2]},
+    "bigram_vocab=1285": {"bigram_vocab": 1285},
+    "mtp_weights=[.5,.25]": {"mtp_weights": [0.5, 0.25]},
+}
+SPEEDRUN_NANO = {"pos_emb": "rope", "rope_fraction": 0.5, "rope_theta": 1024.0, "qk_norm": True, "norm_type": "rmsnorm",
+                 "attn_bias": False, "mlp_bias": False, "tie_weights": False,
+                 **{k: v for fields in SPEEDRUN.values() for k, v in fields.items()}}
+VARIANTS.update(SPEEDRUN)
+VARIANTS["speedrun_nano (all)"] = SPEEDRUN_NANO
 
 
 def _step_fn(fields: dict, batch: int, probes: bool = False) -> Callable[[], None]:
@@ -37,8 +60,10 @@ def _step_fn(fields: dict, batch: int, probes: bool = False) -> Callable[[], Non
     x = torch.randint(0, 257, (batch, NANO["block_size"]))
     y = torch.randint(0, 257, (batch, NANO["block_size"]))
 
+    mtp = torch.tensor(fields["mtp_weights"]) if fields.get("mtp_weights") else None
+
     def step() -> None:
-        next_token_loss(model(x), y).backward()
+        loss_parts(model(x), y, mtp=mtp).objective.backward()
         if probes:  # what StabilityProbes adds to a probed step
             block_grad_norms(model)
             before = block_weights(model)
@@ -70,6 +95,7 @@ def measure_attention_layer(names: list[str], batch: int = 4, repeats: int = 60)
     """Best forward+backward ms of one nano attention layer per variant: the part of the step the position and
     QK-norm toggles touch, short enough to repeat often, so best-of-N settles even on a loaded machine."""
     x = torch.randn(batch, NANO["block_size"], NANO["n_embd"], requires_grad=True)
+    names = [name for name in names if name in ATTENTION_VARIANTS]
     layers = {name: CausalSelfAttention(GPTConfig(**NANO, **VARIANTS[name])) for name in names}
     best = {name: float("inf") for name in names}
     for _ in range(repeats):
