@@ -48,7 +48,7 @@ IGNORED = [
     (["stages.batch_lr_exponent=1.0"], "stages.batch_lr_exponent=1.0 has no effect: it matters only when "
                                        "stages.batch_sizes is set"),
     (["runtime.float8_layers=[mlp,head]"], "runtime.float8_layers=['mlp', 'head'] has no effect: it matters only "
-                                           "when runtime.float8=true"),
+                                           "when runtime.float8 is true"),
     (["runtime.compile_scope=blocks", "runtime.compile=false"], "runtime.compile_scope='blocks' has no effect: it "
                                                                 "matters only when runtime.compile=true"),
 ]

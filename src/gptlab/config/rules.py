@@ -143,12 +143,12 @@ def untie_on_one_device(cfg: DictConfig) -> Optional[str]:
     if is_fsdp(trainer.get("strategy")):
         return (f"model.untie_at={model.get('untie_at')} cannot run under trainer=fsdp: untying adds a parameter "
                 "mid-run, and FSDP has sharded the tied one. Use trainer=default, or model.untie_at=null (a head tied "
-                "throughout; model.tie_weights=false for one untied from the start).")
+                "throughout, or untied from the start with tie_weights off).")
     if trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1:
         return (f"model.untie_at={model.get('untie_at')} trains on one rank only: untying adds a parameter mid-run, "
                 "which DDP, having registered the model's parameters at the start, would not synchronize across "
                 "ranks. Use trainer.devices=1 (and trainer.num_nodes=1), or model.untie_at=null (a head tied "
-                "throughout; model.tie_weights=false for one untied from the start).")
+                "throughout, or untied from the start with tie_weights off).")
     return None
 
 
