@@ -1,5 +1,6 @@
-"""Per-step cost of RoPE, ALiBi, QK-norm (and RMSNorm, SwiGLU), and of the speedrun's model-side choices, vs learned
-positions, and of the stability probes.
+"""Per-step cost of RoPE, ALiBi, QK-norm (and RMSNorm, SwiGLU) vs learned positions, of the speedrun's training-side
+choices (an untied head, local/short windows, a seq_lens or batch_sizes stage, optimizer=normuon), of its model-side
+choices, and of the probes.
 
     python scripts/bench_toggles.py [--batch 8] [--repeats 5]
 

@@ -45,6 +45,14 @@ IGNORED = [
     (["callbacks.zero_shot.limit=20"], "callbacks.zero_shot.limit=20 has no effect: it matters only when "
                                        "callbacks.zero_shot.tasks is not empty"),
     (["callbacks.zero_shot.every_n_steps=10"], "callbacks.zero_shot.every_n_steps=10 has no effect"),
+    (["model.untie_at=0.5", "model.tie_weights=false"], "model.untie_at=0.5 has no effect: it matters only when "
+                                                         "model.tie_weights=true"),
+    (["stages.windows=[64]"], "stages.windows=[64] has no effect: it matters only when model.attn_pattern has a "
+                              "local or short layer"),
+    (["stages.batch_lr_exponent=1.0"], "stages.batch_lr_exponent=1.0 has no effect: it matters only when "
+                                       "stages.batch_sizes is set"),
+    (["runtime.float8_layers=[mlp,head]"], "runtime.float8_layers=['mlp', 'head'] has no effect: it matters only "
+                                           "when runtime.float8 is true"),
     (["runtime.compile_scope=blocks", "runtime.compile=false"], "runtime.compile_scope='blocks' has no effect: it "
                                                                 "matters only when runtime.compile=true"),
 ]

@@ -43,7 +43,7 @@ def parallelize(model: GPT, runtime: Runtime, device: torch.device, *, mesh: Opt
     cfg = model.config
     choose_attention_backend(runtime.attention_backend, cfg.n_head, cfg.block_size, cfg.head_dim, device)
     if runtime.float8:  # refused before the run where the GPU or torchao lacks it (early_checks)
-        apply_float8(model)
+        apply_float8(model, runtime.float8_layers)
     sharded = mesh is not None
     checkpoint_blocks(model, runtime.checkpointing(sharded))
     scope = runtime.compiled_scope(sharded)

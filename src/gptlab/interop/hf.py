@@ -9,6 +9,7 @@ with the weight as (in, out), the transpose of nn.Linear's.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Union
 
@@ -259,11 +260,22 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return config, {k: v.contiguous() for k, v in hf.items()}
 
 
+def settled_head(model: GPT) -> GPT:
+    """A model trained with model.untie_at as what it is now: a tied or an untied GPT, without the schedule (the
+    Hugging Face formats hold a head that is tied or not, not when it was untied)."""
+    cfg = model.config
+    if cfg.untie_at is None:
+        return model
+    plain = GPT(replace(cfg, untie_at=None, tie_weights=model.head_tied))
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if k != "head_untied"}, strict=True)
+    return plain
+
+
 def save_pretrained(model: GPT, path: Union[str, Path]) -> None:
     """Write a directory that transformers' AutoModelForCausalLM.from_pretrained loads (config + safetensors):
     Llama for a model with RoPE, RMSNorm or SwiGLU, otherwise GPT-2 (pre-LN) or GPT-1 (post-LN). A muP model is
     written as the standard model with the same logits (mup_export.py: its multipliers folded into the weights)."""
-    model = as_standard(model)
+    model = settled_head(as_standard(model))
     if is_llama_shaped(model.config):
         config, state = to_llama(model.config, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     else:

@@ -27,8 +27,8 @@ from gptlab.model.sparse_attention import allowed_pairs, attend, attend_cached
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
-        self.kind = cfg.layer_kind(layer)  # dense | local | strided
-        self.window, self.impl, self.scale = cfg.attn_window, cfg.attn_impl, cfg.scores_scale  # muP: 1/D_K
+        self.kind = cfg.layer_kind(layer)  # dense | local | strided (a short layer is local with half the window)
+        self.window, self.impl, self.scale = cfg.layer_window(layer), cfg.attn_impl, cfg.scores_scale  # muP: 1/D_K
         self.n_head, self.head_dim, self.v_head_dim = cfg.n_head, cfg.head_dim, cfg.v_head_dim
         qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
         # One fused projection for W_Q, W_K, W_V: a single matmul is faster than three.

@@ -47,6 +47,12 @@ def one_of(table: Any) -> Check:
     return check
 
 
+# A layer kind of attn_pattern beside ATTENTION_KINDS': a local layer whose band is half the window (modded-nanogpt
+# record 20, 2025-01-16: long/short sliding windows, short = long // 2), resolved by GPTConfig.layer_kind/layer_window.
+SHORT = "short"
+LAYER_KINDS = (*ATTENTION_KINDS, SHORT)
+
+
 def attention_pattern(field: str, pattern: Any) -> None:
     """The examples are written as typed on a command line: `[dense,local]` without a space, which a shell splits."""
     if isinstance(pattern, str) or not isinstance(pattern, Sequence):
@@ -54,16 +60,16 @@ def attention_pattern(field: str, pattern: Any) -> None:
                           f"{field}=[dense,local].")
     if not pattern:
         raise ConfigError(f"{field} is empty; give at least one kind, e.g. {field}=[dense], from: "
-                          f"{', '.join(ATTENTION_KINDS)}.")
+                          f"{', '.join(LAYER_KINDS)}.")
     for kind in pattern:
-        if kind not in ATTENTION_KINDS:
-            known = [k if k in ATTENTION_KINDS else _closest_kind(k) for k in pattern]
+        if kind not in LAYER_KINDS:
+            known = [k if k in LAYER_KINDS else _closest_kind(k) for k in pattern]
             raise ConfigError(f"{field}={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
-                              f"{', '.join(ATTENTION_KINDS)}, e.g. {field}=[{','.join(known)}].")
+                              f"{', '.join(LAYER_KINDS)}, e.g. {field}=[{','.join(known)}].")
 
 
 def _closest_kind(kind: Any) -> str:
-    return (difflib.get_close_matches(str(kind), list(ATTENTION_KINDS), n=1) or ["dense"])[0]
+    return (difflib.get_close_matches(str(kind), list(LAYER_KINDS), n=1) or ["dense"])[0]
 
 
 def rope_fraction(field: str, value: Any) -> None:
@@ -93,6 +99,8 @@ Z_LOSS = must(lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = off; PaLM u
 SCALE_OR_NULL = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (the record: 0.5), or null")
 BIGRAM_ROWS = must(lambda v: is_int(v) and (v == 0 or v >= 2), "0 (off) or an integer >= 2 (the record: 377280)")
 SOFTCAP = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (Gemma 2: 30), or null")
+UNTIE_AT = must(lambda v: v is None or (is_number(v) and 0 < v < 1),
+                "a fraction in (0, 1) of trainer.max_steps (record 53: 0.67), or null for a head tied throughout")
 
 
 @dataclass
@@ -133,7 +141,8 @@ class GPTConfig:
     layer_norm_eps: float = setting(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)", POSITIVE_EPS)
     # Sparse attention ([S3], GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
     attn_pattern: list[str] = setting(
-        ["dense"], "kinds cycled over layers: dense | local | strided, e.g. [dense, local] as GPT-3", attention_pattern)
+        ["dense"], "kinds cycled over layers: dense | local | strided | short (local with half the window), e.g. "
+        "[dense, local] as GPT-3", attention_pattern)
     attn_window: int = setting(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0", WINDOW)
     attn_impl: str = setting("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex "
                              "(GPU) | flash (flash-attn's window, local layers, CUDA bf16/fp16)", one_of(ATTN_IMPLS))
@@ -208,6 +217,11 @@ class GPTConfig:
         None, "the mtp_weights at the end of training, reached linearly from mtp_weights over the steps (record #53's "
         "schedule, as one ramp); null = constant", sr.weights)
 
+    # Training-side speedrun choices (issue 44; docs/model.md, "Speedrun training schedules"); off = GPT-2/3 exactly.
+    untie_at: Optional[float] = setting(
+        None, "a tied head becomes its own parameter at this fraction of trainer.max_steps, starting from the tied "
+        "weight (modded-nanogpt record 53: 0.67); null = tied throughout (model.tie_weights)", UNTIE_AT)
+
     def __post_init__(self) -> None:
         check_declared(self, "model.")  # each field's own check, declared with it above
         for rule in RULES:  # then the rules between fields
@@ -226,8 +240,15 @@ class GPTConfig:
         self.skips = [list(p) for p in self.skips]
 
     def layer_kind(self, layer: int) -> str:
-        """The attention kind of block `layer` (0-based): the pattern, cycled."""
-        return self.attn_pattern[layer % len(self.attn_pattern)]
+        """The attention kind of block `layer` (0-based): the pattern, cycled; a short layer is a local one."""
+        kind = self.attn_pattern[layer % len(self.attn_pattern)]
+        return "local" if kind == SHORT else kind
+
+    def layer_window(self, layer: int, window: Optional[int] = None) -> int:
+        """The band w of block `layer` for the model's window (attn_window, or a stage's, gptlab.train.stages): half
+        of it, at least 1, on a short layer."""
+        window = self.attn_window if window is None else window
+        return max(1, window // 2) if self.attn_pattern[layer % len(self.attn_pattern)] == SHORT else window
 
     @property
     def qk_head_dim(self) -> int:

@@ -47,6 +47,29 @@ class GPT(nn.Module):
         self.reset_parameters()
         if cfg.tie_weights:  # W_head = E_1^T: one tensor, no extra parameters ([S3])
             self.head.weight = self.tok_emb.weight
+        if cfg.untie_at is not None:  # whether the head was untied in training travels with the weights
+            self.register_buffer("head_untied", torch.zeros((), dtype=torch.bool))
+            self.register_load_state_dict_pre_hook(_untie_to_load)
+
+    @property
+    def head_tied(self) -> bool:
+        """Whether the head is the token embedding now: model.tie_weights, until model.untie_at unties it."""
+        return self.head.weight is self.tok_emb.weight
+
+    def untie_head(self) -> nn.Parameter:
+        """model.untie_at (modded-nanogpt record 53, 2025-12-22): the token embedding becomes a parameter of its own,
+        starting from the tied weight, which the head keeps (with its optimizer state, as the record's head keeps its
+        own); returns the new embedding. gptlab.train.stages calls it at the untie step, with the optimizer."""
+        self.tok_emb.weight = nn.Parameter(self.head.weight.detach().clone())
+        self.head_untied.fill_(True)
+        return self.tok_emb.weight
+
+    def use_window(self, window: int) -> None:
+        """Every local layer's band w (half on a short one) set to `window`: a stage of training's
+        (gptlab.train.stages), or model.attn_window again for evaluation. Strided layers keep their stride."""
+        for layer, block in enumerate(self.blocks):
+            if block.attn is not None and block.attn.kind == "local":
+                block.attn.window = self.config.layer_window(layer, window)
 
     def reset_parameters(self) -> None:
         """Every weight's starting value, as model.parametrization says (parametrization.py)."""
@@ -121,7 +144,7 @@ class GPT(nn.Module):
         p, c = self.tok_emb.weight, self.config
         return [
             KVCache(batch, c.n_head, max_len, c.head_dim, c.v_head_dim, p.dtype, p.device,
-                    window=c.attn_window if block.attn is not None and ATTENTION_KINDS[block.attn.kind].cache_window
+                    window=block.attn.window if block.attn is not None and ATTENTION_KINDS[block.attn.kind].cache_window
                     else None)
             for block in self.blocks
         ]
@@ -164,3 +187,11 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         """Unique parameters: a tied head is counted once."""
         return sum(p.numel() for p in self.parameters())
+
+
+def _untie_to_load(model: GPT, state: dict, prefix: str, *_: object) -> None:
+    """A state saved after model.untie_at untied the head loads into a model built tied: untie it first, so the two
+    weights land in two tensors (Lightning's resume, eval.py and gptlab.load all load through here)."""
+    untied = state.get(prefix + "head_untied")
+    if untied is not None and bool(untied) and model.head_tied:
+        model.untie_head()
