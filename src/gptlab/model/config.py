@@ -15,13 +15,14 @@ from typing import Any, Callable, Optional
 
 from gptlab.errors import ConfigError, invalid_choice, is_int, is_number
 from gptlab.fields import Check, boolean, check_declared, must, setting
-from gptlab.model import speedrun_checks as sr
 from gptlab.model.activations import ACTIVATIONS
 from gptlab.model.norms import NORMS
 from gptlab.model.parametrization import PARAMETRIZATIONS
 from gptlab.model.positions import POSITIONS
 from gptlab.model.residual import PLACEMENTS
 from gptlab.model.sparse_attention import ATTENTION_KINDS
+from gptlab.model.speedrun_checks import RULES as SPEEDRUN_RULES
+from gptlab.model.speedrun_checks import layer_list, projections, sigmoid_cap, skip_pairs, weights
 
 # Each choice-valued field is a key of the table that builds it (docs/architecture.md, "Components are found by
 # name"); attn_impl names a kernel of sparse_attention.attend, the one attention dispatcher.
@@ -178,13 +179,13 @@ class GPTConfig:
     # the record that introduced it; all off = GPT-2 exactly. model=speedrun_nano / speedrun turn them all on.
     zero_init_proj: list[str] = setting(
         [], "projections that start at zero: attn (W_O) and/or mlp (f_L) (record #5, 2024-10-14); [] = GPT-2's init",
-        sr.projections)
+        projections)
     init_scale: Optional[float] = setting(
         None, "the other hidden matrices ~ U(+-sqrt(3) s / sqrt(fan_in)), std s / sqrt(fan_in) (record #64, "
         "2026-01-30: s = 0.5); null = GPT-2's N(0, 0.02)", SCALE_OR_NULL)
     value_embed_layers: list[int] = setting(
         [], "blocks whose attention values get v += VE_l[token], an extra embedding per block (record #14, "
-        "2024-12-04); [] = none", sr.layer_list)
+        "2024-12-04); [] = none", layer_list)
     value_embed_gate: bool = setting(
         False, "value embeddings times 2 sigmoid(w_h . [x[:6], VE[:6]]) per head, w_h from 0 (record #55, "
         "2025-12-29)", BOOLEAN)
@@ -193,7 +194,7 @@ class GPTConfig:
         BOOLEAN)
     skips: list[list[int]] = setting(
         [], "[from, to] block pairs: block to reads x + sigmoid(g) h_from, h_from block from's output, g learned "
-        "from -1.5 (U-net skips: record #11, 2024-11-10; one gated skip: records #45, #55); [] = none", sr.skip_pairs)
+        "from -1.5 (U-net skips: record #11, 2024-11-10; one gated skip: records #45, #55); [] = none", skip_pairs)
     residual_scalars: bool = setting(
         False, "every sublayer x <- a x + c F(x), a learned from sqrt(1.1), c from 1 (records #45, 2025-11-18, and "
         "#73, 2026-02-12)", BOOLEAN)
@@ -202,20 +203,20 @@ class GPTConfig:
         "2025-09-18)", BOOLEAN)
     logit_sigmoid_cap: Optional[list[float]] = setting(
         None, "[A, B, C]: logits A sigmoid((z + B) / C), the record's [23, 5, 7.5] (record #54, 2025-12-26); "
-        "null = none (logit_softcap is the tanh form)", sr.sigmoid_cap)
+        "null = none (logit_softcap is the tanh form)", sigmoid_cap)
     no_attn_layers: list[int] = setting(
-        [], "blocks without attention (records #17, 2024-12-17, and #35, 2025-09-21); [] = none", sr.layer_list)
+        [], "blocks without attention (records #17, 2024-12-17, and #35, 2025-09-21); [] = none", layer_list)
     no_mlp_layers: list[int] = setting(
-        [], "blocks without an MLP (record #30, 2025-09-05); [] = none", sr.layer_list)
+        [], "blocks without an MLP (record #30, 2025-09-05); [] = none", layer_list)
     bigram_vocab: int = setting(
         0, "rows R of the bigram hash embedding: e_t += B[hash(t_(t-1), t_t) mod (R-1)], B from 0 (record #62, "
         "2026-01-19); 0 = off", BIGRAM_ROWS)
     mtp_weights: list[float] = setting(
         [], "multi-token prediction: + w_k CE(logits_t, token_(t+1+k)) for k = 1.. from the same head (record #53, "
-        "2025-12-22); [] = next token only", sr.weights)
+        "2025-12-22); [] = next token only", weights)
     mtp_weights_end: Optional[list[float]] = setting(
         None, "the mtp_weights at the end of training, reached linearly from mtp_weights over the steps (record #53's "
-        "schedule, as one ramp); null = constant", sr.weights)
+        "schedule, as one ramp); null = constant", weights)
 
     # Training-side speedrun choices (issue 44; docs/model.md, "Speedrun training schedules"); off = GPT-2/3 exactly.
     untie_at: Optional[float] = setting(
@@ -373,7 +374,7 @@ def rotary_pairs(cfg: GPTConfig) -> None:
     )
 
 
-RULES: tuple[Callable[[GPTConfig], None], ...] = (heads_divide_width, rotary_pairs, *sr.RULES)
+RULES: tuple[Callable[[GPTConfig], None], ...] = (heads_divide_width, rotary_pairs, *SPEEDRUN_RULES)
 
 
 def default_d_ff(n_embd: int, activation: str) -> int:
