@@ -78,7 +78,7 @@ def test_an_ignored_option_is_refused_in_a_single_run(overrides: list[str], mess
     ["model.rope_theta=10000.0"],  # the neutral default, set explicitly: asks for nothing
     ["model.attn_window=8", "model.attn_pattern=[dense,local]"],
     ["model.value_embed_gate=true", "model.value_embed_layers=[0]"],
-    ["model=speedrun_nano"],  # every choice on: none set in vain
+    ["model=speedrun_nano", "model.n_layer=4"],  # every choice on (its layer lists need 4 blocks): none in vain
     ["data.store=streaming", "data.val_windows=8"],
     ["optimizer=sgd", "optimizer.momentum=0.0", "optimizer.nesterov=false"],
     ["callbacks.text_samples.temperature=0"],  # the schema's top_k (40), not asked for: greedy as asked

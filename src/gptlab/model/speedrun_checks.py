@@ -32,8 +32,8 @@ def skip_pairs(field: str, value: Any) -> None:
     ok = _is_list(value) and all(_is_list(p) and len(p) == 2 and all(is_int(i) and i >= 0 for i in p) and p[0] < p[1]
                                  for p in value)
     if not ok:
-        raise ConfigError(f"{field}={value!r} must be a list of [from, to] block pairs with from < to, e.g. "
-                          f"{field}=[[0,3]], or {field}=[] for no skips.")
+        raise ConfigError(f"{field}={value!r} must be a list of [from, to] block pairs with from < to; leave "
+                          f"{field} out for none.")
 
 
 def weights(field: str, value: Any) -> None:
@@ -64,9 +64,9 @@ def in_range(cfg: Any) -> None:
                               f"{M} has blocks 0..{M - 1}; use model.{name}=[{','.join(map(str, inside))}].")
     outside = [list(p) for p in cfg.skips if p[1] >= M]
     if outside:
-        inside = ",".join(f"[{a},{b}]" for a, b in cfg.skips if b < M)
         raise ConfigError(f"model.skips={[list(p) for p in cfg.skips]} reaches block(s) past the last, {M - 1} "
-                          f"(model.n_layer={M}); use model.skips=[{inside}].")
+                          f"(model.n_layer={M}): keep the pairs whose blocks are 0..{M - 1}, or leave model.skips out "
+                          "for none.")
 
 
 def value_embeds_need_attention(cfg: Any) -> None:
