@@ -1,10 +1,14 @@
-"""Per-step cost of RoPE, ALiBi, QK-norm (and RMSNorm, SwiGLU) vs learned positions, and of the stability probes.
+"""Per-step cost of RoPE, ALiBi, QK-norm (and RMSNorm, SwiGLU) vs learned positions, of the speedrun's training-side
+choices (an untied head, local/short windows, a seq_lens or batch_sizes stage, optimizer=normuon), of its model-side
+choices, and of the probes.
 
     python scripts/bench_toggles.py [--batch 8] [--repeats 5]
 
 Nano shape (4 layers, D=128, H=4, T=256, byte vocabulary), fp32 on CPU, one full training step (forward, loss,
 backward, AdamW). Interleaved, best of N; ratios against the baseline of the same run. Goal (issue 15): RoPE,
-ALiBi and QK-norm each <= 1.15x. One attention layer's forward+backward is timed too (many more repeats:
+ALiBi and QK-norm each <= 1.15x. The speedrun's choices (issue 44) each alone, then model=speedrun_nano's keys all
+together, with their layer lists at nano's 4 blocks; mtp_weights adds its two extra cross-entropies to the step's
+loss. One attention layer's forward+backward is timed too (many more repeats:
 on a loaded machine its best-of-N settles where the whole step's does not). Probes at
 callbacks.stability_probes.every_n_steps=N cost (probed - plain)/N of a step, to stay under 2%.
 """

@@ -158,10 +158,11 @@ def test_checkpoint_from_before_the_move_loads(tmp_path) -> None:
 
 
 # ---- one home per field's documentation --------------------------------------------------------------------
-SCHEMAS = [GPTConfig, s.Train, s.Runtime, s.Paths, s.ByteTokenizer, s.TiktokenTokenizer, s.Data, s.AdamW, s.SGD,
-           s.Adafactor, s.Muon, s.Cosine, s.WarmupStableDecay, s.Constant, s.Trainer, *cb.BY_TARGET.values()]
-FREE_FORM = {(s.Data, "source"), (s.Trainer, "strategy"), (s.Train, "runtime"), (cb.ZeroShotEval, "data"),
-             (cb.TensorBoardLogger, "version")}  # nodes or values their constructor checks
+SCHEMAS = [GPTConfig, s.Train, s.Runtime, s.Stages, s.Paths, s.ByteTokenizer, s.TiktokenTokenizer, s.Data, s.AdamW,
+           s.SGD, s.Adafactor, s.Muon, s.NorMuon, s.Cosine, s.WarmupStableDecay, s.Constant, s.Trainer,
+           *cb.BY_TARGET.values()]
+FREE_FORM = {(s.Data, "source"), (s.Trainer, "strategy"), (s.Train, "runtime"), (s.Train, "stages"),
+             (cb.ZeroShotEval, "data"), (cb.TensorBoardLogger, "version")}  # nodes or values their constructor checks
 
 
 def test_every_field_is_documented_and_range_checked() -> None:

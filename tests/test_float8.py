@@ -1,5 +1,6 @@
 """runtime.float8: refused with one clear message where it cannot run, and apply_float8 swaps exactly the Linear
-layers float8 matmuls can take (both dims multiples of 16, never the head)."""
+layers float8 matmuls can take (both dims multiples of 16) of the kinds runtime.float8_layers names (the head only
+when named)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,23 @@ def test_apply_float8_hands_torchao_the_filter(monkeypatch) -> None:
     names = apply_float8(model)
     assert names == swapped
     assert set(names) == _linear_names(model) - {"head"} and len(names) == 2 * 4  # qkv, out, fc, proj per block
+
+
+@pytest.mark.parametrize("layers,expected", [
+    (["mlp", "head"], {"head"} | {f"blocks.{i}.mlp.layers.{j}" for i in range(2) for j in (0, 2)}),  # the speedrun's
+    (["attention"], {f"blocks.{i}.attn.{m}" for i in range(2) for m in ("qkv", "out")}),
+])
+def test_float8_layers_chooses_the_kinds_to_swap(monkeypatch, layers: list[str], expected: set[str]) -> None:
+    swapped: list[str] = []
+    fake = types.ModuleType("torchao.float8")
+    fake.convert_to_float8_training = lambda model, module_filter_fn: swapped.extend(
+        name for name, m in model.named_modules() if module_filter_fn(m, name))
+    monkeypatch.setitem(sys.modules, "torchao", types.ModuleType("torchao"))
+    monkeypatch.setitem(sys.modules, "torchao.float8", fake)
+    model = GPT(GPTConfig(**{**MODEL, "vocab_size": 96}))  # a head of 96 rows: a multiple of 16
+    assert set(apply_float8(model, layers)) == set(swapped) == expected
+    with pytest.raises(ConfigError, match=r"runtime.float8_layers=\['head'\] asks for head.*model.pad_vocab_to=64"):
+        apply_float8(GPT(GPTConfig(**MODEL)), ["head"])  # 97 rows: no float8 matmul; refused, not skipped
 
 
 def test_apply_float8_swaps_the_intended_layers_with_torchao() -> None:

@@ -25,6 +25,10 @@ IGNORED = [
     (["model.attn_window=8"], "model.attn_window=8 has no effect: it matters only when model.attn_pattern has a "
                               "local or strided layer; here model.attn_pattern=['dense']."),
     (["model.attn_impl=chunked"], "model.attn_impl='chunked' has no effect"),
+    (["model.value_embed_gate=true"], "model.value_embed_gate=True has no effect: it matters only when "
+                                      "model.value_embed_layers is not empty"),
+    (["model.mtp_weights_end=[]"], "model.mtp_weights_end=[] has no effect: it matters only when model.mtp_weights "
+                                   "is not empty"),
     (["data.shard_tokens=1000"], "data.shard_tokens=1000 has no effect: it matters only when data.store=prepared; "
                                  "here data.store='memory'."),
     (["data.verify_sha256=false"], "data.verify_sha256=False has no effect"),
@@ -41,6 +45,14 @@ IGNORED = [
     (["callbacks.zero_shot.limit=20"], "callbacks.zero_shot.limit=20 has no effect: it matters only when "
                                        "callbacks.zero_shot.tasks is not empty"),
     (["callbacks.zero_shot.every_n_steps=10"], "callbacks.zero_shot.every_n_steps=10 has no effect"),
+    (["model.untie_at=0.5", "model.tie_weights=false"], "model.untie_at=0.5 has no effect: it matters only when "
+                                                         "model.tie_weights=true"),
+    (["stages.windows=[64]"], "stages.windows=[64] has no effect: it matters only when model.attn_pattern has a "
+                              "local or short layer"),
+    (["stages.batch_lr_exponent=1.0"], "stages.batch_lr_exponent=1.0 has no effect: it matters only when "
+                                       "stages.batch_sizes is set"),
+    (["runtime.float8_layers=[mlp,head]"], "runtime.float8_layers=['mlp', 'head'] has no effect: it matters only "
+                                           "when runtime.float8 is true"),
     (["runtime.compile_scope=blocks", "runtime.compile=false"], "runtime.compile_scope='blocks' has no effect: it "
                                                                 "matters only when runtime.compile=true"),
 ]
@@ -65,6 +77,8 @@ def test_an_ignored_option_is_refused_in_a_single_run(overrides: list[str], mess
     ["model.rope_theta=500000", "model.pos_emb=rope"],
     ["model.rope_theta=10000.0"],  # the neutral default, set explicitly: asks for nothing
     ["model.attn_window=8", "model.attn_pattern=[dense,local]"],
+    ["model.value_embed_gate=true", "model.value_embed_layers=[0]"],
+    ["model=speedrun_nano", "model.n_layer=4"],  # every choice on (its layer lists need 4 blocks): none in vain
     ["data.store=streaming", "data.val_windows=8"],
     ["optimizer=sgd", "optimizer.momentum=0.0", "optimizer.nesterov=false"],
     ["callbacks.text_samples.temperature=0"],  # the schema's top_k (40), not asked for: greedy as asked

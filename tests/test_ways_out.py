@@ -63,7 +63,7 @@ def assert_followed(command: tuple[str, ...], refuse=refusal) -> None:
 
 
 # ---- every field with a range check, at the place a composed config has it -------------------------------------
-CHECKED = sorted({*SCHEMAS.values(), *BY_TARGET.values(), schemas.Runtime}, key=lambda s: s.__name__)
+CHECKED = sorted({*SCHEMAS.values(), *BY_TARGET.values(), schemas.Runtime, schemas.Stages}, key=lambda s: s.__name__)
 FIELDS = [(schema, name) for schema in CHECKED for name, f in schema_fields(schema).items() if check_of(f)]
 APPENDED = [(schemas.Trainer, name) for name in schemas.Trainer.appended]
 # What a user types that a check should refuse, tried in turn for each field: numbers out of most ranges (first, so
@@ -146,8 +146,10 @@ RULE_CASES = {
     "monitors_name_logged_metrics": [("+callbacks.early_stop._target_=lightning.pytorch.callbacks.EarlyStopping",
                                       "+callbacks.early_stop.monitor=val/los")],
     "ckpt_path_or_resume": [("resume=auto", "ckpt_path=/nonexistent/last.ckpt")],
-    "muon_needs_whole_matrices": [("optimizer=muon", "trainer=fsdp")],
+    "muon_needs_whole_matrices": [("optimizer=muon", "trainer=fsdp"), ("optimizer=normuon", "trainer=fsdp")],
     "whole_model_compile_without_fsdp": [("trainer=fsdp", "runtime.compile_scope=model")],
+    "stages_fit_the_batch": [("stages.seq_lens=[24]",), ("stages.batch_sizes=[8,64]",)],
+    "untie_on_one_device": [("model.untie_at=0.5", "trainer=fsdp"), ("model.untie_at=0.5", "trainer=ddp")],
 }
 ONLY_WHEN_CASES = {
     "model.rope_theta": ("model.rope_theta=500000.0",),
@@ -158,6 +160,8 @@ ONLY_WHEN_CASES = {
     "model.attn_window": ("model.attn_window=64",),
     "model.attn_impl": ("model.attn_impl=chunked",),
     "model.mup_base_width": ("model.mup_base_width=64",),
+    "model.value_embed_gate": ("model.value_embed_gate=true",),
+    "model.mtp_weights_end": ("model.mtp_weights_end=[]",),
     "data.shard_tokens": ("data.store=memory", "data.shard_tokens=1000"),
     "data.verify_sha256": ("data.store=memory", "data.verify_sha256=false"),
     "data.val_windows": ("data.val_windows=8",),
@@ -168,6 +172,10 @@ ONLY_WHEN_CASES = {
     "callbacks.zero_shot.limit": ("callbacks.zero_shot.limit=100",),
     "callbacks.zero_shot.every_n_steps": ("callbacks.zero_shot.every_n_steps=100",),
     "runtime.compile_scope": ("runtime.compile_scope=blocks",),  # compile is off on this GPU-less machine
+    "model.untie_at": ("model.untie_at=0.5", "model.tie_weights=false"),
+    "stages.windows": ("stages.windows=[64]",),
+    "stages.batch_lr_exponent": ("stages.batch_lr_exponent=1.0",),
+    "runtime.float8_layers": ("runtime.float8_layers=[mlp,head]",),
 }
 OTHER_CASES = [
     # GPTConfig's rules between its own fields
@@ -175,12 +183,21 @@ OTHER_CASES = [
     ("model.pos_emb=rope", "model.rope_fraction=0.3"), ("model.pos_emb=rope", "model.rope_fraction=1.5"),
     ("model.attn_pattern=[dense,sparse]",), ("+model.n_embdd=64",), ("optimizer.betas=[0.9,1.5]",),
     ("model.attn_pattern=[]",), ("model.attn_pattern=dense",), ("model.vocab_size=100",),
+    # the speedrun's keys (model/speedrun_checks.py): their own checks, then the rules between them
+    ("model.no_attn_layers=[1,1]",), ("model.mtp_weights=[-1]",), ("model.zero_init_proj=[out]",),
+    ("model.skips=[[2,1]]",), ("model.logit_sigmoid_cap=[23,5]",), ("model.value_embed_layers=[1,4]",),
+    ("model.skips=[[1,4]]",), ("model.value_embed_layers=[1,2]", "model.no_attn_layers=[2]"),
+    ("model.logit_softcap=15", "model.logit_sigmoid_cap=[23,5,7.5]"),
+    ("model.mtp_weights=[0.5,0.25]", "model.mtp_weights_end=[0.0]"),
+    ("model.parametrization=mup", "model.init_scale=0.5"),
     # the attention kernels, float8, the optimizer under a strategy
     ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flex", "model.dropout=0.1"),
     ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flex"),
     ("model.attn_pattern=[dense,strided]", "model.attn_window=64", "model.attn_impl=flash"),
     ("model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flash"),
     ("runtime.float8=true",),
+    # the speedrun's lists, refused by their own checks (other bad values are Hydra's type errors, in the same words)
+    ("runtime.float8_layers=[]",), ("stages.windows=[]",),
     # the machine
     ("trainer.accelerator=gpu", "trainer.devices=8"), ("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=16"),
     ("model=gpt2_small", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"),
@@ -224,6 +241,7 @@ UNREACHED = {
     ("model/sparse_attention.py", "cannot compute attention with"): "flash-attn installed (refused first without it)",
     ("execution/float8.py", "has compute capability"): "a CUDA GPU older than 8.9",
     ("execution/float8.py", "pip install torchao"): "an H100 without torchao",
+    ("execution/float8.py", "in float8, but no such"): "an H100 with torchao (apply_float8 runs as training starts)",
     ("preflight/guards.py", "this machine has {found}"): "a machine with fewer GPUs than asked (test_suggestions.py)",
     ("execution/strategies.py", "raise ConfigError(problem)"): "building trainer=fsdp's strategy (rules refuse first)",
     ("model/config.py", "model.vocab_size is null"): "GPTConfig.padded_vocab_size, after the tokenizer filled it in",
@@ -260,6 +278,8 @@ UNREACHED = {
     ("report/context_report.py", "has a loss at context"): "ablation_report.py --context on an unscored sweep",
     ("report/context_report.py", "has no loss at context"): "ablation_report.py --context on a baseline unscored",
     ("train/muon.py", "is not optimizer=muon's"): "another optimizer: check_resumable refuses (test_ways_out_files)",
+    ("train/normuon.py", "needs the parameter groups"): "a NorMuonAdam built from Python with other parameter groups",
+    ("train/normuon.py", "is not optimizer=normuon's"): "another optimizer: check_resumable refuses first",
 }
 
 

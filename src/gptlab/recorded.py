@@ -23,7 +23,8 @@ CALLBACKS = frozenset({f"gptlab.train.callbacks.{name}" for name in (
     "ModelCheckpoint", "HParamsSummary", "LossSpikeGuard", "MixtureTokens", "RankConsistencyCheck", "TextSamples",
     "StabilityProbes", "TokenThroughput", "ZeroShotEval", "progress.StepProgressBar",
     "preemption.PreemptionCheckpoint")})
-OPTIMIZERS = frozenset({"gptlab.train.optim.adamw", "gptlab.train.muon.muon", "torch.optim.SGD",
+OPTIMIZERS = frozenset({"gptlab.train.optim.adamw", "gptlab.train.muon.muon", "gptlab.train.normuon.normuon",
+                        "torch.optim.SGD",
                         "torch.optim.Adafactor"})
 SCHEDULES = frozenset({"gptlab.train.optim.warmup_cosine", "gptlab.train.optim.warmup_stable_decay",
                        "gptlab.train.optim.constant"})

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab import lightning_internals
 from gptlab.apps.seeds import run_seed
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
-from gptlab.config.schemas import Runtime
+from gptlab.config.schemas import Runtime, Stages
 from gptlab.errors import ConfigError, find_config_error, is_int
 from gptlab.launch.hydra_ddp import job_subprocess_cmd
 from gptlab.launch.rank_watch import watch_ranks
@@ -88,6 +88,7 @@ def build_module(cfg: DictConfig, model: GPT, tokenizer: Any, runtime: Runtime) 
         run_config=OmegaConf.to_container(cfg, resolve=True),
         token_bytes=torch.from_numpy(tokenizer.token_byte_lengths()),  # for val/bpb
         runtime=runtime,  # handed to runtime.parallelize when Lightning configures the model
+        stages=Stages(**OmegaConf.to_container(cfg.stages, resolve=True)) if cfg.get("stages") else None,
     )
 
 

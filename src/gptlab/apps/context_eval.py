@@ -125,7 +125,8 @@ def check_scorable(model: GPT, contexts: list[int], accelerator: str) -> None:
 def note_limits(model: GPT, contexts: list[int], eot_id: Optional[int]) -> None:
     """What bounds a token's context besides the window, said once per checkpoint."""
     cfg = model.config
-    if any(ATTENTION_KINDS[k].cache_window for k in cfg.attn_pattern) and contexts[-1] > cfg.attn_window:
+    if any(ATTENTION_KINDS[cfg.layer_kind(i)].cache_window for i in range(len(cfg.attn_pattern))) \
+            and contexts[-1] > cfg.attn_window:
         log.info("local layers (model.attn_pattern=%s) see at most model.attn_window=%d keys at any context",
                  list(cfg.attn_pattern), cfg.attn_window)
     if eot_id is not None:

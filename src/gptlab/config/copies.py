@@ -36,6 +36,7 @@ BASE_FILES: dict[str, type] = {
     "model/base.yaml": GPTConfig, "train.yaml": s.Train, "data/base.yaml": s.Data,
     "trainer/default.yaml": s.Trainer, "paths/default.yaml": s.Paths, "optimizer/adamw.yaml": s.AdamW,
     "optimizer/sgd.yaml": s.SGD, "optimizer/adafactor.yaml": s.Adafactor, "optimizer/muon.yaml": s.Muon,
+    "optimizer/normuon.yaml": s.NorMuon,
     "scheduler/cosine.yaml": s.Cosine, "scheduler/wsd.yaml": s.WarmupStableDecay, "scheduler/constant.yaml": s.Constant,
 }
 # conf/ files of named constructor nodes (not typed): each node is compared with the schema of its `_target_`.
@@ -50,6 +51,7 @@ RESTATED = {("eval.yaml", "task_data"): (cb.ZeroShotEval, "data")}
 # Schemas whose options reach a gptlab function other than their node's `_target_` (named as a `_target_` is).
 CONSUMERS: dict[type, tuple[str, ...]] = {
     s.Muon: ("gptlab.train.muon.MuonAdamW",),  # muon(params, **kwargs) passes them on
+    s.NorMuon: ("gptlab.train.normuon.NorMuonAdam",),  # normuon(params, **kwargs) passes them on
     s.Train: ("gptlab.train.module.GPTLitModule",),  # label_smoothing
 }
 

@@ -114,6 +114,23 @@ def betas(field: str, value: Any) -> None:
         raise fail(field, value, "use two numbers in [0, 1), e.g. [0.9, 0.95]")
 
 
+def stage_values(example: str) -> Check:
+    """A schedule over training (gptlab.train.stages): one positive integer per equal stage of the run."""
+    def check(field: str, value: Any) -> None:
+        if not isinstance(value, (list, tuple)) or not value or not all(is_int(v) and v >= 1 for v in value):
+            raise fail(field, value, f"use a list of whole numbers >= 1, one per equal stage of the run, e.g. "
+                                     f"{example}")
+
+    return check
+
+
+def float8_layers(field: str, value: Any) -> None:
+    kinds = ("attention", "mlp", "head")  # gptlab.execution.float8.LAYERS, which imports torch
+    if not isinstance(value, (list, tuple)) or not value or not all(v in kinds for v in value) \
+            or len(set(value)) != len(value):
+        raise fail(field, value, f"use a list of distinct kinds from {', '.join(kinds)}, e.g. {field}=[mlp,head]")
+
+
 def list_of_text(field: str, value: Any) -> None:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise fail(field, value, "use a list of strings")

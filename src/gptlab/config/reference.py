@@ -18,6 +18,7 @@ from gptlab.model import GPTConfig
 SECTIONS: tuple[tuple[str, str, type], ...] = (
     ("Top level", "conf/train.yaml", s.Train),
     ("runtime", "conf/train.yaml `runtime:`", s.Runtime),
+    ("stages", "conf/train.yaml `stages:`", s.Stages),
     ("model", "model=<preset>, conf/model/base.yaml", GPTConfig),
     ("tokenizer: bytes", "tokenizer=bytes", s.ByteTokenizer),
     ("tokenizer: tiktoken", "tokenizer=gpt2 | r50k_base | cl100k_base", s.TiktokenTokenizer),
@@ -26,6 +27,7 @@ SECTIONS: tuple[tuple[str, str, type], ...] = (
     ("optimizer: sgd", "optimizer=sgd", s.SGD),
     ("optimizer: adafactor", "optimizer=adafactor", s.Adafactor),
     ("optimizer: muon", "optimizer=muon", s.Muon),
+    ("optimizer: normuon", "optimizer=normuon", s.NorMuon),
     ("scheduler: cosine", "scheduler=cosine", s.Cosine),
     ("scheduler: wsd", "scheduler=wsd", s.WarmupStableDecay),
     ("scheduler: constant", "scheduler=constant", s.Constant),
@@ -43,7 +45,7 @@ SECTIONS: tuple[tuple[str, str, type], ...] = (
 )
 HIDDEN = {"_target_", "_partial_"}
 GROUP_FIELDS = {"model", "tokenizer", "data", "optimizer", "scheduler", "trainer", "callbacks", "logger", "paths",
-                "runtime"}
+                "runtime", "stages"}
 
 HEADER = """# Configuration reference
 

@@ -68,9 +68,10 @@ def mup_trains_with_adam(cfg: DictConfig) -> Optional[str]:
 def muon_needs_whole_matrices(cfg: DictConfig) -> Optional[str]:
     """Muon orthogonalizes whole matrices; FSDP hands each rank a flat shard of them."""
     target = (cfg.get("optimizer") or {}).get("_target_")
-    if isinstance(target, str) and target.endswith(".muon") and is_fsdp((cfg.get("trainer") or {}).get("strategy")):
-        return ("optimizer=muon cannot run under trainer=fsdp: FSDP shards each weight matrix across ranks and Muon's "
-                "Newton–Schulz step needs the whole matrix. Use trainer=ddp (each rank holds full matrices) or "
+    name = target.rsplit(".", 1)[-1] if isinstance(target, str) else None
+    if name in ("muon", "normuon") and is_fsdp((cfg.get("trainer") or {}).get("strategy")):
+        return (f"optimizer={name} cannot run under trainer=fsdp: FSDP shards each weight matrix across ranks and "
+                "Muon's Newton–Schulz step needs the whole matrix. Use trainer=ddp (each rank holds full matrices) or "
                 "optimizer=adamw with FSDP.")
     return None
 
@@ -117,9 +118,44 @@ def whole_model_compile_without_fsdp(cfg: DictConfig) -> Optional[str]:
     return None
 
 
+def stages_fit_the_batch(cfg: DictConfig) -> Optional[str]:
+    """stages.seq_lens cut each training window (data.block_size tokens) into whole sequences; stages.batch_sizes take
+    rows of each micro-batch (data.batch_size), which must have them (gptlab.train.stages)."""
+    stages, data = cfg.get("stages") or {}, cfg.get("data") or {}
+    block, batch = data.get("block_size"), data.get("batch_size")
+    seq_lens, batch_sizes = stages.get("seq_lens"), stages.get("batch_sizes")
+    if seq_lens and isinstance(block, int) and any(block % n for n in seq_lens):
+        fits = [n for n in seq_lens if block % n == 0] or [block]
+        return (f"stages.seq_lens={list(seq_lens)} must divide data.block_size={block} (each training window is cut "
+                f"into whole sequences); use divisors of it, e.g. stages.seq_lens=[{','.join(map(str, fits))}].")
+    if batch_sizes and isinstance(batch, int) and max(batch_sizes) > batch:
+        return (f"stages.batch_sizes={list(batch_sizes)} asks for more sequences than a micro-batch holds "
+                f"(data.batch_size={batch}); set data.batch_size={max(batch_sizes)}, or lower the stages' sizes.")
+    return None
+
+
+def untie_on_one_device(cfg: DictConfig) -> Optional[str]:
+    """model.untie_at adds a parameter mid-run: DDP's and FSDP's wrappers registered (and FSDP sharded) the model's
+    parameters when training started, so the new one would never be synchronized across ranks."""
+    model, trainer = cfg.get("model") or {}, cfg.get("trainer") or {}
+    if model.get("untie_at") is None:
+        return None
+    if is_fsdp(trainer.get("strategy")):
+        return (f"model.untie_at={model.get('untie_at')} cannot run under trainer=fsdp: untying adds a parameter "
+                "mid-run, and FSDP has sharded the tied one. Use trainer=default, or model.untie_at=null (a head tied "
+                "throughout, or untied from the start with tie_weights off).")
+    if trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1:
+        return (f"model.untie_at={model.get('untie_at')} trains on one rank only: untying adds a parameter mid-run, "
+                "which DDP, having registered the model's parameters at the start, would not synchronize across "
+                "ranks. Use trainer.devices=1 (and trainer.num_nodes=1), or model.untie_at=null (a head tied "
+                "throughout, or untied from the start with tie_weights off).")
+    return None
+
+
 RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, muon_needs_whole_matrices,
                           fused_step_without_loss_scaling, fsdp_strategy_keys, ckpt_path_or_resume,
-                          monitors_name_logged_metrics, whole_model_compile_without_fsdp)
+                          monitors_name_logged_metrics, whole_model_compile_without_fsdp, stages_fit_the_batch,
+                          untie_on_one_device)
 
 
 def check_rules(cfg: DictConfig) -> None:

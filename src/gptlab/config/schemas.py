@@ -44,8 +44,12 @@ class Runtime:
         "measured at the model's shape when training starts; or one of them, or math; no effect on CPU",
         c.choice("auto", "cudnn", "flash", "efficient", "math"))
     float8: bool = setting(
-        False, "float8 matmuls in training (torchao; pip install torchao) for the Linear layers whose dims are "
-        "multiples of 16, the head excepted: GPUs of compute capability >= 8.9 (H100, H200) only", c.boolean)
+        False, "float8 matmuls in training (torchao; pip install torchao) for the Linear layers of "
+        "runtime.float8_layers whose dims are multiples of 16: GPUs of compute capability >= 8.9 (H100, H200) only",
+        c.boolean)
+    float8_layers: list[str] = setting(
+        ["attention", "mlp"], "which Linear layers runtime.float8 makes float8: attention | mlp | head "
+        "(modded-nanogpt: head, record 19; mlp, records 84 and 89: [mlp,head])", c.float8_layers)
 
     def checkpointing(self, sharded: bool) -> str:
         """"none" | "full" | "selective": activation_checkpointing with its null resolved."""
@@ -66,6 +70,27 @@ def checkpoint_mode(activation_checkpointing: Any, sharded: bool) -> str:
     if activation_checkpointing == "selective":
         return "selective"
     return "full" if activation_checkpointing else "none"
+
+
+@dataclass
+class Stages:
+    """Schedules over training (gptlab.train.stages; docs/model.md, "Speedrun training schedules"): each list splits
+    trainer.max_steps into equal stages, one value each, as the speedrun's stages; null = off (GPT-2/3 exactly)."""
+
+    windows: Optional[list[int]] = setting(
+        None, "the local layers' band w per stage (a short layer: w // 2); validation and evaluation use "
+        "model.attn_window (modded-nanogpt record 13: window warmup; record 29: [384,896,1408])",
+        c.optional(c.stage_values("[64,128,256]")))
+    seq_lens: Optional[list[int]] = setting(
+        None, "each training window cut into sequences of this many tokens per stage (divisors of data.block_size; "
+        "the tokens per step stay; record 72: [896,2048])", c.optional(c.stage_values("[64,128,256]")))
+    batch_sizes: Optional[list[int]] = setting(
+        None, "sequences per micro-batch per stage (at most data.batch_size; the loader's other rows are skipped), "
+        "the lr times (batch_size / batch_sizes[0])^batch_lr_exponent (record 46: [8,16,24])",
+        c.optional(c.stage_values("[8,16,32]")))
+    batch_lr_exponent: float = setting(
+        0.6, "p in lr x (b / b_0)^p for stages.batch_sizes (record 46: 0.6; 1 = linear, 0.5 = square root)",
+        c.number(0.0, 2.0))
 
 
 @dataclass
@@ -105,6 +130,7 @@ class Train:
         True, "refuse a run whose estimated memory (weights, grads, Adam, activations) exceeds free RAM/GPU memory",
         c.boolean)
     runtime: Runtime = setting(Runtime(), "how the model runs: compile, checkpointing, attention kernel, float8")
+    stages: Stages = setting(Stages(), "schedules over training: attention window, sequence length, batch size")
     # The groups: each node is typed by its own option's schema when its YAML is composed.
     model: Any = None
     tokenizer: Any = None
@@ -219,6 +245,31 @@ class Muon:
         "scale, lr ~0.02)", c.optional(c.choice("original", "match_rms_adamw")))
     betas: list[float] = setting([0.9, 0.95], "the AdamW part's betas, as optimizer=adamw", c.betas)
     eps: float = setting(1.0e-8, "the AdamW part's eps", c.number(0.0, 1.0, low_open=True))
+
+
+@dataclass
+class NorMuon:
+    """The speedrun's optimizer split (gptlab.train.normuon): NorMuon on the hidden matrices, Adam on the embeddings,
+    the head and the scalars, each part with its own lr. Defaults: modded-nanogpt record 41 (2025-10-24)."""
+
+    _target_: str = "gptlab.train.normuon.normuon"
+    _partial_: bool = True
+    lr: float = setting(0.06, "NorMuon's peak lr on the hidden matrices, times max(1, rows/cols)^0.5 per matrix",
+                        c.number(0.0, 10.0, low_open=True))
+    embed_lr: float = setting(0.6, "Adam's peak lr on the embeddings other than a tied head (record: 75 x 0.008)",
+                              c.number(0.0, 10.0, low_open=True))
+    head_lr: float = setting(0.008, "Adam's peak lr on the head (and on the token embedding while it is tied to it)",
+                             c.number(0.0, 10.0, low_open=True))
+    scalar_lr: float = setting(0.04, "Adam's peak lr on gains and biases (record: 5 x 0.008)",
+                               c.number(0.0, 10.0, low_open=True))
+    weight_decay: float = setting(0.0, "decoupled, on the hidden matrices: W <- W (1 - lr wd)", c.number(0.0, 10.0))
+    momentum: float = setting(0.95, "NorMuon's Nesterov momentum", c.number(0.0, 1.0, high_open=True))
+    beta2: float = setting(0.95, "NorMuon's per-neuron second-moment EMA", c.number(0.0, 1.0, high_open=True))
+    ns_steps: int = setting(5, "Newton-Schulz iterations that orthogonalize the momentum", c.positive_int)
+    adam_betas: list[float] = setting([0.65, 0.95], "the Adam part's betas", c.betas)
+    adam_eps: float = setting(1.0e-8, "the Adam part's eps", c.number(0.0, 1.0, low_open=True))
+    adam_weight_decay: float = setting(0.0, "decoupled, on the embeddings and the head (never on gains or biases)",
+                                       c.number(0.0, 1.0))
 
 
 @dataclass

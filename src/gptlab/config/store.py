@@ -13,7 +13,8 @@ GROUPS: dict[str, dict[str, type]] = {
     "train": {"train": s.Train}, "model": {"gpt": GPTConfig}, "data": {"datamodule": s.Data},
     "trainer": {"lightning": s.Trainer}, "paths": {"paths": s.Paths},
     "tokenizer": {"bytes": s.ByteTokenizer, "tiktoken": s.TiktokenTokenizer},
-    "optimizer": {"adamw": s.AdamW, "sgd": s.SGD, "adafactor": s.Adafactor, "muon": s.Muon},
+    "optimizer": {"adamw": s.AdamW, "sgd": s.SGD, "adafactor": s.Adafactor, "muon": s.Muon,
+                  "normuon": s.NorMuon},
     "scheduler": {"cosine": s.Cosine, "wsd": s.WarmupStableDecay, "constant": s.Constant},
 }
 SCHEMAS: dict[tuple[str, str], type] = {(group, option): schema for group, options in GROUPS.items()

@@ -21,14 +21,14 @@ from gptlab.config.fields import check_of, schema_fields
 from gptlab.config.fsdp_keys import uses_fsdp
 from gptlab.config.ranges import fail
 from gptlab.config.rules import check_rules
-from gptlab.config.schemas import Runtime
+from gptlab.config.schemas import Runtime, Stages
 from gptlab.config.store import SCHEMAS
 from gptlab.config.suggest import closest, unknown_key
 from gptlab.config.targets import target_parameters
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 
-KNOWN = set(SCHEMAS.values()) | set(BY_TARGET.values()) | {Runtime}
+KNOWN = set(SCHEMAS.values()) | set(BY_TARGET.values()) | {Runtime, Stages}
 NAMED_NODES = ("callbacks", "logger")  # groups that are dicts of named constructor nodes
 # Constructor arguments that gptlab's code passes (the parameter groups, the tokenizer, the callbacks...).
 PASSED_BY_GPTLAB = {"params", "tokenizer", "optimizer", "total_steps", "callbacks", "logger", "plugins"}
@@ -48,7 +48,7 @@ def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> Decided
     strict_booleans(cfg, hydra_overrides() if overrides is None else overrides)
     check_node("", cfg)
     check_model(cfg.get("model"))  # before data, whose block_size follows model.block_size
-    for group in ("runtime", "tokenizer", "data", "optimizer", "scheduler", "trainer", "paths"):
+    for group in ("runtime", "stages", "tokenizer", "data", "optimizer", "scheduler", "trainer", "paths"):
         if isinstance(cfg.get(group), DictConfig):
             check_node(f"{group}.", cfg[group])
     for group in NAMED_NODES:

@@ -33,7 +33,7 @@ from gptlab.execution.fsdp2 import shard_gpt
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts, loss_parts, model_loss
 
-LossFn = Callable[..., LossParts]  # (idx, targets, doc_ids=None, label_smoothing=0.0, z_loss=0.0) -> LossParts
+LossFn = Callable[..., LossParts]  # (idx, targets, doc_ids=None, label_smoothing=0.0, z_loss=0.0, mtp=None)
 
 
 def parallelize(model: GPT, runtime: Runtime, device: torch.device, *, mesh: Optional[DeviceMesh] = None,
@@ -43,7 +43,7 @@ def parallelize(model: GPT, runtime: Runtime, device: torch.device, *, mesh: Opt
     cfg = model.config
     choose_attention_backend(runtime.attention_backend, cfg.n_head, cfg.block_size, cfg.head_dim, device)
     if runtime.float8:  # refused before the run where the GPU or torchao lacks it (early_checks)
-        apply_float8(model)
+        apply_float8(model, runtime.float8_layers)
     sharded = mesh is not None
     checkpoint_blocks(model, runtime.checkpointing(sharded))
     scope = runtime.compiled_scope(sharded)
@@ -75,9 +75,9 @@ def blockwise_loss_fn(model: GPT) -> LossFn:
     head_loss = torch.compile(loss_parts, dynamic=False)
 
     def loss_fn(idx: torch.Tensor, targets: torch.Tensor, doc_ids: Optional[torch.Tensor] = None,
-                label_smoothing: float = 0.0, z_loss: float = 0.0) -> LossParts:
+                label_smoothing: float = 0.0, z_loss: float = 0.0, mtp: Optional[torch.Tensor] = None) -> LossParts:
         logits = model(idx, doc_ids=doc_ids) if doc_ids is not None else model(idx)  # FSDP's root hook gathers
-        return head_loss(logits, targets, cfg.vocab_size, label_smoothing, z_loss)
+        return head_loss(logits, targets, cfg.vocab_size, label_smoothing, z_loss, mtp)
 
     return loss_fn
 

@@ -9,6 +9,7 @@ with the weight as (in, out), the transpose of nn.Linear's.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Union
 
@@ -23,11 +24,13 @@ from gptlab.interop.mup_export import as_standard
 from gptlab.model.config import GPTConfig
 from gptlab.model.gpt import GPT
 from gptlab.model.sparse_attention import is_sparse
+from gptlab.model.speedrun_checks import speedrun_structure
 
 Converter = Callable[[dict[str, Any], dict[str, torch.Tensor]], tuple[GPTConfig, dict[str, torch.Tensor]]]
 
 # GPT-2 picks its activation from transformers' ACT2FN; "gelu_new" and "gelu_pytorch_tanh" are both eq. 8.
-GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+                    "relu2": "relu2"}  # transformers' ACT2FN has relu(x)^2 under this name
 # OpenAIGPT's own table maps "gelu" to the tanh approximation (the original GPT-1 code); it has no exact GELU.
 OPENAI_GPT_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}
 
@@ -204,8 +207,10 @@ def _expressible(cfg: GPTConfig) -> str:
         return f"model.v_head_dim={cfg.v_head_dim}: {target} needs v_head_dim = head_dim"
     if cfg.mlp_layers != 2:
         return f"model.mlp_layers={cfg.mlp_layers}: {target}'s MLP has exactly two layers"
-    if cfg.norm == "post" and cfg.activation == "gelu":
-        return "model.activation='gelu': GPT-1's 'gelu' is the tanh approximation; use gelu_tanh or relu"
+    if cfg.norm == "post" and cfg.activation in ("gelu", "relu2"):
+        return f"model.activation={cfg.activation!r}: GPT-1 has the tanh GELU and ReLU only; use gelu_tanh or relu"
+    if speedrun_structure(cfg):
+        return f"{speedrun_structure(cfg)}: {target} has no such part"
     if cfg.norm == "post" and cfg.d_ff != 4 * cfg.n_embd:
         return f"model.d_ff={cfg.d_ff}: GPT-1's MLP is 4 * n_embd wide"
     return ""
@@ -223,7 +228,8 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         raise ConfigError(f"cannot save as a Hugging Face model: {inexpressible(reason)}.")
     d, ours = cfg.vocab_size, {k: v.detach().cpu() for k, v in model.state_dict().items()}
     gpt2 = cfg.norm == "pre"
-    act = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"} if gpt2 else {"gelu_tanh": "gelu", "relu": "relu"}
+    act = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "relu2": "relu2"} if gpt2 else \
+        {"gelu_tanh": "gelu", "relu": "relu"}
     common = {"vocab_size": d, "n_positions": cfg.block_size, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer,
               "n_head": cfg.n_head, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
               "layer_norm_epsilon": cfg.layer_norm_eps, "tie_word_embeddings": cfg.tie_weights}
@@ -254,11 +260,22 @@ def to_hf(model: GPT) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return config, {k: v.contiguous() for k, v in hf.items()}
 
 
+def settled_head(model: GPT) -> GPT:
+    """A model trained with model.untie_at as what it is now: a tied or an untied GPT, without the schedule (the
+    Hugging Face formats hold a head that is tied or not, not when it was untied)."""
+    cfg = model.config
+    if cfg.untie_at is None:
+        return model
+    plain = GPT(replace(cfg, untie_at=None, tie_weights=model.head_tied))
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if k != "head_untied"}, strict=True)
+    return plain
+
+
 def save_pretrained(model: GPT, path: Union[str, Path]) -> None:
     """Write a directory that transformers' AutoModelForCausalLM.from_pretrained loads (config + safetensors):
     Llama for a model with RoPE, RMSNorm or SwiGLU, otherwise GPT-2 (pre-LN) or GPT-1 (post-LN). A muP model is
     written as the standard model with the same logits (mup_export.py: its multipliers folded into the weights)."""
-    model = as_standard(model)
+    model = settled_head(as_standard(model))
     if is_llama_shaped(model.config):
         config, state = to_llama(model.config, {k: v.detach().cpu() for k, v in model.state_dict().items()})
     else:

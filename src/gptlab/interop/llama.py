@@ -17,6 +17,7 @@ import torch
 from gptlab.errors import ConfigError
 from gptlab.model.config import GPTConfig
 from gptlab.model.sparse_attention import is_sparse
+from gptlab.model.speedrun_checks import speedrun_structure
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 
@@ -97,6 +98,8 @@ def llama_inexpressible(cfg: GPTConfig) -> str:
         return f"model.attn_pattern={list(cfg.attn_pattern)!r}: Llama attends densely in every layer"
     if cfg.attn_scale is not None and abs(cfg.attn_scale - cfg.head_dim**-0.5) > 1e-12:
         return f"model.attn_scale={cfg.attn_scale!r}: Llama scales scores by 1/sqrt(head_dim)"
+    if speedrun_structure(cfg):
+        return f"{speedrun_structure(cfg)}: Llama has no such part"
     return ""
 
 

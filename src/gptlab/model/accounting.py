@@ -9,8 +9,10 @@ from __future__ import annotations
 from gptlab.model.config import GPTConfig
 from gptlab.model.norms import norm_parameters
 from gptlab.model.positions import POSITIONS
+from gptlab.model.smear import SMEAR_CHANNELS
+from gptlab.model.value_embeddings import GATE_CHANNELS as VE_GATE_CHANNELS
 
-COMPONENTS = ("embedding", "position", "attention", "mlp", "norm", "head")
+COMPONENTS = ("embedding", "position", "attention", "mlp", "norm", "head", "scalars")
 
 
 def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
@@ -18,7 +20,9 @@ def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
 
 
 def count_parameters(cfg: GPTConfig) -> dict[str, int]:
-    """Parameters per component and their `total`; a tied head adds nothing ([S3])."""
+    """Parameters per component and their `total`; a tied head adds nothing ([S3]). The speedrun's tables (value
+    embeddings, the bigram embedding) are token lookups and count as `embedding`; its gates and learned scalars
+    (residual, x0, skip, smear, value-embedding gates) are `scalars`."""
     d, D, M = cfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
     qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
     attention = _linear(D, 2 * qk_width + v_width, cfg.qkv_bias) + _linear(v_width, D, cfg.attn_bias)
@@ -28,13 +32,19 @@ def count_parameters(cfg: GPTConfig) -> dict[str, int]:
     mlp = sum(_linear(a, b * (gate if i < len(widths) - 2 else 1), cfg.mlp_bias)
               for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
     layer_norm = norm_parameters(cfg.norm_type, D)  # gamma and beta (LayerNorm), gamma alone (RMSNorm)
+    attn_layers, mlp_layers = M - len(cfg.no_attn_layers), M - len(cfg.no_mlp_layers)
+    ve_gate = cfg.n_head * 2 * VE_GATE_CHANNELS if cfg.value_embed_gate else 0
+    scalars = 2 * (attn_layers + mlp_layers) if cfg.residual_scalars else 0
+    scalars += (M if cfg.x0_mix else 0) + len(cfg.skips) + len(cfg.value_embed_layers) * ve_gate
+    scalars += (min(SMEAR_CHANNELS, D) + 1) if cfg.smear else 0
     counts = {
-        "embedding": d * D,
+        "embedding": d * D + len(cfg.value_embed_layers) * d * v_width + cfg.bigram_vocab * D,
         "position": POSITIONS[cfg.pos_emb].parameters(cfg.block_size, D),
-        "attention": M * attention,
-        "mlp": M * mlp,
-        "norm": (2 * M + (1 if cfg.final_norm else 0)) * layer_norm,
+        "attention": attn_layers * attention,
+        "mlp": mlp_layers * mlp,
+        "norm": (attn_layers + mlp_layers + (1 if cfg.final_norm else 0)) * layer_norm,
         "head": 0 if cfg.tie_weights else D * d,
+        "scalars": scalars,
     }
     counts["total"] = sum(counts.values())
     return counts
@@ -55,13 +65,15 @@ def training_flops_per_token(cfg: GPTConfig) -> dict[str, int]:
     (12·L·H·Q·T when D_K = D_V); causal masking could halve it, which kernels rarely realise.
     The post-GPT-3 toggles enter through the parameter counts (a gated MLP's doubled first layer, QK-norm and
     RMSNorm gains); RoPE's rotation, ALiBi's bias, the gate product and soft-capping are elementwise, O(T·D)
-    per layer, and left out as PaLM leaves out norms and softmax.
+    per layer, and left out as PaLM leaves out norms and softmax. The speedrun's value and bigram embeddings are
+    lookups (no matmul), its scalars count as weights, and a block without attention has no attention term.
     """
     counts = count_parameters(cfg)
-    blocks = counts["attention"] + counts["mlp"] + counts["norm"]
+    blocks = counts["attention"] + counts["mlp"] + counts["norm"] + counts["scalars"]
     matmul_params = blocks + cfg.n_embd * cfg.padded_vocab_size  # plus the head, tied or not
     weights = 6 * matmul_params
-    attention = 6 * cfg.n_layer * cfg.block_size * cfg.n_head * (cfg.head_dim + cfg.v_head_dim)
+    attn_layers = cfg.n_layer - len(cfg.no_attn_layers)
+    attention = 6 * attn_layers * cfg.block_size * cfg.n_head * (cfg.head_dim + cfg.v_head_dim)
     return {"weights": weights, "attention": attention, "total": weights + attention}
 
 

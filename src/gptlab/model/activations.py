@@ -26,6 +26,13 @@ class Gated(nn.Module):
         return self.act(gate) * value
 
 
+class ReLUSquared(nn.Module):
+    """relu(x)^2, the speedrun's MLP activation (modded-nanogpt record #5, 2024-10-14; So et al. 2021, Primer)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x).square()
+
+
 @dataclass(frozen=True)
 class Activation:
     build: Callable[[], nn.Module]
@@ -36,6 +43,7 @@ ACTIVATIONS = {
     "gelu_tanh": Activation(lambda: nn.GELU(approximate="tanh")),  # eq. 8, what GPT-2/3 use
     "gelu": Activation(lambda: nn.GELU()),  # exact erf form
     "relu": Activation(lambda: nn.ReLU()),  # the original Transformer ([S2])
+    "relu2": Activation(ReLUSquared),  # the GPT-2 speedrun's (record #5)
     "swiglu": Activation(lambda: Gated(nn.SiLU()), gated=True),  # Swish_1 = SiLU, as in LLaMA
     "geglu": Activation(lambda: Gated(nn.GELU()), gated=True),  # exact GELU, as in the GLU-variants paper
 }

@@ -27,14 +27,14 @@ from gptlab.model.sparse_attention import allowed_pairs, attend, attend_cached
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig, layer: int = 0) -> None:
         super().__init__()
-        self.kind = cfg.layer_kind(layer)  # dense | local | strided
-        self.window, self.impl, self.scale = cfg.attn_window, cfg.attn_impl, cfg.scores_scale  # muP: 1/D_K
+        self.kind = cfg.layer_kind(layer)  # dense | local | strided (a short layer is local with half the window)
+        self.window, self.impl, self.scale = cfg.layer_window(layer), cfg.attn_impl, cfg.scores_scale  # muP: 1/D_K
         self.n_head, self.head_dim, self.v_head_dim = cfg.n_head, cfg.head_dim, cfg.v_head_dim
         qk_width, v_width = cfg.n_head * cfg.head_dim, cfg.n_head * cfg.v_head_dim
         # One fused projection for W_Q, W_K, W_V: a single matmul is faster than three.
         self.qkv = nn.Linear(cfg.n_embd, 2 * qk_width + v_width, bias=cfg.qkv_bias)
         self.out = nn.Linear(v_width, cfg.n_embd, bias=cfg.attn_bias)  # W_O
-        self.out.is_residual_projection = True
+        self.out.is_residual_projection = "attn"  # model.zero_init_proj names it so
         self.dropout = cfg.dropout
         # QK-norm (Dehghani et al. 2023; OLMo 2, Gemma 3): one gain of size D_K each, shared by the heads.
         self.q_norm = make_norm(cfg.norm_type, cfg.head_dim, cfg.layer_norm_eps) if cfg.qk_norm else None
@@ -44,12 +44,15 @@ class CausalSelfAttention(nn.Module):
         self.bias = positions.score_bias(cfg.n_head) if positions.score_bias else None
 
     def forward(self, x: torch.Tensor, cache: Optional[KVCache] = None,
-                documents: Optional[Documents] = None) -> torch.Tensor:
+                documents: Optional[Documents] = None, extra_values: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x holds the newest T positions; with a cache, the earlier ones come from it (incremental decoding).
-        With `documents` (document masking) a query sees only its own document, at positions counted from it."""
+        With `documents` (document masking) a query sees only its own document, at positions counted from it.
+        `extra_values` (B, T, H * D_V) are added to the values (value embeddings, value_embeddings.py)."""
         B, T, _ = x.shape
         qk_width = self.n_head * self.head_dim
         q, k, v = self.qkv(x).split([qk_width, qk_width, self.n_head * self.v_head_dim], dim=-1)
+        if extra_values is not None:
+            v = v + extra_values
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D_K)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_head, self.v_head_dim).transpose(1, 2)  # (B, H, T, D_V)

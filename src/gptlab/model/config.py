@@ -21,6 +21,8 @@ from gptlab.model.parametrization import PARAMETRIZATIONS
 from gptlab.model.positions import POSITIONS
 from gptlab.model.residual import PLACEMENTS
 from gptlab.model.sparse_attention import ATTENTION_KINDS
+from gptlab.model.speedrun_checks import RULES as SPEEDRUN_RULES
+from gptlab.model.speedrun_checks import layer_list, projections, sigmoid_cap, skip_pairs, weights
 
 # Each choice-valued field is a key of the table that builds it (docs/architecture.md, "Components are found by
 # name"); attn_impl names a kernel of sparse_attention.attend, the one attention dispatcher.
@@ -46,6 +48,12 @@ def one_of(table: Any) -> Check:
     return check
 
 
+# A layer kind of attn_pattern beside ATTENTION_KINDS': a local layer whose band is half the window (modded-nanogpt
+# record 20, 2025-01-16: long/short sliding windows, short = long // 2), resolved by GPTConfig.layer_kind/layer_window.
+SHORT = "short"
+LAYER_KINDS = (*ATTENTION_KINDS, SHORT)
+
+
 def attention_pattern(field: str, pattern: Any) -> None:
     """The examples are written as typed on a command line: `[dense,local]` without a space, which a shell splits."""
     if isinstance(pattern, str) or not isinstance(pattern, Sequence):
@@ -53,16 +61,16 @@ def attention_pattern(field: str, pattern: Any) -> None:
                           f"{field}=[dense,local].")
     if not pattern:
         raise ConfigError(f"{field} is empty; give at least one kind, e.g. {field}=[dense], from: "
-                          f"{', '.join(ATTENTION_KINDS)}.")
+                          f"{', '.join(LAYER_KINDS)}.")
     for kind in pattern:
-        if kind not in ATTENTION_KINDS:
-            known = [k if k in ATTENTION_KINDS else _closest_kind(k) for k in pattern]
+        if kind not in LAYER_KINDS:
+            known = [k if k in LAYER_KINDS else _closest_kind(k) for k in pattern]
             raise ConfigError(f"{field}={list(pattern)!r} has unknown kind {kind!r}; use kinds from: "
-                              f"{', '.join(ATTENTION_KINDS)}, e.g. {field}=[{','.join(known)}].")
+                              f"{', '.join(LAYER_KINDS)}, e.g. {field}=[{','.join(known)}].")
 
 
 def _closest_kind(kind: Any) -> str:
-    return (difflib.get_close_matches(str(kind), list(ATTENTION_KINDS), n=1) or ["dense"])[0]
+    return (difflib.get_close_matches(str(kind), list(LAYER_KINDS), n=1) or ["dense"])[0]
 
 
 def rope_fraction(field: str, value: Any) -> None:
@@ -89,7 +97,11 @@ SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number
 TABLE_SCALE = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number, or null for 1/sqrt(D)")
 THETA = must(lambda v: is_number(v) and v > 0.0, "a number > 0.0")
 Z_LOSS = must(lambda v: is_number(v) and v >= 0, "a number >= 0 (0 = off; PaLM uses 1e-4)")
+SCALE_OR_NULL = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (the record: 0.5), or null")
+BIGRAM_ROWS = must(lambda v: is_int(v) and (v == 0 or v >= 2), "0 (off) or an integer >= 2 (the record: 377280)")
 SOFTCAP = must(lambda v: v is None or (is_number(v) and v > 0), "a positive number (Gemma 2: 30), or null")
+UNTIE_AT = must(lambda v: v is None or (is_number(v) and 0 < v < 1),
+                "a fraction in (0, 1) of trainer.max_steps (record 53: 0.67), or null for a head tied throughout")
 
 
 @dataclass
@@ -119,7 +131,8 @@ class GPTConfig:
         TABLE_SCALE)
     tie_weights: bool = setting(True, "head shares the token embedding (W_head = E_1^T)", BOOLEAN)
     activation: str = setting(
-        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | swiglu | geglu (gated: silu/gelu(x W) * x V)",
+        "gelu_tanh", "gelu_tanh (eq. 8) | gelu (exact) | relu | relu2 (relu(x)^2: the speedrun, record #5) | swiglu | "
+        "geglu (gated: silu/gelu(x W) * x V)",
         one_of(ACTIVATIONS))
     attn_bias: bool = setting(True, "biases in the Q/K/V and output projections", BOOLEAN)
     qkv_bias: Optional[bool] = setting(
@@ -129,7 +142,8 @@ class GPTConfig:
     layer_norm_eps: float = setting(1e-5, "epsilon of every norm (LayerNorm or RMSNorm)", POSITIVE_EPS)
     # Sparse attention ([S3], GPT-3): layer i uses attn_pattern[i % len(attn_pattern)].
     attn_pattern: list[str] = setting(
-        ["dense"], "kinds cycled over layers: dense | local | strided, e.g. [dense, local] as GPT-3", attention_pattern)
+        ["dense"], "kinds cycled over layers: dense | local | strided | short (local with half the window), e.g. "
+        "[dense, local] as GPT-3", attention_pattern)
     attn_window: int = setting(256, "w: local sees keys i-w < j <= i, strided sees j <= i with (i-j) % w == 0", WINDOW)
     attn_impl: str = setting("auto", "auto | sdpa (masked dense, the reference) | chunked (O(T*w), CPU+GPU) | flex "
                              "(GPU) | flash (flash-attn's window, local layers, CUDA bf16/fp16)", one_of(ATTN_IMPLS))
@@ -161,6 +175,53 @@ class GPTConfig:
     mup_base_width: int = setting(
         128, "parametrization=mup: an integer >= 1, the n_embd whose best lr wider models share (r = n_embd / "
         "this; r = 1 is standard)", POSITIVE)
+    # The GPT-2 speedrun's model-side choices (modded-nanogpt; docs/model.md, "The speedrun's choices"), each citing
+    # the record that introduced it; all off = GPT-2 exactly. model=speedrun_nano / speedrun turn them all on.
+    zero_init_proj: list[str] = setting(
+        [], "projections that start at zero: attn (W_O) and/or mlp (f_L) (record #5, 2024-10-14); [] = GPT-2's init",
+        projections)
+    init_scale: Optional[float] = setting(
+        None, "the other hidden matrices ~ U(+-sqrt(3) s / sqrt(fan_in)), std s / sqrt(fan_in) (record #64, "
+        "2026-01-30: s = 0.5); null = GPT-2's N(0, 0.02)", SCALE_OR_NULL)
+    value_embed_layers: list[int] = setting(
+        [], "blocks whose attention values get v += VE_l[token], an extra embedding per block (record #14, "
+        "2024-12-04); [] = none", layer_list)
+    value_embed_gate: bool = setting(
+        False, "value embeddings times 2 sigmoid(w_h . [x[:6], VE[:6]]) per head, w_h from 0 (record #55, "
+        "2025-12-29)", BOOLEAN)
+    x0_mix: bool = setting(
+        False, "each block reads x + b_l x0, x0 the embedding output, b_l learned from 0 (record #9, 2024-11-06)",
+        BOOLEAN)
+    skips: list[list[int]] = setting(
+        [], "[from, to] block pairs: block to reads x + sigmoid(g) h_from, h_from block from's output, g learned "
+        "from -1.5 (U-net skips: record #11, 2024-11-10; one gated skip: records #45, #55); [] = none", skip_pairs)
+    residual_scalars: bool = setting(
+        False, "every sublayer x <- a x + c F(x), a learned from sqrt(1.1), c from 1 (records #45, 2025-11-18, and "
+        "#73, 2026-02-12)", BOOLEAN)
+    smear: bool = setting(
+        False, "embedding e_t += lambda sigmoid(w . e_t[:12]) e_(t-1), lambda and w learned from 0 (record #34, "
+        "2025-09-18)", BOOLEAN)
+    logit_sigmoid_cap: Optional[list[float]] = setting(
+        None, "[A, B, C]: logits A sigmoid((z + B) / C), the record's [23, 5, 7.5] (record #54, 2025-12-26); "
+        "null = none (logit_softcap is the tanh form)", sigmoid_cap)
+    no_attn_layers: list[int] = setting(
+        [], "blocks without attention (records #17, 2024-12-17, and #35, 2025-09-21); [] = none", layer_list)
+    no_mlp_layers: list[int] = setting(
+        [], "blocks without an MLP (record #30, 2025-09-05); [] = none", layer_list)
+    bigram_vocab: int = setting(
+        0, "rows R of the bigram hash embedding: e_t += B[hash(t_(t-1), t_t) mod (R-1)], B from 0 (record #62, "
+        "2026-01-19); 0 = off", BIGRAM_ROWS)
+    mtp_weights: list[float] = setting(
+        [], "multi-token prediction: + w_k CE(logits_t, token_(t+1+k)) for k = 1.. from the same head (record #53, "
+        "2025-12-22); [] = next token only", weights)
+    mtp_weights_end: Optional[list[float]] = setting(
+        None, "the mtp_weights at the end of training, reached linearly from mtp_weights over the steps (record #53's "
+        "schedule, as one ramp); null = constant", weights)
+
+    # Training-side speedrun choices (issue 44; docs/model.md, "Speedrun training schedules"); off = GPT-2/3 exactly.
+    untie_at: Optional[float] = setting(
+        None, "a tied head becomes its own parameter at this fraction of trainer.max_steps, starting from the tied "
+        "weight (modded-nanogpt record 53: 0.67); null = tied throughout (model.tie_weights)", UNTIE_AT)
 
     def __post_init__(self) -> None:
         check_declared(self, "model.")  # each field's own check, declared with it above
@@ -177,10 +238,18 @@ class GPTConfig:
         if self.qkv_bias is None:
             self.qkv_bias = self.attn_bias
         self.attn_pattern = list(self.attn_pattern)
+        self.skips = [list(p) for p in self.skips]
 
     def layer_kind(self, layer: int) -> str:
-        """The attention kind of block `layer` (0-based): the pattern, cycled."""
-        return self.attn_pattern[layer % len(self.attn_pattern)]
+        """The attention kind of block `layer` (0-based): the pattern, cycled; a short layer is a local one."""
+        kind = self.attn_pattern[layer % len(self.attn_pattern)]
+        return "local" if kind == SHORT else kind
+
+    def layer_window(self, layer: int, window: Optional[int] = None) -> int:
+        """The band w of block `layer` for the model's window (attn_window, or a stage's, gptlab.train.stages): half
+        of it, at least 1, on a short layer."""
+        window = self.attn_window if window is None else window
+        return max(1, window // 2) if self.attn_pattern[layer % len(self.attn_pattern)] == SHORT else window
 
     @property
     def qk_head_dim(self) -> int:
@@ -305,7 +374,7 @@ def rotary_pairs(cfg: GPTConfig) -> None:
     )
 
 
-RULES: tuple[Callable[[GPTConfig], None], ...] = (heads_divide_width, rotary_pairs)
+RULES: tuple[Callable[[GPTConfig], None], ...] = (heads_divide_width, rotary_pairs, *SPEEDRUN_RULES)
 
 
 def default_d_ff(n_embd: int, activation: str) -> int:

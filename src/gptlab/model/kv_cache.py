@@ -22,6 +22,8 @@ class KVCache:
         self.max_len = max_len
         self.length = 0  # positions seen so far; the next key is at this absolute position
         self.start = 0  # absolute position of the first key held
+        # (B, 1) id of the newest token so far: what the smear and the bigram embedding read before the next one
+        self.last_token: Optional[torch.Tensor] = None
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Store (B, H, T_new, ·); return the keys and values the new queries attend to and the absolute
@@ -44,3 +46,5 @@ class KVCache:
         """Keep batch rows `rows` (with repeats): beam search continues the best beams."""
         self.k = self.k.index_select(0, rows)
         self.v = self.v.index_select(0, rows)
+        if self.last_token is not None:
+            self.last_token = self.last_token.index_select(0, rows)

@@ -24,7 +24,7 @@ class MLP(nn.Module):
                 layers.append(activation.build())
             gated = activation.gated and i < len(widths) - 2  # feeds an activation
             layers.append(nn.Linear(fan_in, 2 * fan_out if gated else fan_out, bias=cfg.mlp_bias))
-        layers[-1].is_residual_projection = True  # f_L writes into the residual stream
+        layers[-1].is_residual_projection = "mlp"  # f_L writes into the residual stream
         self.layers = nn.Sequential(*layers)
         self.drop = nn.Dropout(cfg.dropout)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from torch import nn
 
@@ -51,6 +51,26 @@ def gpt2_init(model: nn.Module, n_layer: int, hidden_std_mult: float = 1.0,
             nn.init.zeros_(module.bias)
         elif isinstance(module, nn.RMSNorm):
             nn.init.ones_(module.weight)
+
+
+def record_init(model: nn.Module, zero_proj: Sequence[str], init_scale: Optional[float],
+                streams: GeneratorFor = global_stream) -> None:
+    """The speedrun's init, over the parametrization's: the residual projections named in zero_proj ('attn' = W_O,
+    'mlp' = f_L) start at 0 (record #5, 2024-10-14), and with init_scale s every other matrix inside the blocks
+    starts at U(+-sqrt(3) s / sqrt(fan_in)), std s / sqrt(fan_in) (record #64, 2026-01-30: s = 0.5). The
+    embeddings and the head keep theirs. Nothing is touched when both are off. `streams`: each weight's generator by
+    its name (paired_init.py), None for torch's global RNG."""
+    if not zero_proj and init_scale is None:
+        return
+    outer = {id(model.head)} if getattr(model, "head", None) is not None else set()
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or id(module) in outer:
+            continue
+        if getattr(module, "is_residual_projection", None) in zero_proj:
+            nn.init.zeros_(module.weight)
+        elif init_scale is not None:
+            bound = math.sqrt(3) * init_scale / math.sqrt(module.in_features)
+            nn.init.uniform_(module.weight, -bound, bound, generator=streams(f"{name}.weight"))
 
 
 def hidden_matrices(model: nn.Module) -> set[int]:

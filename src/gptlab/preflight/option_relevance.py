@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.config.callbacks import TextSamples, ZeroShotEval
 from gptlab.config.copies import default_of
 from gptlab.config.fields import schema_fields
-from gptlab.config.schemas import Data, Runtime, Trainer
+from gptlab.config.schemas import Data, Runtime, Stages, Trainer
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.generation import SamplingOptions
@@ -29,7 +29,8 @@ from gptlab.model.sparse_attention import is_sparse
 Get = Callable[[str], Any]  # a dotted key of the train config -> its value (None if absent)
 # trainer.limit_val_batches that asks for nothing: every validation batch, its schema's default.
 ALL_VAL_BATCHES = default_of(schema_fields(Trainer)["limit_val_batches"])
-SCHEMAS = {"data": Data, "runtime": Runtime, "callbacks.text_samples": TextSamples, "callbacks.zero_shot": ZeroShotEval}
+SCHEMAS = {"data": Data, "runtime": Runtime, "stages": Stages, "callbacks.text_samples": TextSamples,
+           "callbacks.zero_shot": ZeroShotEval}
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class OnlyWhen:
 
 def _sparse_layers(get: Get) -> bool:
     return any(is_sparse(kind) for kind in get("model.attn_pattern") or [])
+
+
+def _windowed_layers(get: Get) -> bool:
+    return any(kind in ("local", "short") for kind in get("model.attn_pattern") or [])
 
 
 def _momentum(get: Get) -> bool:
@@ -96,6 +101,10 @@ RULES: tuple[OnlyWhen, ...] = (
              "kernel whatever attn_impl says)", _sparse_layers, ("model.attn_pattern",)),
     OnlyWhen("model.mup_base_width", "model.parametrization=mup", lambda g: g("model.parametrization") == "mup",
              ("model.parametrization",)),
+    OnlyWhen("model.value_embed_gate", "model.value_embed_layers is not empty (e.g. model.value_embed_layers=[0])",
+             lambda g: bool(g("model.value_embed_layers")), ("model.value_embed_layers",)),
+    OnlyWhen("model.mtp_weights_end", "model.mtp_weights is not empty (e.g. model.mtp_weights=[0.5])",
+             lambda g: bool(g("model.mtp_weights")), ("model.mtp_weights",)),
     OnlyWhen("data.shard_tokens", "data.store=prepared", lambda g: g("data.store") == "prepared", ("data.store",)),
     OnlyWhen("data.verify_sha256", "data.store=prepared", lambda g: g("data.store") == "prepared", ("data.store",)),
     OnlyWhen("data.val_windows", "data.store=streaming", lambda g: g("data.store") == "streaming", ("data.store",)),
@@ -112,6 +121,15 @@ RULES: tuple[OnlyWhen, ...] = (
              says="trainer.limit_val_batches={value!r} turns validation off: no val/loss is computed, the summary's "
                   "best_val_loss stays null, and checkpoints are not chosen by val/loss (only last.ckpt is kept); "
                   "leave trainer.limit_val_batches out (1.0) or give it a number of batches > 0."),
+    OnlyWhen("model.untie_at", "model.tie_weights=true (only a tied head can be untied)",
+             lambda g: g("model.tie_weights") is True, ("model.tie_weights",)),
+    OnlyWhen("stages.windows", "model.attn_pattern has a local or short layer (dense layers see every earlier key)",
+             _windowed_layers, ("model.attn_pattern",)),
+    OnlyWhen("stages.batch_lr_exponent", "stages.batch_sizes is set (the lr follows the batch size's stages)",
+             lambda g: bool(g("stages.batch_sizes")), ("stages.batch_sizes",)),
+    OnlyWhen("runtime.float8_layers", "runtime.float8 is true (a GPU with float8: compute capability >= 8.9)",
+             lambda g: g("runtime.float8") is True,
+             ("runtime.float8",)),
     OnlyWhen("runtime.compile_scope", "runtime.compile=true (on by default on CUDA GPUs only)",
              lambda g: g("runtime.compile") is True, ("runtime.compile",)),
     *greedy_ignores("callbacks.text_samples.", ("top_k",)),

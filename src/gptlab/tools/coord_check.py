@@ -54,8 +54,9 @@ def layer_modules(model: GPT) -> dict[str, nn.Module]:
     """The outputs the check measures: the embedding (after its dropout), each block's attention and MLP branch
     (before they join the residual stream), and the model itself (the logits)."""
     layers: dict[str, nn.Module] = {"embedding": model.drop}
-    for i, block in enumerate(model.blocks):
-        layers[f"block{i}.attn"], layers[f"block{i}.mlp"] = block.attn, block.mlp
+    for i, block in enumerate(model.blocks):  # a branch model.no_attn_layers / no_mlp_layers removed is not measured
+        layers.update({f"block{i}.{name}": branch for name, branch in (("attn", block.attn), ("mlp", block.mlp))
+                       if branch is not None})
     layers["logits"] = model
     return layers
 

@@ -13,15 +13,17 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
-from gptlab.config.schemas import Runtime
+from gptlab.config.schemas import Runtime, Stages
 from gptlab.execution.parallelize import LossFn, eager_loss_fn, parallelize
 from gptlab.lightning_internals import attached_trainer, completes_optimizer_step, logs_this_step
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts
+from gptlab.model.mtp import mtp_weights_at
 from gptlab.runs.relayout import relayout_loops
 from gptlab.train.optim import base_lr, param_groups, scale_group_lrs
 from gptlab.train.resumed_optimizer import built_settings, log_changes, reapply
 from gptlab.train.source_metrics import ValidationSums
+from gptlab.train.stages import StagePlan
 
 OptimizerFactory = Callable[..., Optimizer]  # a Hydra `_partial_` optimizer: called with param groups
 SchedulerFactory = Callable[..., LRScheduler]  # a Hydra `_partial_` scheduler: called with (optimizer, total_steps)
@@ -37,9 +39,14 @@ class GPTLitModule(L.LightningModule):
         run_config: Optional[dict[str, Any]] = None,
         token_bytes: Optional[torch.Tensor] = None,
         runtime: Optional[Runtime] = None,
+        stages: Optional[Stages] = None,
     ) -> None:
         super().__init__()
         self.model = model
+        # The schedules over training (train/stages.py): None when the run has none, so a plain run takes no branch.
+        self.stages = stages if stages is not None and any(
+            (stages.windows, stages.seq_lens, stages.batch_sizes)) else None
+        self._plan: Optional[StagePlan] = None
         # How the model runs (compile, checkpointing, sharding, attention kernel) is runtime.parallelize's, applied
         # in configure_model; training and validation call the loss function it returns (the model's forward and
         # its loss, compiled as one graph when runtime.compile). Sampling calls the plain model.
@@ -101,15 +108,57 @@ class GPTLitModule(L.LightningModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
-    def _loss(self, batch: tuple[torch.Tensor, ...], label_smoothing: float = 0.0, z_loss: float = 0.0) -> LossParts:
+    @property
+    def plan(self) -> Optional[StagePlan]:
+        """The run's schedules over its steps (stages.*, model.untie_at), once the trainer knows the run's length."""
+        if self._plan is None and (self.stages is not None or self.model.config.untie_at is not None):
+            self._plan = StagePlan(self.stages or Stages(), self.total_steps(), self.model.config.untie_at)
+        return self._plan
+
+    def total_steps(self) -> int:
+        """The run's optimizer steps: trainer.max_steps, or what the epochs come to. The lr schedule and the
+        stages both end here."""
+        total_steps = self.trainer.max_steps
+        if total_steps is None or total_steps < 0:
+            total_steps = int(self.trainer.estimated_stepping_batches)
+        return total_steps
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        plan = self.plan
+        if plan is not None:
+            def regroup() -> list[dict]:
+                keywords = getattr(self.optimizer_factory, "keywords", {})
+                return param_groups(self.optimizer_factory, self.model, keywords.get("weight_decay", 0.0))
+
+            plan.start_step(self.model, self.global_step, self.trainer.optimizers[0], regroup)
+
+    def on_validation_start(self) -> None:
+        if self.stages is not None and self.stages.windows:  # val/loss at one window all run long
+            self.model.use_window(self.model.config.attn_window)
+
+    def _loss(self, batch: tuple[torch.Tensor, ...], label_smoothing: float = 0.0, z_loss: float = 0.0,
+              mtp: Optional[torch.Tensor] = None) -> LossParts:
         """LossParts of an (x, y) batch, or of (x, y, document ids) with data.document_masking."""
         x, y, *documents = batch
-        return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss)
+        if mtp is None:  # the loss function's own arguments, as before multi-token prediction
+            return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss)
+        return self.loss_fn(x, y, documents[0] if documents else None, label_smoothing, z_loss, mtp)
+
+    def _mtp_weights(self) -> Optional[torch.Tensor]:
+        """This step's multi-token weights (model/mtp.py), from the optimizer step alone: a resumed run takes the
+        same ones. None when model.mtp_weights is empty."""
+        cfg = self.model.config
+        if not cfg.mtp_weights:
+            return None
+        weights = mtp_weights_at(cfg.mtp_weights, cfg.mtp_weights_end, self.global_step, self.total_steps())
+        return torch.tensor(weights, dtype=torch.float32, device=self.device)
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
+        if self.stages is not None:  # the stage's rows and sequence length (train/stages.py)
+            batch = self.plan.batch(batch, self.global_step)
         # The objective adds model.z_loss * log^2 Z (PaLM); train/loss stays the cross-entropy alone, comparable
         # across runs with and without it, and train/z_loss logs the unscaled log^2 Z.
-        parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss)
+        parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss, self._mtp_weights())
         loss = parts.ce.detach()
         sums = loss if parts.z is None else torch.stack([loss, parts.z.detach()])  # [ce] or [ce, log^2 Z]
         self._step_loss = sums if self._step_loss is None else self._step_loss + sums
@@ -215,12 +264,12 @@ class GPTLitModule(L.LightningModule):
         optimizer = self.optimizer_factory(groups, **extra)
         scale_group_lrs(optimizer)
         self._built_settings = built_settings(optimizer)
-        if self.scheduler_factory is None:
+        scheduler = self.scheduler_factory(optimizer, total_steps=self.total_steps()) if self.scheduler_factory \
+            else None
+        if self.plan is not None:  # stages.batch_sizes: the lr times the batch's factor
+            scheduler = self.plan.scale_lr(scheduler, optimizer)
+        if scheduler is None:
             return optimizer
-        total_steps = self.trainer.max_steps
-        if total_steps is None or total_steps < 0:
-            total_steps = int(self.trainer.estimated_stepping_batches)
-        scheduler = self.scheduler_factory(optimizer, total_steps=total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -71,6 +71,11 @@ class MuonAdamW(Optimizer):
         # The same dicts, not copies: a scheduler's or a checkpoint's lr lands in the optimizer that uses it.
         super().__init__([*self.muon.param_groups, *self.adamw.param_groups], {})
 
+    @property
+    def parts(self) -> tuple[Optimizer, ...]:
+        """The inner optimizers, each holding the state of its own parameters (model.untie_at copies it)."""
+        return self.muon, self.adamw
+
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         loss = None

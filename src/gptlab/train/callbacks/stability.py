@@ -38,14 +38,19 @@ def forward_probes(model: GPT, idx: torch.Tensor) -> dict[str, float]:
     try:
         x = model.embed(idx)
         out["x_probes/residual_rms/embed_out"] = float(x.pow(2).mean().sqrt())
+        x0, outputs, shortcuts = x, {}, model.shortcuts  # the speedrun's x0 mix and skips, as GPT.forward adds them
         for i, block in enumerate(model.blocks):
-            attn_in = block.place.branch_input(x, block.norm_1)
-            scores = block.attn.scores(attn_in)
-            probs = scores.softmax(dim=-1)
-            entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
-            out[f"x_probes/attn_entropy/layer_{i}"] = float(entropy.mean())
-            out[f"x_probes/attn_logit_max/layer_{i}"] = float(scores.max())
-            x = block(x)
+            if shortcuts is not None:
+                x = shortcuts.into(i, x, x0, outputs)
+            if block.attn is not None:  # model.no_attn_layers: nothing to probe
+                attn_in = block.place.branch_input(x, block.norm_1)
+                scores = block.attn.scores(attn_in)
+                probs = scores.softmax(dim=-1)
+                entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+                out[f"x_probes/attn_entropy/layer_{i}"] = float(entropy.mean())
+                out[f"x_probes/attn_logit_max/layer_{i}"] = float(scores.max())
+            x = block(x, None, None, idx)
+            outputs[i] = x
             out[f"x_probes/residual_rms/block_{i}"] = float(x.pow(2).mean().sqrt())
         out["x_probes/z_loss"] = float(z_loss_term(model(idx)))
     finally:
