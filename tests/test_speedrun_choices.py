@@ -215,8 +215,8 @@ def test_multi_token_loss_and_its_schedule() -> None:
 @pytest.mark.parametrize("values,message", [
     (dict(no_attn_layers=[4]), "model.no_attn_layers=[4] names block(s) [4], but model.n_layer=4 has blocks 0..3; "
                                "use model.no_attn_layers=[]."),
-    (dict(skips=[[1, 5]]), "model.skips=[[1, 5]] reaches block(s) past the last, 3"),
-    (dict(skips=[[2, 1]]), "model.skips=[[2, 1]] must be a list of [from, to] block pairs with from < to; leave"),
+    (dict(skips=[[1, 5]]), "model.skips (given [[1, 5]]) reaches block(s) past the last, 3"),
+    (dict(skips=[[2, 1]]), "model.skips (given [[2, 1]]) must be a list of [from, to] block pairs with from < to"),
     (dict(skips=[[0, 1], [1, 5]]), "keep the pairs whose blocks are 0..3, or leave model.skips out for none."),
     (dict(value_embed_layers=[1, 2], no_attn_layers=[2]), "use model.value_embed_layers=[1]."),
     (dict(logit_softcap=15.0, logit_sigmoid_cap=[23, 5, 7.5]), "keep one: model.logit_softcap=null"),

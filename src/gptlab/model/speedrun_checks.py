@@ -32,7 +32,7 @@ def skip_pairs(field: str, value: Any) -> None:
     ok = _is_list(value) and all(_is_list(p) and len(p) == 2 and all(is_int(i) and i >= 0 for i in p) and p[0] < p[1]
                                  for p in value)
     if not ok:
-        raise ConfigError(f"{field}={value!r} must be a list of [from, to] block pairs with from < to; leave "
+        raise ConfigError(f"{field} (given {value!r}) must be a list of [from, to] block pairs with from < to; leave "
                           f"{field} out for none.")
 
 
@@ -64,7 +64,7 @@ def in_range(cfg: Any) -> None:
                               f"{M} has blocks 0..{M - 1}; use model.{name}=[{','.join(map(str, inside))}].")
     outside = [list(p) for p in cfg.skips if p[1] >= M]
     if outside:
-        raise ConfigError(f"model.skips={[list(p) for p in cfg.skips]} reaches block(s) past the last, {M - 1} "
+        raise ConfigError(f"model.skips (given {[list(p) for p in cfg.skips]}) reaches block(s) past the last, {M - 1} "
                           f"(model.n_layer={M}): keep the pairs whose blocks are 0..{M - 1}, or leave model.skips out "
                           "for none.")
 
