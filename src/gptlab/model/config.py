@@ -216,7 +216,7 @@ class GPTConfig:
         "2025-12-22); [] = next token only", weights)
     mtp_weights_end: Optional[list[float]] = setting(
         None, "the mtp_weights at the end of training, reached linearly from mtp_weights over the steps (record #53's "
-        "schedule, as one ramp); null = constant", weights)
+        "schedule, as one ramp); null (or []) = constant", weights)
 
     # Training-side speedrun choices (issue 44; docs/model.md, "Speedrun training schedules"); off = GPT-2/3 exactly.
     untie_at: Optional[float] = setting(

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 
 def mtp_weights_at(start: Sequence[float], end: Optional[Sequence[float]], step: int, total: int) -> list[float]:
-    """The weights at optimizer step `step` of `total`: start, moved linearly to end (None: constant)."""
-    if end is None or total <= 0:
+    """The weights at optimizer step `step` of `total`: start, moved linearly to end (None or []: constant)."""
+    if not end or total <= 0:
         return list(start)
     t = min(max(step / total, 0.0), 1.0)
     return [a + (b - a) * t for a, b in zip(start, end)]

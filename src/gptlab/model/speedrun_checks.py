@@ -87,7 +87,7 @@ def one_logit_cap(cfg: Any) -> None:
 
 def mtp_schedule_lengths(cfg: Any) -> None:
     end = cfg.mtp_weights_end
-    if end is not None and len(end) != len(cfg.mtp_weights):
+    if end and len(end) != len(cfg.mtp_weights):  # [] is null's other spelling: no ramp
         raise ConfigError(f"model.mtp_weights_end={list(end)} has {len(end)} weight(s) but model.mtp_weights="
                           f"{list(cfg.mtp_weights)} has {len(cfg.mtp_weights)}: one end per start; use "
                           f"model.mtp_weights_end=[{','.join(['0.0'] * len(cfg.mtp_weights))}] (ramp to 0) or "
