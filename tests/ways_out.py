@@ -540,7 +540,8 @@ AREAS = {
     # train's command line: the config and machine checks, building the run
     "test_ways_out.py": [
         "config/validate.py", "config/ranges.py", "config/rules.py", "config/ladder_steps.py",
-        "fields.py", "model/config.py", "model/sparse_attention.py", "model/gpt.py", "model/generation.py",
+        "fields.py", "model/config.py", "model/speedrun_checks.py", "model/sparse_attention.py", "model/gpt.py",
+        "model/generation.py",
         "config/fsdp_keys.py", "errors.py", "preflight/early_checks.py", "preflight/guards.py", "preflight/devices.py",
         "preflight/checkpoint_plan.py", "preflight/option_relevance.py", "preflight/output_dirs.py",
         "execution/float8.py", "execution/strategies.py", "runs/resume.py", "apps/build.py",

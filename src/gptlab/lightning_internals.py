@@ -69,6 +69,9 @@ PRIVATE = (
             "sharded_loads_through", "the one call through which ModelParallelStrategy reads a sharded checkpoint's "
             "tensors, with torch's default reader (which unpickles the index and runs torch.load(weights_only="
             "False) on the non-tensor entries); there is no argument to give it another reader"),
+    Private("lr_scheduler:_last_lr", "set_last_lr",
+            "what get_last_lr() reports until the next step: torch has no setter, and a resumed run whose lr the "
+            "config changed (gptlab.train.resumed_optimizer) must report the new one at once"),
     Private("torch.utils._pytree:tree_leaves",
             "tensor_leaves", "the tensors of a nested checkpoint dict, whatever containers hold them"),
     Private("torch._C:_get_sdp_priority_order",
@@ -190,6 +193,11 @@ def sharded_loads_through(reader_for: Callable[[Any], Any]) -> Iterator[None]:
         model_parallel._distributed_checkpoint_load = original
 
 
+def set_last_lr(scheduler: Any, lrs: list[float]) -> None:
+    """The lrs a torch scheduler's get_last_lr() reports until its next step."""
+    scheduler._last_lr = lrs
+
+
 def tensor_leaves(tree: Any) -> list[Any]:
     """The leaves of nested dicts, lists and tuples."""
     from torch.utils._pytree import tree_leaves
@@ -305,7 +313,14 @@ def _model_checkpoint() -> Any:
 
 
 # attributes set in __init__ need an instance
-INSTANCES = {"trainer": _trainer, "lightning_module": _lightning_module,
+def _lr_scheduler() -> Any:
+    import torch
+
+    return torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
+                                             lambda step: 1.0)
+
+
+INSTANCES = {"lr_scheduler": _lr_scheduler, "trainer": _trainer, "lightning_module": _lightning_module,
              "model_parallel_strategy": _model_parallel_strategy, "model_checkpoint": _model_checkpoint}
 
 

@@ -12,6 +12,8 @@ from typing import Any, Optional
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from gptlab.lightning_internals import set_last_lr
+
 log = logging.getLogger(__name__)
 
 
@@ -50,7 +52,7 @@ def reapply(optimizer: Optimizer, scheduler: Optional[LRScheduler], built: list[
     for group, base, lr in zip(optimizer.param_groups, bases, lrs):
         group["initial_lr"], group["lr"] = base, lr
     scheduler.base_lrs = bases
-    scheduler._last_lr = lrs  # what get_last_lr() reports until the next step
+    set_last_lr(scheduler, lrs)
     return True
 
 
