@@ -137,14 +137,18 @@ def run_script(script: str, args: list[str], cwd: Path = ROOT, threads: int | No
     env = dict(CHECKOUT_ENV)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    argv = [sys.executable, str(ROOT / script), *args]
-    if ZYGOTE.usable():
-        proc = ZYGOTE.run(argv, Path(cwd), env)
-    else:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
+    proc = run_python([sys.executable, str(ROOT / script), *args], Path(cwd), env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def run_python(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python <script> args` with its output captured: forked from the worker's zygote where it runs, else a fresh
+    interpreter (GPTLAB_TEST_FORKSERVER=0)."""
+    if ZYGOTE.usable():
+        return ZYGOTE.run(argv, cwd, env)
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
 
 
 def run_train(args: list[str], cwd: Path = ROOT, **kwargs: Any) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, TINY_RUN, TRAIN_SCRIPT
+from helpers import CHECKOUT_ENV, TINY_RUN, TRAIN_SCRIPT, run_python
 
 RUN = [*TINY_RUN, "trainer.max_steps=1", "scheduler.warmup_steps=0", "data.store=memory"]  # no warmup warning
 
@@ -60,9 +60,8 @@ def launch_dir_of_a_user(tmp_path: Path) -> Path:
 
 
 def launch(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
-    """`python src/train.py args` from tmp_path/launch."""
-    return subprocess.run([sys.executable, str(TRAIN_SCRIPT), *args], cwd=tmp_path / "launch", env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    """`python src/train.py args` from tmp_path/launch (forked from the tests' zygote where it runs)."""
+    return run_python([sys.executable, str(TRAIN_SCRIPT), *args], tmp_path / "launch", _env(tmp_path))
 
 
 # What CI runs of the matrix (`-m slow` runs all 24 subprocesses): the removal path (a data failure, after files
