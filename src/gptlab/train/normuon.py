@@ -12,7 +12,7 @@ orthogonalization of the Nesterov momentum (rows x cols),
     O''  = O' ||O||_F / ||O'||_F                             (and keeps Muon's overall update size)
     W   <- W (1 - lr wd) - lr max(1, rows / cols)^0.5 O''   (the record's shape factor on the lr)
 
-One optimizer object steps both parts, as MuonAdamW does (gptlab.train.muon, whose docstring says why).
+One optimizer object steps both parts, as MuonAdamW does (gptlab.train.joint_optimizer says why).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from torch.optim import Optimizer
 
 from gptlab.errors import ConfigError
 from gptlab.model.parametrization import hidden_matrices
+from gptlab.train.joint_optimizer import JointOptimizer
 
 PART = "part"  # a param group's entry: which part of the split it is (GROUPS)
 GROUPS = ("hidden", "embed", "head", "scalars")  # hidden: NorMuon; the others: Adam, each with its own lr
@@ -106,7 +107,7 @@ class NorMuon(Optimizer):
         return loss
 
 
-class NorMuonAdam(Optimizer):
+class NorMuonAdam(JointOptimizer):
     """NorMuon over the `hidden` group, torch's AdamW over `embed`, `head` and `scalars`, stepped together; each
     group gets its part's lr (and weight decay) here, so a schedule scales each from its own peak."""
 
@@ -135,38 +136,10 @@ class NorMuonAdam(Optimizer):
             g["weight_decay"] = weight_decay if g[PART] == "hidden" else (0.0 if g[PART] == "scalars"
                                                                           else adam_weight_decay)
         hidden = [g for g in groups if g[PART] == "hidden"]
-        self.normuon = NorMuon(hidden, lr=lr, weight_decay=weight_decay, momentum=momentum, beta2=beta2,
-                               ns_steps=ns_steps)
-        self.adam = torch.optim.AdamW([g for g in groups if g[PART] != "hidden"], lr=embed_lr,
-                                      betas=tuple(adam_betas), eps=adam_eps)
-        # The same dicts, not copies: a scheduler's or a checkpoint's lr lands in the optimizer that uses it.
-        super().__init__([*self.normuon.param_groups, *self.adam.param_groups], {})
-
-    @property
-    def parts(self) -> tuple[Optimizer, ...]:
-        """The inner optimizers, each holding the state of its own parameters (model.untie_at copies it)."""
-        return self.normuon, self.adam
-
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        loss = None
-        if closure is not None:  # Lightning passes the forward/backward as a closure
-            with torch.enable_grad():
-                loss = closure()
-        self.normuon.step()
-        self.adam.step()
-        return loss
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"normuon": self.normuon.state_dict(), "adam": self.adam.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if set(state_dict) != {"normuon", "adam"}:
-            raise ConfigError("this checkpoint's optimizer state is not optimizer=normuon's (it has keys "
-                              f"{sorted(state_dict)}); resume it with the optimizer it was trained with.")
-        self.normuon.load_state_dict(state_dict["normuon"])
-        self.adam.load_state_dict(state_dict["adam"])
-        self.param_groups[:] = [*self.normuon.param_groups, *self.adam.param_groups]
+        self._join("normuon", normuon=NorMuon(hidden, lr=lr, weight_decay=weight_decay, momentum=momentum, beta2=beta2,
+                                              ns_steps=ns_steps),
+                   adam=torch.optim.AdamW([g for g in groups if g[PART] != "hidden"], lr=embed_lr,
+                                          betas=tuple(adam_betas), eps=adam_eps))
 
 
 def normuon(params: Iterable[dict], **kwargs: Any) -> NorMuonAdam:
