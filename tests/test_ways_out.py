@@ -277,9 +277,9 @@ UNREACHED = {
     ("report/context_report.py", "give a context length in tokens"): "ablation_report.py --context 0",
     ("report/context_report.py", "has a loss at context"): "ablation_report.py --context on an unscored sweep",
     ("report/context_report.py", "has no loss at context"): "ablation_report.py --context on a baseline unscored",
-    ("train/muon.py", "is not optimizer=muon's"): "another optimizer: check_resumable refuses (test_ways_out_files)",
+    ("train/joint_optimizer.py", "is not optimizer="): "another optimizer's state (muon's, normuon's): "
+                                                       "check_resumable refuses first (test_ways_out_files)",
     ("train/normuon.py", "needs the parameter groups"): "a NorMuonAdam built from Python with other parameter groups",
-    ("train/normuon.py", "is not optimizer=normuon's"): "another optimizer: check_resumable refuses first",
 }
 
 

@@ -547,7 +547,8 @@ AREAS = {
         "execution/float8.py", "execution/strategies.py", "runs/resume.py", "apps/build.py",
         "apps/evaluate.py", "apps/context_eval.py", "eval/extrapolation.py", "report/context_report.py",
         "eval/sampling.py", "eval/zeroshot.py", "data/datamodule.py", "data/mixture.py",
-        "data/mixture_store.py", "train/optim.py", "train/muon.py", "train/normuon.py", "train/callbacks/loss_spike.py",
+        "data/mixture_store.py", "train/optim.py", "train/muon.py", "train/normuon.py", "train/joint_optimizer.py",
+        "train/callbacks/loss_spike.py",
     ],
     # the corpus: sources, tokenizers, prepare_data.py's shards, the stores that read them
     "test_ways_out_data.py": [
