@@ -10,7 +10,8 @@ imported again (the zygote runs with the same PYTHONPATH as the runs it serves, 
 warnings printed while importing them are not in the run's stderr.
 
 Protocol, one JSON line each way on stdin/stdout: {script, args, cwd, env, out, err} -> {"pid"} when forked, then
-{"status"} (os.waitpid's) when it ended. The zygote ends when its stdin closes (the pytest worker ended).
+{"status"} (os.waitpid's) when it ended; out == err puts both streams in one file. The zygote ends when its stdin
+closes (the pytest worker ended).
 Set GPTLAB_TEST_FORKSERVER=0 to run every script in a fresh interpreter instead."""
 
 from __future__ import annotations
@@ -35,9 +36,16 @@ def run_child(request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["out"], os.O_WRONLY | os.O_CREAT),
-                                (2, request["err"], os.O_WRONLY | os.O_CREAT)):
-            os.dup2(os.open(path, flags, 0o644), fd)
+        write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(os.open(request["out"], write, 0o644), 1)
+        if request["err"] == request["out"]:  # one log for both, as Popen(stderr=STDOUT) gives
+            os.dup2(1, 2)
+        else:
+            os.dup2(os.open(request["err"], write, 0o644), 2)
+        import tempfile
+
+        tempfile.tempdir = None  # the zygote's cached temp dir: the run's own $TMPDIR decides, as in a new process
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
         if "OMP_NUM_THREADS" in os.environ:

@@ -95,16 +95,20 @@ class Zygote:
             assert "ready" in json.loads(self.server.stdout.readline() or '{"died": 1}'), "the test zygote died"
         return self.server
 
+    def _fork(self, argv: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> tuple[Any, int]:
+        """Asks the zygote (with self.lock held) to fork `argv`; returns the server and the child's pid."""
+        server = self._start()
+        server.stdin.write(json.dumps({"script": argv[1], "args": argv[2:], "cwd": str(cwd), "env": env,
+                                       "out": str(out), "err": str(err)}) + "\n")
+        server.stdin.flush()
+        return server, json.loads(server.stdout.readline())["pid"]
+
     def run(self, argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
         import tempfile
 
         with self.lock, tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-            server = self._start()
-            server.stdin.write(json.dumps({"script": argv[1], "args": argv[2:], "cwd": str(cwd), "env": env,
-                                           "out": str(out), "err": str(err)}) + "\n")
-            server.stdin.flush()
-            pid = json.loads(server.stdout.readline())["pid"]
+            server, pid = self._fork(argv, cwd, env, out, err)
             killed: list[int] = []
             guard = threading.Timer(HANG_GUARD_S, lambda: killed.append(_kill_group(pid)))
             guard.start()
@@ -117,6 +121,59 @@ class Zygote:
             if killed:
                 raise subprocess.TimeoutExpired(argv, HANG_GUARD_S, stdout, stderr)
             return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+    def popen(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> ZygoteProcess:
+        """`python <script> args` in the background, stdout and stderr in `log`. The zygote serves one run at a
+        time: this one holds it until it ends."""
+        self.lock.acquire()
+        try:
+            server, pid = self._fork(argv, cwd, env, log, log)
+        except BaseException:
+            self.lock.release()
+            raise
+        return ZygoteProcess(argv, pid, server, self.lock)
+
+
+class ZygoteProcess:
+    """A subprocess.Popen-like handle on a zygote's child, for the drills (gptlab.tools.drill_launch): the child is
+    the zygote's, which reaps it and reports its status; a thread here collects that and frees the zygote."""
+
+    def __init__(self, argv: list[str], pid: int, server: subprocess.Popen, lock: threading.Lock) -> None:
+        self.args, self.pid, self.returncode = argv, pid, None
+        self._ended = threading.Event()
+
+        def collect() -> None:
+            guard = threading.Timer(HANG_GUARD_S, _kill_group, (pid,))
+            guard.daemon = True
+            guard.start()
+            try:
+                line = server.stdout.readline()
+                self.returncode = os.waitstatus_to_exitcode(json.loads(line)["status"]) if line else 255
+            finally:
+                guard.cancel()
+                self._ended.set()
+                lock.release()
+
+        threading.Thread(target=collect, daemon=True).start()
+
+    def poll(self) -> int | None:
+        return self.returncode if self._ended.is_set() else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if not self._ended.is_set():
+            os.kill(self.pid, signum)
+
+
+def drill_launch(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> Any:
+    """The drills' launch for tests: the job forked from the worker's zygote (gptlab.tools.drill_launch)."""
+    from gptlab.tools.drill_launch import start_job
+
+    return ZYGOTE.popen(cmd, cwd, env, log) if ZYGOTE.usable() else start_job(cmd, cwd, env, log)
 
 
 def _kill_group(pid: int) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import drill_launch
 
 from gptlab.tools.fault_drill import run_drill
 
@@ -18,7 +19,8 @@ def _check(result) -> None:
 
 
 def test_killed_twice_once_mid_checkpoint_write_resumes_bit_identically(tmp_path: Path) -> None:
-    result, _ = run_drill(kills=2, seed=0, aimed_share=0.5, workdir=tmp_path, steps=40)
+    result, _ = run_drill(kills=2, seed=0, aimed_share=0.5, workdir=tmp_path, steps=40,
+                          launch=drill_launch)
     _check(result)
     assert result.kills == 2 and result.aimed_kills == 1, result.table(0)
     assert "another filesystem" in result.layout or "SAME" in result.layout

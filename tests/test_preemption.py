@@ -12,7 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, TINY, TRAIN_SCRIPT, load_checkpoint, scalars
+from helpers import (
+    CHECKOUT_ENV,
+    HANG_GUARD_S,
+    ROOT,
+    TINY,
+    TRAIN_SCRIPT,
+    drill_launch,
+    load_checkpoint,
+    run_python,
+    scalars,
+)
 
 from gptlab.tools.preemption_drill import Case, drill_cases, outcome_row, run_preemption_drill
 
@@ -20,7 +30,7 @@ KILLER = ["+callbacks.killer._target_=helpers.KillAtStep", "+callbacks.killer.st
 
 
 def _check_drill(cases: list[Case], tmp_path: Path) -> None:
-    outcomes = run_preemption_drill(cases, seed=0, workdir=tmp_path, keep=True)
+    outcomes = run_preemption_drill(cases, seed=0, workdir=tmp_path, keep=True, launch=drill_launch)
     rows = "\n".join(outcome_row(o) for o in outcomes)
     assert all(o.passed for o in outcomes), rows
     assert len(outcomes) == len(cases)
@@ -30,9 +40,8 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
     env, requeued = _fake_scontrol(tmp_path)
     run = tmp_path / "run"
     args = [*TINY, "trainer.max_steps=8", "callbacks.periodic_checkpoint.every_n_train_steps=100"]
-    proc = subprocess.run([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run}", *args, *KILLER,
-                           "+callbacks.killer.signal_name=SIGUSR1"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=HANG_GUARD_S)
+    proc = run_python([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run}", *args, *KILLER,
+                       "+callbacks.killer.signal_name=SIGUSR1"], ROOT, env)
     assert proc.returncode == 128 + 10, proc.stderr[-2000:]  # 128 + SIGUSR1: "not finished" to schedulers
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("gptlab:")]
@@ -42,17 +51,15 @@ def test_sigusr1_exits_138_requeues_under_slurm_and_its_resume_line_continues_th
 
     command = shlex.split(lines[0].split("Continue with: ", 1)[1])  # as printed, typed by the user
     assert command[0] == "python" and command[1].endswith("train.py") and "resume=auto" in command
-    resumed = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, env=CHECKOUT_ENV, capture_output=True,
-                             text=True, timeout=HANG_GUARD_S)
+    resumed = run_python([sys.executable, *command[1:]], ROOT, CHECKOUT_ENV)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "checkpoints/last.ckpt" in resumed.stderr + resumed.stdout  # resume=auto took the preemption checkpoint
     assert sorted(scalars(run)["train/loss"]) == list(range(1, 9))  # steps 1-4, then 5-8 after resuming
 
 
 def test_single_device_sigterm_exits_143_with_one_line(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={tmp_path / 'run'}", *TINY,
-                           "trainer.max_steps=8", *KILLER, "+callbacks.killer.signal_name=SIGTERM"], cwd=ROOT,
-                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    proc = run_python([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={tmp_path / 'run'}", *TINY,
+                       "trainer.max_steps=8", *KILLER, "+callbacks.killer.signal_name=SIGTERM"], ROOT, CHECKOUT_ENV)
     assert proc.returncode == 143, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("gptlab: preempted (SIGTERM at step 4;") == 1
@@ -94,11 +101,10 @@ def test_a_signal_to_one_rank_before_training_stops_every_rank_together(tmp_path
     rank 1 was the one). SIGUSR1 also requeues under SLURM, as a preemption during training does."""
     env, requeued = _fake_scontrol(tmp_path)
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run}", *TINY, "trainer=ddp",
-                           "trainer.max_steps=8", "+callbacks.sig._target_=helpers.SignalAtStart",
-                           f"+callbacks.sig.rank={rank}", f"+callbacks.sig.signal_name={signal_name}"],
-                          cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
+    proc = run_python([sys.executable, str(TRAIN_SCRIPT), f"hydra.run.dir={run}", *TINY, "trainer=ddp",
+                       "trainer.max_steps=8", "+callbacks.sig._target_=helpers.SignalAtStart",
+                       f"+callbacks.sig.rank={rank}", f"+callbacks.sig.signal_name={signal_name}"],
+                      ROOT, {**env, "OMP_NUM_THREADS": "1"})
     signum = {"SIGTERM": 15, "SIGUSR1": 10}[signal_name]
     assert proc.returncode == 128 + signum, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr

@@ -24,13 +24,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import lightning as L
 from lightning.pytorch import Callback
 
 from gptlab.checkpoint.reader import newest_loadable_checkpoint, read_checkpoint
 from gptlab.runs.run_dir import event_files, steps_done_offset
+from gptlab.tools.drill_launch import Launch, start_job
 
 REPO = Path(__file__).resolve().parents[3]
 HOLD_SECONDS = 600.0
@@ -156,8 +157,9 @@ def all_files(directory: Path) -> list[Path]:
 
 
 class Drill:
-    def __init__(self, root: Path, tmpdir: Path, steps: int, checkpoint_every: int, seed: int) -> None:
-        self.root, self.tmpdir, self.steps, self.rng = root, tmpdir, steps, random.Random(seed)
+    def __init__(self, root: Path, tmpdir: Path, steps: int, checkpoint_every: int, seed: int,
+                 launch: Launch = start_job) -> None:
+        self.root, self.tmpdir, self.steps, self.rng, self.launch = root, tmpdir, steps, random.Random(seed), launch
         self.overrides = [*RUN_OVERRIDES, f"trainer.max_steps={steps}", f"seed={seed}",
                           f"trainer.val_check_interval={4 * checkpoint_every}",
                           f"callbacks.periodic_checkpoint.every_n_train_steps={checkpoint_every}"]
@@ -166,11 +168,10 @@ class Drill:
         self.attempt = 0
         self.checkpoint_every = checkpoint_every
 
-    def start(self, run_dir: Path, *extra: str) -> subprocess.Popen:
+    def start(self, run_dir: Path, *extra: str) -> Any:
         self.attempt += 1
-        log = open(self.root / f"attempt{self.attempt:03d}.log", "w")
         cmd = [sys.executable, str(TRAIN), f"hydra.run.dir={run_dir}", *self.overrides, *extra]
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
+        return self.launch(cmd, REPO, self.env, self.root / f"attempt{self.attempt:03d}.log")
 
     def log_of(self, attempt: int) -> str:
         return (self.root / f"attempt{attempt:03d}.log").read_text(errors="replace")
@@ -204,7 +205,7 @@ class Drill:
         step = resumed_from + self.rng.randint(1, span)
         return step if step < self.steps else None
 
-    def kill_during_a_checkpoint_write(self, proc: subprocess.Popen, marker: Path, checkpoints: Path) -> bool:
+    def kill_during_a_checkpoint_write(self, proc: Any, marker: Path, checkpoints: Path) -> bool:
         """SIGKILL once the run holds a checkpoint write open; checks that the write is under way (a temp file
         beside the checkpoint, gptlab's way, or a new file in $TMPDIR, Lightning's own staging)."""
         staged_before = set(os.listdir(self.tmpdir))
@@ -220,7 +221,7 @@ class Drill:
         return True
 
     @staticmethod
-    def kill_when(proc: subprocess.Popen, marker: Path) -> bool:
+    def kill_when(proc: Any, marker: Path) -> bool:
         """SIGKILL once the run holds at its aimed step (it made `marker`); False if it ended first (a failure)."""
         while proc.poll() is None and not marker.exists():
             time.sleep(0.01)
@@ -332,8 +333,9 @@ class HoldCheckpointWrite(Callback):
 
 def run_drill(kills: int = 20, seed: int = 0, steps: Optional[int] = None, checkpoint_every: int = 4,
               aimed_share: float = 0.4, workdir: Optional[Path] = None, tmpdir: Optional[Path] = None,
-              keep: bool = False) -> tuple[DrillResult, float]:
-    """Run the drill; returns its result and wall seconds. `steps` defaults to enough for every kill to land."""
+              keep: bool = False, launch: Launch = start_job) -> tuple[DrillResult, float]:
+    """Run the drill; returns its result and wall seconds. `steps` defaults to enough for every kill to land;
+    `launch` starts each attempt (gptlab.tools.drill_launch)."""
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="fault-drill-", dir=workdir))
     steps = steps or max(40, 6 * checkpoint_every * (kills + 1))
@@ -342,7 +344,7 @@ def run_drill(kills: int = 20, seed: int = 0, steps: Optional[int] = None, check
         with SeparateTmpdir(root, tmpdir) as children_tmp:
             run_fs, tmp_fs = filesystem_of(root), filesystem_of(children_tmp)
             same = root.stat().st_dev == children_tmp.stat().st_dev
-            drill = Drill(root, children_tmp, steps, checkpoint_every, seed)
+            drill = Drill(root, children_tmp, steps, checkpoint_every, seed, launch)
             result = drill.run(kills, aimed_share)
             result.layout = (f"run dir on {run_fs[1]} ({run_fs[0]}), $TMPDIR on {tmp_fs[1]} ({children_tmp})"
                              + ("; the SAME filesystem: pass tmpdir=<dir on another one>" if same else

@@ -21,7 +21,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ import lightning as L
 import torch
 
 from gptlab.checkpoint.reader import read_checkpoint
+from gptlab.tools.drill_launch import Launch, start_job
 from gptlab.tools.fault_drill import REPO, RUN_OVERRIDES, TRAIN
 
 MOMENTS = ("step", "validation", "sample", "checkpoint", "zero_shot", "anytime")
@@ -185,8 +185,8 @@ class Outcome:
 
 
 class PreemptionDrill:
-    def __init__(self, root: Path, deadline: float, seed: int) -> None:
-        self.root, self.deadline, self.rng = root, deadline, random.Random(seed)
+    def __init__(self, root: Path, deadline: float, seed: int, launch: Launch = start_job) -> None:
+        self.root, self.deadline, self.rng, self.launch = root, deadline, random.Random(seed), launch
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
             filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
         self.runs = 0
@@ -214,9 +214,7 @@ class PreemptionDrill:
         log_path = self.root / f"run{self.runs:03d}.log"
         cmd = [sys.executable, str(TRAIN), f"hydra.run.dir={run_dir}", *RUN, *self.overrides(case, run_dir)]
         outcome = Outcome(case)
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO,
-                                    start_new_session=True)
+        proc = self.launch(cmd, REPO, self.env, log_path)
         sent_at, ranks = self._watch(proc, case, run_dir)
         ended = time.time()
         text = log_path.read_text(errors="replace")
@@ -229,7 +227,7 @@ class PreemptionDrill:
         self._check(outcome, text, run_dir, ranks, log_path)
         return outcome
 
-    def _watch(self, proc: subprocess.Popen, case: Case, run_dir: Path) -> tuple[Optional[float], set[int]]:
+    def _watch(self, proc: Any, case: Case, run_dir: Path) -> tuple[Optional[float], set[int]]:
         """Waits for the job (sending the signal itself for "anytime" cases); kills it if it outlives the deadline.
         Returns when the signal was sent (None: not known here) and every rank pid seen."""
         started, ranks, sent_at = time.time(), {proc.pid}, None
@@ -347,9 +345,11 @@ def drill_cases(repeats: int, seed: int) -> list[Case]:
 
 
 def run_preemption_drill(cases: list[Case], seed: int = 0, deadline: float = 60.0, workdir: Optional[Path] = None,
-                         keep: bool = False, report: Callable[[Outcome], None] = lambda o: None) -> list[Outcome]:
+                         keep: bool = False, report: Callable[[Outcome], None] = lambda o: None,
+                         launch: Launch = start_job) -> list[Outcome]:
+    """Run `cases` one after another; `launch` starts each job (gptlab.tools.drill_launch)."""
     root = Path(tempfile.mkdtemp(prefix="preemption-drill-", dir=workdir))
-    drill = PreemptionDrill(root, deadline, seed)
+    drill = PreemptionDrill(root, deadline, seed, launch)
     outcomes = []
     try:
         for case in cases:
