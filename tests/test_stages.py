@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import compose_config, load_checkpoint, scalars, train_in_process
 from hydra.utils import instantiate
 
@@ -18,6 +19,7 @@ from gptlab.errors import ConfigError, PreemptedError
 from gptlab.interop import from_pretrained, save_pretrained
 from gptlab.model import GPT, GPTConfig
 from gptlab.preflight.early_checks import check_config
+from gptlab.report.runs import job_model, model_cost, read_job
 from gptlab.train.optim import param_groups, scale_group_lrs
 from gptlab.train.stages import StagePlan, stage_value, untie
 
@@ -157,6 +159,18 @@ def test_a_run_with_every_schedule_resumes_bit_exactly_across_the_boundary_and_t
     train_in_process(tmp_path / "ref", *RUN)
     reference = scalars(tmp_path / "ref")
     assert sorted(reference["train/loss"]) == list(range(1, 9))
+    # One parameter count for the run, the banner and the reports (the model as built, tied), the untied one beside it
+    summary = json.loads((tmp_path / "ref" / "run_summary.json").read_text())
+    built = job_model(tmp_path / "ref")
+    assert summary["parameters"] == model_cost(tmp_path / "ref").parameters
+    assert summary["parameters_after_untie"] - summary["parameters"] == built.vocab_size * built.n_embd
+    # Tokens trained on, not the loader's: stages.batch_sizes=[2,4] skips rows of the first 4 steps' micro-batches
+    rows = yaml.safe_load((tmp_path / "ref" / "config_resolved.yaml").read_text())["data"]["batch_size"]
+    trained = sum(summary["tokens_per_step"] * (2 if step < 4 else 4) // rows for step in range(8))
+    assert trained < 8 * summary["tokens_per_step"] and summary["tokens_seen"] == trained
+    assert reference["x_throughput/tokens_seen"][8] == trained
+    job = read_job(tmp_path / "ref", {}, summary)
+    assert job.val_curve[-1].step == 8 and job.val_curve[-1].tokens == trained  # the reports' token axis
     # The NorMuon group's lr, logged with the step it was used in (train/lr at k: global step k - 1): 0.06 times
     # scheduler=cosine's factor (warmup 2, down to 0.1 at 8) times (4 / 2)^0.6 from global step 4 on.
     cosine = [(s + 1) / 2 if s < 2 else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - 2) / 6)) for s in range(8)]

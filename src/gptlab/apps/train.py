@@ -23,7 +23,7 @@ from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${
 from gptlab.launch import quiet
 from gptlab.launch.hydra_ddp import ddp_job_scope
 from gptlab.launch.rank_watch import WATCH
-from gptlab.model.accounting import padding_parameters
+from gptlab.model.accounting import built_parameters
 from gptlab.preflight.early_checks import check_before_run
 from gptlab.runs import sweep_failures, sweep_jobs
 from gptlab.runs.continuation import expected_warnings_silenced
@@ -32,6 +32,7 @@ from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE, Progress, discard_on
 from gptlab.signals import FLAG
 from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.callbacks.training_clock import TrainingClock
+from gptlab.train.stages import tokens_trained
 
 log = logging.getLogger(__name__)
 quiet.install()
@@ -114,9 +115,14 @@ def _summarise(cfg: DictConfig, output_dir: Path, run: Run, fit_seconds: float) 
     best = min(candidates) if candidates else None
     if trainer.is_global_zero and not trainer.fast_dev_run:
         clock = next(c for c in run.callbacks if isinstance(c, TrainingClock))
+        total_steps = run.module.total_steps()
+
+        def tokens_through(step: int) -> int:
+            return tokens_trained(cfg, step, run.tokens_per_step, total_steps)
+
         summary = {
             "name": cfg.name,
-            "parameters": run.model.num_parameters() - padding_parameters(run.model.config),  # as the banner
+            "parameters": built_parameters(run.model),  # as the banner and the report count them
             "best_val_loss": best,
             "final_val_loss": None if final is None else float(final),
             # val/bpb of the validation that reached best_val_loss (null if that was before this version logged it)
@@ -124,10 +130,13 @@ def _summarise(cfg: DictConfig, output_dir: Path, run: Run, fit_seconds: float) 
             "final_val_bpb": None if final_bpb is None else float(final_bpb),
             "global_step": trainer.global_step,
             "tokens_per_step": run.tokens_per_step,
-            "tokens_seen": trainer.global_step * run.tokens_per_step,
+            "tokens_seen": tokens_through(trainer.global_step),  # trained on: stages.batch_sizes skips rows
             "fit_seconds": fit_seconds,
-            "tokens_per_sec": clock.tokens_per_sec(trainer.global_step, run.tokens_per_step),  # see TrainingClock
+            "tokens_per_sec": clock.tokens_per_sec(trainer.global_step, tokens_through),  # see TrainingClock
         }
+        if bool(getattr(run.model, "head_untied", False)):  # model.untie_at reached: what the model holds now
+            summary["parameters_after_untie"] = summary["parameters"] + run.model.tok_emb.weight.numel() \
+                - (run.model.config.padded_vocab_size - run.model.config.vocab_size) * run.model.config.n_embd
         atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
     if best is not None and not trainer.fast_dev_run and trainer.is_global_zero:  # one line for all ranks
         log.info("Best val/loss %.4f; run dir %s", best, output_dir)

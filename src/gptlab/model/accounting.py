@@ -6,6 +6,8 @@ The formulas mirror the modules one-to-one (docs/model.md; [S3]'s table in docs/
 
 from __future__ import annotations
 
+from typing import Any
+
 from gptlab.model.config import GPTConfig
 from gptlab.model.norms import norm_parameters
 from gptlab.model.positions import POSITIONS
@@ -54,6 +56,16 @@ def padding_parameters(cfg: GPTConfig) -> int:
     """Parameters in the rows model.pad_vocab_to adds (the embedding's, and an untied head's): tensor size, not model.
     They never enter the loss, sampling or an export, so what a run reports as its parameters leaves them out."""
     return (cfg.padded_vocab_size - cfg.vocab_size) * cfg.n_embd * (1 if cfg.tie_weights else 2)
+
+
+def built_parameters(model: Any) -> int:
+    """The parameters a run reports (banner, run_summary.json, the reports): the model as built, a tied head once,
+    padding rows left out. After model.untie_at untied the head, the embedding that untying made is not counted
+    here (the model was built, and is compared, tied); run_summary.json gives the untied count beside it."""
+    total = model.num_parameters() - padding_parameters(model.config)
+    if bool(getattr(model, "head_untied", False)):
+        total -= model.tok_emb.weight.numel()  # padded rows and all: the head's padding was taken off above
+    return total
 
 
 def training_flops_per_token(cfg: GPTConfig) -> dict[str, int]:

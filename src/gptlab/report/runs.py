@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -30,6 +31,7 @@ from gptlab.report.verdict_text import power_section, ranking, tests_paragraph, 
 from gptlab.report.verdicts import CORRECTIONS, TESTS, judge
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.runs.sweep_failures import describe, failed_jobs
+from gptlab.train.stages import tokens_trained
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
 X_AXES = ("tokens", "flops", "seconds")
@@ -38,9 +40,10 @@ BANDS = ("minmax", "std")
 
 @dataclass(frozen=True)
 class ValPoint:
-    tokens: int  # tokens seen when validation ran
+    tokens: int  # tokens trained on when validation ran (gptlab.train.stages.tokens_trained)
     seconds: float  # wall-clock since the job's first TensorBoard event
     loss: float
+    step: int = 0  # the optimizer steps done (TensorBoard's step of the point)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class JobResult:
     def x_values(self, axis: str) -> list[float]:
         if axis == "seconds":
             return [p.seconds for p in self.val_curve]
+        if axis == "steps":
+            return [float(p.step) for p in self.val_curve]
         scale = 1 if axis == "tokens" else self.cost.flops_per_token
         return [float(p.tokens * scale) for p in self.val_curve]
 
@@ -128,12 +133,27 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items or [] if "=" in item)
 
 
-def val_curve(scalars: dict, start: float | None, tokens_per_step: int) -> list[ValPoint]:
-    """The val/loss points of a job's scalars (report.job_scalars), in tokens and seconds since its first event."""
+def val_curve(scalars: dict, start: float | None, tokens_at: Callable[[int], int]) -> list[ValPoint]:
+    """The val/loss points of a job's scalars (report.job_scalars), in steps, tokens trained (`tokens_at(step)`)
+    and seconds since its first event."""
     points = scalars.get("val/loss", {})
     if start is None:  # an event file without events came first: time from the first point instead
         start = min((wall for wall, _ in points.values()), default=0.0)
-    return [ValPoint(step * tokens_per_step, wall - start, loss) for step, (wall, loss) in sorted(points.items())]
+    return [ValPoint(tokens_at(step), wall - start, loss, step) for step, (wall, loss) in sorted(points.items())]
+
+
+def job_tokens(job_dir: Path, summary: dict) -> Callable[[int], int]:
+    """Tokens a job trained on before each step, counted as its run counted them: tokens_per_step a step, less the
+    rows stages.batch_sizes skips (read from its config_resolved.yaml; an unreadable one counts whole steps)."""
+    tokens_per_step = int(summary.get("tokens_per_step") or 0)
+    try:
+        cfg = yaml.safe_load((job_dir / RESOLVED_CONFIG).read_text())
+        max_steps = int((cfg.get("trainer") or {}).get("max_steps") or -1)
+        total = max_steps if max_steps > 0 else int(summary.get("global_step") or 0)
+        tokens_trained(cfg, 1, tokens_per_step, max(total, 1))  # raises here on a config it cannot read
+    except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError):
+        return lambda step: step * tokens_per_step
+    return lambda step: tokens_trained(cfg, step, tokens_per_step, max(total, 1))
 
 
 _VOCAB_CACHE: dict[str, int] = {}
@@ -175,7 +195,7 @@ def failure_line(record: dict) -> str:
 def read_job(job_dir: Path, overrides: dict[str, str], summary: dict) -> JobResult:
     """A job with its val/loss curve, model cost, stability verdict and probe peaks, from its files."""
     scalars, start = read_scalars(job_dir)
-    job = JobResult(job_dir, overrides, summary, val_curve(scalars, start, summary.get("tokens_per_step") or 0))
+    job = JobResult(job_dir, overrides, summary, val_curve(scalars, start, job_tokens(job_dir, summary)))
     uniform = None
     try:
         gpt = job_model(job_dir)
@@ -551,5 +571,5 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
              "(Custom Scalars: one margin chart per variant; Scalars: seeds/val_loss_mean, _low, _high).\n")
     atomic_write_text(table_path, text)
     plot_val_loss(variants, x_axis, band, name, plot_path, budget if x_axis == "flops" else None)
-    write_seed_bands(out, variants, band, int(jobs[0].summary.get("tokens_per_step") or 0))
+    write_seed_bands(out, variants, band)
     return table_path, plot_path

@@ -21,22 +21,21 @@ def run_name(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=,+\-\[\]]", "_", label) or "all_jobs"
 
 
-def write_seed_bands(sweep_dir: Path, variants: list[Any], band: str, tokens_per_step: int) -> Path:
-    """Rewrites <sweep dir>/seed_bands from the variants' curves over tokens, at the training step of each point."""
+def write_seed_bands(sweep_dir: Path, variants: list[Any], band: str) -> Path:
+    """Rewrites <sweep dir>/seed_bands from the variants' curves over optimizer steps, at the step of each point."""
     from torch.utils.tensorboard import SummaryWriter
 
     root = sweep_dir / BANDS_DIR
     shutil.rmtree(root, ignore_errors=True)  # a rerun of the report must not stack a second copy of each curve
     for variant in variants:
-        curve = variant.curve("tokens", band)
+        curve = variant.curve("steps", band)
         if curve is None:
             continue
         writer = SummaryWriter(log_dir=str(root / run_name(variant.label)))
         shade = "min–max" if band == "minmax" else "±1 std"
         writer.add_custom_scalars_marginchart(list(TAGS), category="seed bands", title=f"val/loss over seeds ({shade})")
         for x, mean, low, high in zip(curve.x, curve.mean, curve.low, curve.high):
-            step = int(round(x / tokens_per_step)) if tokens_per_step else int(x)
             for tag, value in zip(TAGS, (mean, low, high)):
-                writer.add_scalar(tag, float(value), global_step=step)
+                writer.add_scalar(tag, float(value), global_step=int(round(x)))
         writer.close()
     return root

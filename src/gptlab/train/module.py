@@ -156,6 +156,7 @@ class GPTLitModule(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> dict[str, torch.Tensor]:
         if self.stages is not None:  # the stage's rows and sequence length (train/stages.py)
             batch = self.plan.batch(batch, self.global_step)
+        self.trained_tokens = batch[0].numel()  # this micro-batch's, after the stage's cut: TokenThroughput counts it
         # The objective adds model.z_loss * log^2 Z (PaLM); train/loss stays the cross-entropy alone, comparable
         # across runs with and without it, and train/z_loss logs the unscaled log^2 Z.
         parts = self._loss(batch, self.label_smoothing, self.model.config.z_loss, self._mtp_weights())

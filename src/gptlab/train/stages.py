@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import torch
 from torch.optim import Optimizer
@@ -62,6 +62,16 @@ class StagePlan:
         if rows is None and length is None:
             return batch
         return tuple(t[:rows].reshape(-1, length or t.shape[1]) for t in batch)
+
+    def tokens_through(self, step: int, tokens_per_step: int, batch_size: int) -> int:
+        """Tokens trained in optimizer steps 0 .. step-1: the loader's tokens_per_step each, times b_k / batch_size
+        under stages.batch_sizes (the skipped rows are not trained on; seq_lens keeps a step's tokens). What
+        run_summary.json's tokens_seen, x_throughput/tokens_seen and the reports' token axes count."""
+        sizes = self.stages.batch_sizes
+        if not sizes:
+            return step * tokens_per_step
+        return sum(tokens_per_step * min(stage_value(sizes, i, self.total_steps), batch_size) // batch_size
+                   for i in range(step))
 
     def lr_factor(self, step: int) -> float:
         """(b_k / b_0)^p for stages.batch_sizes; 1 without them."""
@@ -117,3 +127,12 @@ def untie(model: GPT, new: torch.nn.Parameter, optimizer: Optimizer, groups: lis
     if owner is not None:
         holder.state[new] = {k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
                              for k, v in owner.state[tied].items()}
+
+
+def tokens_trained(cfg: Any, step: int, tokens_per_step: int, total_steps: int) -> int:
+    """StagePlan.tokens_through for a run's resolved config (a mapping: config_resolved.yaml or the DictConfig)."""
+    stages = (cfg.get("stages") or {}).get("batch_sizes")
+    if not stages:
+        return step * tokens_per_step
+    plan = StagePlan(Stages(batch_sizes=list(stages)), total_steps)
+    return plan.tokens_through(step, tokens_per_step, int(cfg["data"]["batch_size"]))

@@ -60,7 +60,7 @@ class TokenThroughput(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         x = batch[0]
-        tokens_per_batch = x.numel()  # per device
+        tokens_per_batch = getattr(pl_module, "trained_tokens", x.numel())  # per device, stages.batch_sizes' cut
         assert self._throughput is not None
         self._batches += 1
         self._throughput.update(
@@ -72,8 +72,12 @@ class TokenThroughput(L.Callback):
         )
         if not logs_this_step(trainer):  # Lightning would drop the values
             return
-        micro_batches = micro_batches_trained(trainer)  # continues across a resume
-        pl_module.log("x_throughput/tokens_seen", float(micro_batches * tokens_per_batch * trainer.world_size))
+        plan = getattr(pl_module, "plan", None)  # the tokens trained on, not the loader's (train/stages.py)
+        if plan is not None and plan.stages.batch_sizes and getattr(pl_module, "tokens_per_step", None):
+            seen = plan.tokens_through(trainer.global_step, pl_module.tokens_per_step, x.shape[0])
+        else:
+            seen = micro_batches_trained(trainer) * tokens_per_batch * trainer.world_size  # continues across a resume
+        pl_module.log("x_throughput/tokens_seen", float(seen))
         metrics = self._throughput.compute()
         if "device/items_per_sec" in metrics:  # only once the window is full
             tokens_per_sec = metrics["device/items_per_sec"] * trainer.world_size

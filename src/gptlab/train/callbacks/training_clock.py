@@ -10,7 +10,7 @@ the number compares runs whatever their val_check_interval. A continued run meas
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import lightning as L
 
@@ -34,7 +34,8 @@ class TrainingClock(L.Callback):
         if not trainer.sanity_checking:
             self._mark = time.perf_counter()  # the validation just ended is not training time
 
-    def tokens_per_sec(self, global_step: int, tokens_per_step: int) -> Optional[float]:
-        """Tokens per second of this fit's optimizer steps (all devices); None if it trained no step."""
-        steps = global_step - self._first_step
-        return steps * tokens_per_step / self.seconds if steps > 0 and self.seconds > 0 else None
+    def tokens_per_sec(self, global_step: int, tokens_through: Callable[[int], int]) -> Optional[float]:
+        """Tokens per second of this fit's optimizer steps (all devices); None if it trained no step.
+        `tokens_through(step)`: the tokens trained before `step` (gptlab.train.stages.tokens_trained)."""
+        tokens = tokens_through(global_step) - tokens_through(self._first_step)
+        return tokens / self.seconds if global_step > self._first_step and self.seconds > 0 else None
