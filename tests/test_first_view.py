@@ -228,3 +228,21 @@ def test_eval_is_quiet_and_says_where_eval_json_went(runs: dict) -> None:
         assert noise not in output, output
     assert f"wrote {out_dir / 'eval.json'}" in output and (out_dir / "eval.json").is_file()
     assert json.loads(proc.stdout.strip().splitlines()[-1])["val/loss"] > 0  # the JSON line stays stdout's last
+
+
+def test_the_bars_loss_is_train_loss_not_the_objective() -> None:
+    """With z-loss or multi-token prediction the objective (what backward takes) is not the cross-entropy that
+    train/loss logs; the bar showed the objective (4.1 beside a logged 1.97 in a speedrun_nano run)."""
+    import io
+    from types import SimpleNamespace
+
+    from tqdm import tqdm
+
+    from gptlab.train.callbacks.progress import StepProgressBar
+
+    bar = StepProgressBar(refresh_rate=1)
+    bar._bar = tqdm(total=4, file=io.StringIO())
+    trainer = SimpleNamespace(global_step=1, max_steps=4, accumulate_grad_batches=2)
+    outputs = {"loss": torch.tensor(4.117 / 2), "train_loss": torch.tensor(1.973)}  # Lightning halves "loss"
+    bar.on_train_batch_end(trainer, SimpleNamespace(tokens_per_step=None), outputs)
+    assert bar._postfix["loss"] == "1.973"

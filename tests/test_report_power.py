@@ -67,7 +67,7 @@ def test_an_untied_head_is_marked_as_the_variant_with_more_parameters(tmp_path: 
     assert ("MORE FLOPS PER TOKEN" in line) == (len(flops) > 1)
     assert row(text, "model.tie_weights=false")[7] == f"{untied:,} (+{untied - tied:,} over the baseline)"
     assert row(text, "model.tie_weights=true")[7] == f"{tied:,}"
-    assert "Compared at matched tokens (every job saw 512 tokens), not at matched FLOPs or parameters" in text
+    assert "Compared at matched tokens (every job trained on 512 tokens), not at matched FLOPs or parameters" in text
     flipped = write_report(sweep, baseline="model.tie_weights=false")[0].read_text()
     assert "; fewer parameters: " in verdict_line(flipped, "model.tie_weights=true") and "MORE PARAM" not in \
         verdict_line(flipped, "model.tie_weights=true")
@@ -79,5 +79,7 @@ def test_jobs_of_different_lengths_are_not_called_matched(tmp_path: Path) -> Non
         make_job(sweep, 10 + seed, {"experiment": "x", "model.norm": "post", "seed": str(seed)},
                  [3.6, 3.4, 3.3 + 0.01 * seed])
     text = write_report(sweep)[0].read_text()
-    assert "Not at matched tokens: the jobs saw different or unrecorded numbers of tokens (512 to 768)" in text
+    assert ("Not at matched tokens: the jobs trained on different or unrecorded numbers of tokens "
+            "(model.norm=pre: 512; model.norm=post: 768)") in text
+    assert "stages.batch_sizes trains" not in text  # what made them differ here: their steps
     assert "Compared at matched tokens" not in text

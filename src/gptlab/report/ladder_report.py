@@ -50,7 +50,7 @@ def rungs_of(variant: Variant, size_key: str) -> list[Rung]:
                     if j.summary.get("final_val_loss") is not None}
         if not finished:
             continue
-        compute = float(np.mean([j.summary["tokens_seen"] * j.cost.flops_per_token for j in jobs]))
+        compute = float(np.mean([j.tokens_seen * j.cost.flops_per_token for j in jobs]))
         rungs.append(Rung(size, compute, finished))
     return sorted(rungs, key=lambda r: r.compute)
 
@@ -112,7 +112,7 @@ def _loss_table(variants: list[Variant], rungs: dict[str, list[Rung]], laws: dic
     for v in variants:
         for rung in rungs[v.label]:
             job = next(j for j in v.jobs if j.overrides[size_key] == rung.size)
-            rows.append([v.label, rung.size, f"{job.cost.non_embedding:,}", f"{job.summary['tokens_seen']:,}",
+            rows.append([v.label, rung.size, f"{job.cost.non_embedding:,}", f"{job.tokens_seen:,}",
                          f"{rung.compute:.3g}", fmt_summary(Summary.of(list(rung.losses.values()))),
                          f"{float(laws[v.label].loss(rung.compute)):.4f}"])
     return markdown(["variant", "size", "non-embedding params", "tokens", "FLOPs", "final val/loss", "fit"], rows)

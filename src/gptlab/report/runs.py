@@ -64,6 +64,7 @@ class JobResult:
     val_curve: list[ValPoint]
     cost: ModelCost | None = None
     cost_error: str | None = None  # why `cost` is missing (an old config that no longer builds, say)
+    tokens_seen: int | None = None  # tokens trained on (job_tokens), the summary's where no step count is recorded
     stability: Stability = field(default_factory=lambda: Stability("unknown", "no train/loss logged"))
     attn_logit_max: float | None = None  # the largest attention logit its stability probes saw (None: no probes)
     log_z_max: float | None = None  # the largest |log Z| of the output logits they saw
@@ -195,7 +196,10 @@ def failure_line(record: dict) -> str:
 def read_job(job_dir: Path, overrides: dict[str, str], summary: dict) -> JobResult:
     """A job with its val/loss curve, model cost, stability verdict and probe peaks, from its files."""
     scalars, start = read_scalars(job_dir)
-    job = JobResult(job_dir, overrides, summary, val_curve(scalars, start, job_tokens(job_dir, summary)))
+    tokens_at = job_tokens(job_dir, summary)
+    job = JobResult(job_dir, overrides, summary, val_curve(scalars, start, tokens_at))
+    steps = summary.get("global_step")  # counted from the config, so runs that counted the loader's tokens agree
+    job.tokens_seen = tokens_at(steps) if isinstance(steps, int) else summary.get("tokens_seen")
     uniform = None
     try:
         gpt = job_model(job_dir)
@@ -364,19 +368,33 @@ def cost_note(variant: Variant, base: Variant) -> str:
     return "; ".join(notes)
 
 
-def tokens_note(jobs: list[JobResult]) -> str:
-    """What the verdicts' final val/loss is matched on: the tokens every job saw, from their run summaries."""
-    seen = {job.summary.get("tokens_seen") for job in jobs}
+def tokens_note(variants: list[Variant]) -> str:
+    """What the verdicts' final val/loss is matched on: the tokens every job trained on (job_tokens)."""
+    jobs = [job for v in variants for job in v.jobs]
+    seen = {job.tokens_seen for job in jobs}
     known = sorted(t for t in seen if isinstance(t, int))
     if len(seen) == 1 and known:
-        return (f"Compared at matched tokens (every job saw {known[0]:,} tokens), not at matched FLOPs or "
+        return (f"Compared at matched tokens (every job trained on {known[0]:,} tokens), not at matched FLOPs or "
                 "parameters: a variant with more parameters or FLOPs per token than the baseline is marked MORE "
                 "PARAMETERS or MORE FLOPS PER TOKEN (it may win by size or compute). The table's val loss @ matched "
                 "FLOPs reads each variant at one compute budget, without a test.\n\n")
-    span = f" ({known[0]:,} to {known[-1]:,})" if len(known) > 1 else ""
-    return (f"Not at matched tokens: the jobs saw different or unrecorded numbers of tokens{span}, so a final "
-            f"val/loss compares runs of different length; read val loss @ matched FLOPs, or rerun with one "
-            f"trainer.max_steps and data.batch_size.\n\n")
+    by_tokens: dict[object, list[str]] = {}
+    for v in variants:
+        for tokens in sorted({job.tokens_seen for job in v.jobs}, key=str):
+            by_tokens.setdefault(tokens, []).append(v.label)
+    groups = sorted(by_tokens.items(), key=lambda item: len(item[1]))
+    shown = "; ".join(f"{', '.join(labels[:4])}{' and others' if len(labels) > 4 else ''}: "
+                      f"{tokens:,}" if isinstance(tokens, int) else f"{', '.join(labels[:4])}: unrecorded"
+                      for tokens, labels in groups)
+    staged = any(isinstance(job.tokens_seen, int) and isinstance(job.summary.get("global_step"), int)
+                 and job.tokens_seen < job.summary["global_step"] * int(job.summary.get("tokens_per_step") or 0)
+                 for job in jobs)
+    why = (" stages.batch_sizes trains a step on fewer rows than the loader gives, so its runs train fewer tokens in "
+           "the same steps;" if staged else "")
+    return (f"Not at matched tokens: the jobs trained on different or unrecorded numbers of tokens ({shown}), so a "
+            f"final val/loss compares runs of different length;{why} read val loss @ matched FLOPs, which compares "
+            f"them at one compute budget, or give every arm the same trainer.max_steps, data.batch_size and "
+            f"stages.batch_sizes.\n\n")
 
 
 def seeds_note(variants: list[Variant]) -> str:
@@ -428,7 +446,8 @@ def markdown_table(jobs: list[JobResult]) -> str:
     keys = differing_keys(jobs)
     header = ["job", *keys, "parameters", "best val/loss", "final val/loss", "tokens/s", "initial train/loss",
               "stability"]
-    rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys), _fmt(job.summary.get("parameters"), ","),
+    rows = [[job.job_dir.name, *(job.overrides.get(k, "") for k in keys),
+             _fmt(job.cost.parameters if job.cost else job.summary.get("parameters"), ","),  # as the variants count
              _fmt(job.summary.get("best_val_loss"), ".4f"), _fmt(job.summary.get("final_val_loss"), ".4f"),
              _fmt(job.summary.get("tokens_per_sec"), ",.0f"), initial_cell(job.stability),
              job.stability.label()] for job in jobs]
@@ -553,7 +572,8 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     if repeats:
         text += "Warning: repeated runs are not independent seeds.\n" + "".join(f"- {n}\n" for n in repeats) + "\n"
     text += seeds_note(variants) + stability_note(jobs)
-    text += "## Verdicts (final val/loss against the baseline)\n\n" + (tokens_note(jobs) if len(variants) > 1 else "")
+    text += "## Verdicts (final val/loss against the baseline)\n\n"
+    text += tokens_note(variants) if len(variants) > 1 else ""
     lines = [verdict(v.label, j.comparison) + "".join(f"; {note}" for note in (
         j.equivalence and j.equivalence.text(), cost_note(v, base)) if note) for v, j in zip(variants, judged) if j]
     text += "".join(f"- {line}\n" for line in lines) or "- only one variant: nothing to compare\n"

@@ -53,9 +53,9 @@ class StepProgressBar(ProgressBar):
         steps, seconds = step - self._last[0], now - self._last[1]
         tokens_per_step = getattr(pl_module, "tokens_per_step", None)
         postfix = self._postfix
-        loss = outputs.get("loss") if isinstance(outputs, dict) else None
-        if loss is not None:  # Lightning divides it by the accumulated micro-batches; show the batch's own loss
-            postfix["loss"] = f"{float(loss) * trainer.accumulate_grad_batches:.3f}"
+        loss = outputs.get("train_loss") if isinstance(outputs, dict) else None
+        if loss is not None:  # the micro-batch's cross-entropy, as train/loss: not the objective (z-loss, MTP terms)
+            postfix["loss"] = f"{float(loss):.3f}"
         if tokens_per_step and seconds > 0:
             postfix["tok/s"] = f"{steps * tokens_per_step / seconds:,.0f}"
         bar.set_postfix(postfix, refresh=False)
