@@ -164,11 +164,13 @@ def spread(samples: list[Sample], base: Sample, labels: list[str], verdicts: lis
 def judge_samples(labels: list[str], samples: list[Sample], base: int, alpha: float = 0.05, test: str = "paired",
                   correction: str = "holm", margin: float | None = None, untested: dict[int, Comparison] | None = None
                   ) -> tuple[list[Verdict | None], Spread]:
-    """One verdict per arm (None for the baseline, at index `base`): the test choose_test picks, Holm's correction
-    over the tested ones, and with a margin the equivalence verdict; and the spread of the seeds they rest on. An
-    arm in `untested` gets that comparison (no test, its reason in no_test) and stays out of the family."""
+    """One verdict per arm (None for the baseline, at index `base`, and for an arm without values): the test
+    choose_test picks, Holm's correction over the tested ones, and with a margin the equivalence verdict; and the
+    spread of the seeds they rest on. An arm in `untested` gets that comparison (no test, its reason in no_test)
+    and stays out of the family."""
     untested = untested or {}
-    chosen = [None if i == base else (untested[i], untested[i].no_test) if i in untested else
+    chosen = [None if i == base or not s.values or not samples[base].values else
+              (untested[i], untested[i].no_test) if i in untested else
               choose_test(samples[base], s, alpha, test) for i, s in enumerate(samples)]
     comps = with_family([c[0] if c else None for c in chosen], correction)
     verdicts = [None if c is None else Verdict(comp, c[1]) for c, comp in zip(chosen, comps)]
