@@ -11,7 +11,7 @@ out (paired seeds: out of both arms at once, so the noise they share stays share
 arm in turn), and log m ± t·se with Student's t at the jackknife's dof (n − 1 paired, Welch–Satterthwaite over the
 two arms' parts otherwise), the same t the loss difference's interval uses. Not the percentile bootstrap: at the 3-5
 seeds ablations run its resamples cannot leave the range of the seeds' values and its intervals run short of their
-nominal level (tests/test_compute_worth.py measures both). An end whose C_b lies outside the FLOPs the baseline's
+nominal level (docs/ablations.md gives both coverages). An end whose C_b lies outside the FLOPs the baseline's
 curve spans reads "beyond".
 """
 
