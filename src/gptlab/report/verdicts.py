@@ -1,6 +1,8 @@
-"""The ablation report's verdicts: per variant, which test it gets (paired by seed where the runs allow, Welch's
-where not) and why, Holm's correction across the variants, and what each verdict is worth: the seeds' power, the
-seeds an effect needs, equivalence within a margin, and the difference in training compute."""
+"""The verdicts of every report that compares arms against a baseline (the ablation, LR-tuned and context reports):
+per variant, which test it gets (paired by seed where the runs allow, Welch's where not) and why, Holm's correction
+across the variants, and what each verdict is worth: the seeds' power, the seeds an effect needs, equivalence within
+a margin, and (the ablation report's final val/loss) the difference in training compute. Each report hands its
+measurements in as per-seed Samples, so the choice of test has this one home."""
 
 from __future__ import annotations
 
