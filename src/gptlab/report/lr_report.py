@@ -12,7 +12,7 @@ import numpy as np
 
 from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.report.lr_tuning import GRID_EDGE, LrRun, TunedResult, lr_curve, tuned_comparison
+from gptlab.report.lr_tuning import GRID_EDGE, LrRun, SeedSplit, TunedResult, lr_curve, tuned_comparison
 from gptlab.report.membership import screen
 from gptlab.report.output_dir import report_dir
 from gptlab.report.probe_plot import ATTN_LOGIT_DIVERGENCE, SOURCE, ProbePoint, crossed, plot_probes
@@ -186,6 +186,31 @@ def _probe_section(points: list[ProbePoint], title: str, path: Path) -> str:
     return text + "\n" + markdown(header, rows) + f"\n![stability probes against the LR]({path.name})\n"
 
 
+def _method(split: SeedSplit, cap_text: str) -> str:
+    """How the best LRs are picked and tested, and what LR sensitivity is."""
+    if split.disjoint:
+        text = (f"Each variant's best LR is the one with the lowest mean final val/loss on "
+                f"{_seeds(split.select)}; the verdicts compare best against best on the other seeds, "
+                f"{', '.join(split.test)}, so the selection's luck does not carry into the test. Under one seed "
+                f"two variants share their data order and the initial weights of the tensors both have, whatever "
+                f"their LRs, so the test pairs seeds as the ablation report does.\n\n")
+    else:
+        text = (f"Too few seeds to hold some out (3 or more are needed): the best LR is picked and tested on the "
+                f"same seeds, {', '.join(split.test)}. The verdicts are optimistic (the winner's curse): rerun "
+                f"with more seeds for a held-out test.\n\n")
+    text += (f"LR sensitivity (Wortsman et al. 2023, \"Small-scale proxies for large-scale Transformer training "
+             f"instabilities\"): the mean over the grid of min(L(lr), L0) − min over lr of L(lr), with L(lr) the "
+             f"mean final val/loss over all seeds and L0 each run's measured initial loss (its first train/loss, "
+             f"logged at the first step), the value a diverged run counts as; a run without one is capped at "
+             f"{cap_text}. Lower: more robust to the LR. Each variant is measured against its own best, so a variant "
+             f"better at every LR can still score as more sensitive: the excess over the sweep's best (mean over the "
+             f"grid of min(L(lr), L0) − the lowest L of any variant at any LR) measures all against one "
+             f"reference. Intervals: {N_BOOT} bootstrap resamples of each variant's seeds, 95%; a difference whose "
+             f"interval spans 0 is reported as no difference found. A comparison where either best LR sits at the "
+             f"grid's edge gets no p-value: that optimum is not bracketed.\n\n")
+    return text
+
+
 def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baseline: str | None, alpha: float,
                     test: str = "paired", correction: str = "holm", margin: float | None = None,
                     effect: float | None = None) -> tuple[Path, Path]:
@@ -207,26 +232,7 @@ def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baselin
     text += (f"{len(jobs)} jobs: {len(variants)} variants × {len(grid)} learning rates ({lr_key} = "
              f"{', '.join(f'{lr:g}' for lr in grid)}) × seeds {', '.join(seeds)}. Baseline: {base.label}"
              f"{' (--baseline)' if baseline else ' (the first variant; --baseline k=v to choose)'}.\n\n")
-    if split.disjoint:
-        text += (f"Each variant's best LR is the one with the lowest mean final val/loss on "
-                 f"{_seeds(split.select)}; the verdicts compare best against best on the other seeds, "
-                 f"{', '.join(split.test)}, so the selection's luck does not carry into the test. Under one seed "
-                 f"two variants share their data order and the initial weights of the tensors both have, whatever "
-                 f"their LRs, so the test pairs seeds as the ablation report does.\n\n")
-    else:
-        text += (f"Too few seeds to hold some out (3 or more are needed): the best LR is picked and tested on the "
-                 f"same seeds, {', '.join(split.test)}. The verdicts are optimistic (the winner's curse): rerun "
-                 f"with more seeds for a held-out test.\n\n")
-    text += (f"LR sensitivity (Wortsman et al. 2023, \"Small-scale proxies for large-scale Transformer training "
-             f"instabilities\"): the mean over the grid of min(L(lr), L0) − min over lr of L(lr), with L(lr) the "
-             f"mean final val/loss over all seeds and L0 each run's measured initial loss (its first train/loss, "
-             f"logged at the first step), the value a diverged run counts as; a run without one is capped at "
-             f"{cap_text}. Lower: more robust to the LR. Each variant is measured against its own best, so a variant "
-             f"better at every LR can still score as more sensitive: the excess over the sweep's best (mean over the "
-             f"grid of min(L(lr), L0) − the lowest L of any variant at any LR) measures all against one "
-             f"reference. Intervals: {N_BOOT} bootstrap resamples of each variant's seeds, 95%; a difference whose "
-             f"interval spans 0 is reported as no difference found. A comparison where either best LR sits at the "
-             f"grid's edge gets no p-value: that optimum is not bracketed.\n\n")
+    text += _method(split, cap_text)
     text += tests_paragraph([r.variant for r in results], [r.verdict for r in results], alpha)
     text += stability_note(jobs)
     text += f"## Verdicts (each variant at its own best LR, final val/loss on seeds {', '.join(split.test)})\n\n"
