@@ -69,7 +69,8 @@ def main() -> None:
         raise ConfigError(f"--target-flops {args.target_flops}: use a positive number of FLOPs, e.g. 1e15.")
     with one_report_writer(args.sweep_dir):  # a second report of this sweep waits for this one
         if args.context is not None:
-            table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha)
+            table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha, args.test,
+                                               args.correction, args.margin, args.effect)
         else:
             table, plot = write_sweep_report(args.sweep_dir, baseline=args.baseline, alpha=args.alpha, x=args.x,
                                              band=args.band, lr_key=args.lr_key, size_key=args.size_key,

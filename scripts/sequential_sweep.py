@@ -6,12 +6,15 @@
 Round k launches `src/train.py -m <overrides> seed=<its new seeds> hydra.sweep.dir=<dir>/round_<k>`; after it, every
 variant is compared with the baseline on all seeds so far, at the look's share of alpha (gptlab.report.sequential
 says which rule and why repeated looks keep the error rate). Run the same command again to resume: finished rounds'
-jobs are skipped as in any sweep. Writes <dir>/sequential_report.md with the seeds used and saved.
+jobs are skipped as in any sweep; the plan (the looks, alpha, margin, baseline and overrides) is recorded in
+<dir>/sequential_plan.json when it starts, and a resume that asks for another is refused. Writes
+<dir>/sequential_report.md with the seeds used and saved.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +23,7 @@ from pathlib import Path
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
 from gptlab.launch.cli import ArgumentParser, user_errors_exit
-from gptlab.report.sequential import look_alphas, look_verdicts, looks
+from gptlab.report.sequential import PLAN_FILE, look_alphas, look_verdicts, looks, plan_refusal
 from gptlab.report.stats import verdict
 
 TRAIN = Path(__file__).resolve().parents[1] / "src" / "train.py"
@@ -34,6 +37,25 @@ def launch(overrides: list[str], seeds: range, sweep_dir: Path) -> None:
     if done.returncode != 0:
         raise ConfigError(f"round {sweep_dir.name} failed (exit {done.returncode}); see its jobs' train.log, fix, and "
                           "run this command again to resume.")
+
+
+def check_plan(args: argparse.Namespace) -> None:
+    """Record the plan when the sweep starts; refuse a resume that asks for another (report.sequential)."""
+    asked = {"start": args.start, "step": args.step, "budget": args.budget, "alpha": args.alpha,
+             "margin": args.margin, "baseline": args.baseline, "overrides": args.overrides}
+    path = args.dir / PLAN_FILE
+    if not path.is_file():
+        args.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(asked, indent=2) + "\n")
+        return
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path} cannot be read ({err}): it is the plan this sequential sweep started with; "
+                          "restore it, or start the sweep in another dir.") from err
+    refused = plan_refusal(recorded, asked, args.dir)
+    if refused:
+        raise ConfigError(refused)
 
 
 @user_errors_exit
@@ -51,7 +73,8 @@ def main() -> None:
     if not 2 <= args.start <= args.budget or args.step < 1:
         raise ConfigError(f"--start {args.start} --step {args.step} --budget {args.budget}: use 2 <= --start <= "
                           "--budget and --step >= 1, e.g. --start 3 --step 2 --budget 9.")
-    counts, shares = looks(args.start, args.step, args.budget), []
+    check_plan(args)
+    counts = looks(args.start, args.step, args.budget)
     shares = look_alphas(counts, args.alpha)
     text, used, before = "", counts[-1], 0
     for k, (n, share) in enumerate(zip(counts, shares), start=1):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_script
-from test_report_stats import make_job
+from test_report_stats import make_job, verdict_line
 
 from gptlab.errors import ConfigError
 from gptlab.report.sweep import write_sweep_report
@@ -91,3 +91,60 @@ def test_lr_grid_crosses_an_experiments_variants_and_ablate_muon_tunes_both_opti
     params = sweeper_params("experiment=ablate_muon")
     assert params["optimizer"] == "adamw,muon" and len(params["optimizer.lr"].split(",")) >= 3
     assert len(params["seed"].split(",")) >= 4  # enough to hold seeds out of the LR selection
+
+
+SHARED = {1: 0.03, 2: -0.02, 3: 0.01, 4: -0.03, 5: 0.025, 6: 0.0}  # what a seed does to every variant alike
+OWN = {1: 0.0004, 2: -0.0003, 3: 0.0001, 4: 0.0002, 5: -0.0004, 6: 0.0003}
+
+
+def paired_lr_sweep(tmp_path: Path, depths: dict[str, float], centre: dict[str, float] | None = None) -> Path:
+    """Each variant's bowl around 3e-3, `depth` deep; a seed moves every variant alike (paired seeds) but by little
+    of its own, so only the paired test sees a 0.02 difference under 0.03 of seed noise."""
+    sweep, index = tmp_path / "sweep", 0
+    for norm, depth in depths.items():
+        for lr in GRID:
+            for seed in range(1, 7):
+                own = OWN[seed] * (1 if norm == "pre" else -1 if norm == "post" else 0.5)
+                best = (centre or {}).get(norm, 3e-3)
+                final = depth + (math.log10(float(lr)) - math.log10(best)) ** 2 + SHARED[seed] + own
+                make_job(sweep, index, {"model.norm": norm, "optimizer.lr": lr, "seed": str(seed)},
+                         [final + 0.5, final])
+                index += 1
+    return sweep
+
+
+def test_the_lr_tuned_verdicts_pair_seeds_correct_for_the_family_and_take_margin_and_effect(tmp_path: Path) -> None:
+    from gptlab.report.family import holm
+    from gptlab.report.stats import compare_paired
+
+    depths = {"pre": 3.0, "post": 3.02, "mid": 3.0005}
+    sweep = paired_lr_sweep(tmp_path, depths)
+    text = write_sweep_report(sweep, margin=0.005, effect=0.002)[0].read_text()
+    test = [4, 5, 6]  # held out: seeds 1-3 pick the best LR, 3e-3 for every variant
+    finals = {n: [d + SHARED[s] + OWN[s] * {"pre": 1, "post": -1, "mid": 0.5}[n] for s in test]
+              for n, d in depths.items()}
+    comps = {n: compare_paired(finals["pre"], finals[n]) for n in ("post", "mid")}
+    adjusted = dict(zip(comps, holm([c.p for c in comps.values()])))
+    post, mid = verdict_line(text, "model.norm=post"), verdict_line(text, "model.norm=mid")
+    assert "(95% CI, paired t, 3 seeds)" in post and f"(Holm {adjusted['post']:.3g})" in post
+    assert ", significant;" in post and post.endswith("best LR 0.003")
+    assert "; equivalent within ±0.005 (TOST p=" in mid and f"(Holm {adjusted['mid']:.3g})" in mid
+    assert "- model.norm=post (test): paired: both arms ran seeds 4,5,6 with paired seeds" in text
+    assert "Family: 2 variants tested against one baseline" in text and "## Ranking (2 variants" in text
+    assert "seeds per arm for --effect 0.002" in text and "as many again pick each variant's best LR" in text
+    welch = verdict_line(write_sweep_report(sweep, test="welch")[0].read_text(), "model.norm=post")
+    assert "Welch, 3 vs 3 seeds" in welch and "no difference found" in welch  # the same runs, unpaired
+
+
+def test_an_lr_tuned_arm_missing_a_seed_falls_back_to_welch_and_an_edge_stays_out_of_the_family(
+        tmp_path: Path) -> None:
+    sweep = paired_lr_sweep(tmp_path, {"pre": 3.0, "post": 3.02, "edge": 2.0}, {"edge": 1e-1})
+    for job in sweep.iterdir():  # post's seed 6 never finished at any LR
+        if "model.norm=post" in (job / ".hydra" / "overrides.yaml").read_text() and \
+                "seed=6" in (job / ".hydra" / "overrides.yaml").read_text():
+            (job / "run_summary.json").unlink()
+    text = write_sweep_report(sweep)[0].read_text()
+    assert "Welch, 2 vs 3 seeds" in verdict_line(text, "model.norm=post")
+    assert "Welch: pairing impossible, seed 6 only in the baseline" in text
+    assert "optimum at grid edge: widen the grid (no p-value)" in verdict_line(text, "model.norm=edge")
+    assert "Holm" not in verdict_line(text, "model.norm=post") and "Family:" not in text  # post is tested alone

@@ -60,3 +60,37 @@ def test_a_start_above_the_budget_is_one_line_with_a_way_out(tmp_path, capsys) -
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "e.g. --start 3 --step 2 --budget 9" in err, err
     assert looks(3, 2, 9) == [3, 5, 7, 9] and not (tmp_path / "seq").exists()  # the way out is a valid plan
+
+
+def run_sequential(argv: list[str], capsys) -> tuple[int, str, list]:
+    """scripts/sequential_sweep.py in this process, its training launches recorded instead of run."""
+    import runpy
+    import sys
+    from unittest import mock
+
+    from helpers import ROOT
+
+    launched = []
+    with mock.patch.object(sys, "argv", ["scripts/sequential_sweep.py", *argv]), \
+            mock.patch("subprocess.run", side_effect=lambda command, **_: launched.append(command) or
+                       mock.Mock(returncode=0)), pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "sequential_sweep.py"), run_name="__main__")
+    return exit_.value.code, capsys.readouterr().err, launched
+
+
+def test_a_resume_that_changes_the_plan_is_refused_and_the_plan_it_names_resumes(tmp_path, capsys) -> None:
+    import json
+
+    seq = tmp_path / "seq"
+    plan = ["--start", "3", "--step", "2", "--budget", "9", "--", "model.pos_emb=learned,rope"]
+    code, err, launched = run_sequential([str(seq), *plan], capsys)  # round 1 "ran" nothing: no job to read
+    assert code == 2 and len(launched) == 1 and "seed=1,2,3" in launched[0][-2]
+    assert json.loads((seq / "sequential_plan.json").read_text())["budget"] == 9
+    changed = [str(seq), "--start", "4", "--step", "2", "--budget", "12", "--margin", "0.005", "--",
+               "model.pos_emb=learned,rope"]
+    code, err, launched = run_sequential(changed, capsys)
+    assert code == 2 and not launched and len(err.splitlines()) == 1, err
+    assert 'start=3, budget=9, margin=null and this command asks start=4, budget=12, margin=0.005' in err
+    assert "Resume with the plan it started with (--start 3 --budget 9 without --margin)" in err
+    code, err, launched = run_sequential([str(seq), *plan], capsys)  # the plan it names: resumes round 1
+    assert "was started with" not in err and launched and "seed=1,2,3" in launched[0][-2]

@@ -10,7 +10,6 @@ from scipy import stats
 from test_report_stats import make_job, make_sweep, verdict_line
 
 from gptlab.errors import ConfigError
-from gptlab.report.compute_worth import compute_worth, flops_at_loss
 from gptlab.report.equivalence import EQUIVALENT, equivalence, tost_seeds
 from gptlab.report.family import holm
 from gptlab.report.power import detectable_effect, pooled_sigma, power, seeds_needed
@@ -114,16 +113,6 @@ def test_tost_seeds_size_an_undecided_equivalence() -> None:
     rate = np.mean([equivalence(compare_paired(a, b), 0.002, sigma_d).verdict == EQUIVALENT
                     for a, b in zip(base, variant)])
     assert rate > 0.75  # the planned seeds decide it about 80% of the time
-
-
-def test_compute_worth_reads_the_baseline_curve() -> None:
-    flops, loss = [1e9, 2e9, 4e9, 8e9], [4.0, 3.5, 3.2, 3.0]
-    assert flops_at_loss(flops, loss, 3.5) == pytest.approx(2e9)
-    assert flops_at_loss(flops, loss, 3.35) == pytest.approx(np.sqrt(2e9 * 4e9))  # halfway in log FLOPs
-    assert flops_at_loss(flops, loss, 2.9) is None and flops_at_loss(flops, loss, 4.1) is None
-    worth = compute_worth(flops, loss, 3.2, 2e9, 3.0, 3.5)  # the variant reached 3.2 at 2e9: the baseline took 4e9
-    assert worth.multiplier == pytest.approx(2.0) and worth.low == pytest.approx(1.0) and worth.high == pytest.approx(4)
-    assert compute_worth(flops, loss, 2.9, 8e9).text() == "beyond the curve"
 
 
 def seeded_sweep(tmp_path, finals: dict[str, list[float]], seeds: dict[str, list[int]] | None = None, **kwargs):

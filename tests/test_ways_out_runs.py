@@ -195,6 +195,9 @@ def read(message: str, case: Case, root: Path) -> list[tuple[str, Callable[[], t
         values += re.findall(r"at least (\d+)", message)
         for value in values:
             add(value, functools.partial(with_flag, argv, refused, value))
+    for flag in re.findall(r"\bdrop (--[a-z][\w-]*)", message):
+        i = argv.index(flag)
+        add(f"drop {flag}", lambda i=i: (*argv[:i], *argv[i + 2:]))
     variants = re.search(r"the variants are: (.*)\. Name one of them", message)
     for label in variants.group(1).split("; ") if variants else []:
         add(label, functools.partial(with_flag, argv, "--baseline", label))
@@ -344,6 +347,7 @@ REPORT_CASES = {
     "--x flops without a model": ablation("--x", "flops", damage=(["1"], "config_resolved.yaml")),
     "lr and sizes swept together": ablation("--boot", "10", sweep=ladder_over_lrs),
     "a ladder of two sizes": ablation("--boot", "10", sweep=two_sizes, sizes=True),
+    "--margin on a ladder": ablation("--boot", "10", "--margin", "0.005", "--test", "welch", sweep=two_sizes),
     "a ladder job without a model": ablation("--boot", "10", sweep=ladder_sweep,
                                              damage=(["0"], "config_resolved.yaml")),
     "an lr that is not a number": ablation(sweep=bogus_lr),

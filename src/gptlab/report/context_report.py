@@ -1,8 +1,9 @@
 """`ablation_report.py <sweep dir> --context L`: the variants compared on their loss at context L instead of their
 final val/loss at the trained context, from each job's context_eval.json (written by `src/eval.py ckpt_path=<sweep
-dir> contexts=[...]`). Jobs, variants and the baseline are the ablation report's (report.runs); the test is its
-Welch's t-test. Each job also gets its change from the trained context (loss at L minus loss at T, the same job's
-weights on the same targets), the number that says whether a scheme extrapolates."""
+dir> contexts=[...]`). Jobs, variants and the baseline are the ablation report's (report.runs), and so are its
+verdicts (report.verdicts: paired by seed where the seeds pair, else Welch's; Holm over the variants; --margin,
+--effect). Each job also gets its change from the trained context (loss at L minus loss at T, the same job's weights
+on the same targets), the number that says whether a scheme extrapolates."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from gptlab.report.runs import (
     JobResult,
     Variant,
     check_options,
+    check_verdict_options,
     drop_repeats,
     fmt_summary,
     group_variants,
@@ -26,7 +28,9 @@ from gptlab.report.runs import (
     markdown,
     pick_baseline,
 )
-from gptlab.report.stats import Summary, compare, verdict
+from gptlab.report.stats import Summary, verdict
+from gptlab.report.verdict_text import power_section, ranking, tests_paragraph
+from gptlab.report.verdicts import Sample, Verdict, job_paired, job_seed, judge_samples
 
 
 def _records(jobs: list[JobResult], sweep_dir: Path) -> dict[Path, dict[str, Any]]:
@@ -60,32 +64,39 @@ def _refusals(variant: Variant, records: dict[Path, dict[str, Any]], context: in
     return sorted(r for r in reasons if r)
 
 
+def _sample(variant: Variant, records: dict[Path, dict[str, Any]], context: int) -> Sample:
+    """The variant's loss at `context` by seed, from the jobs scored there."""
+    scored = [(j, loss) for j in variant.jobs if (loss := _loss(records.get(j.job_dir), context)) is not None]
+    return Sample({job_seed(j): float(loss) for j, loss in scored}, all(job_paired(j) for j, _ in scored))
+
+
 def _table(variants: list[Variant], records: dict[Path, dict[str, Any]], contexts: list[int], context: int,
-           base: Variant, alpha: float) -> tuple[str, list[str]]:
+           base: Variant, verdicts: list[Verdict | None], alpha: float) -> tuple[str, list[str]]:
     level = f"{1 - alpha:.0%}"
     header = ["variant", "n", "trained T", *(f"loss @ {c}" for c in contexts), f"loss @ {context} − loss @ T",
-              f"Δ loss @ {context} vs baseline ({level} CI)", "p (Welch)"]
-    rows, verdicts = [], []
-    base_values = [v for v in (_loss(records.get(j.job_dir), context) for j in base.jobs) if v is not None]
-    for variant in variants:
+              f"Δ loss @ {context} vs baseline ({level} CI)", "p (test)"]
+    rows, lines = [], []
+    for variant, judged in zip(variants, verdicts):
         recs = [records.get(j.job_dir) for j in variant.jobs]
-        mine = [v for v in (_loss(r, context) for r in recs) if v is not None]
+        n = sum(_loss(r, context) is not None for r in recs)
         trained = sorted({r["trained_context"] for r in recs if r})
         diff, p = ("baseline", "") if variant is base else ("—", "—")
-        if variant is not base and not mine and _refusals(variant, records, context):
-            verdicts.append(f"{variant.label}: refused at context {context} (below)")
-        if variant is not base and mine and base_values:
-            comp = compare(base_values, mine, alpha)
-            verdicts.append(verdict(variant.label, comp))
+        if variant is not base and not n and _refusals(variant, records, context):
+            lines.append(f"{variant.label}: refused at context {context} (below)")
+        if judged is not None:
+            comp, eq = judged.comparison, judged.equivalence
+            lines.append(verdict(variant.label, comp) + (f"; {eq.text()}" if eq else ""))
             if comp.testable:
-                diff, p = f"{comp.diff:+.4f} [{comp.ci_low:+.4f}, {comp.ci_high:+.4f}]", f"{comp.p:.3g}"
+                diff = f"{comp.diff:+.4f} [{comp.ci_low:+.4f}, {comp.ci_high:+.4f}]"
+                p = f"{comp.p:.3g}" + (f" (Holm {comp.p_family:.3g})" if comp.p_family is not None else "") + \
+                    f" {'paired' if comp.paired else 'Welch'}"
             else:
                 diff = f"{comp.diff:+.4f} ({comp.no_test}: no test)"
         cells = [fmt_summary(Summary.of([_loss(r, c) for r in recs])) if _loss_any(recs, c) else
                  ("refused" if _refusals(variant, records, c) else "—") for c in contexts]
-        rows.append([variant.label, str(len(mine)), ", ".join(map(str, trained)) or "—", *cells,
+        rows.append([variant.label, str(n), ", ".join(map(str, trained)) or "—", *cells,
                      _signed(Summary.of([_rise(r, context) for r in recs])), diff, p])
-    return markdown(header, rows), verdicts
+    return markdown(header, rows), lines
 
 
 def _signed(s: Summary | None) -> str:
@@ -105,10 +116,12 @@ def _mean_curves(variant: Variant, records: dict[Path, dict[str, Any]]) -> dict[
     return {c: [sum(col) / len(col) for col in zip(*runs)] for c, runs in sorted(curves.items())}
 
 
-def write_context_report(sweep_dir: Path, context: int, baseline: str | None = None,
-                         alpha: float = 0.05) -> tuple[Path, Path]:
+def write_context_report(sweep_dir: Path, context: int, baseline: str | None = None, alpha: float = 0.05,
+                         test: str = "paired", correction: str = "holm", margin: float | None = None,
+                         effect: float | None = None) -> tuple[Path, Path]:
     """Writes context_report_<L>.md and loss_by_position.png into the sweep dir and returns both paths."""
     check_options(None, "minmax", alpha)
+    check_verdict_options(test, correction, margin, effect)
     if context < 1:
         raise ConfigError(f"--context {context}: give a context length in tokens, e.g. --context 256.")
     jobs, _ = drop_repeats(load_sweep(sweep_dir))
@@ -127,16 +140,23 @@ def write_context_report(sweep_dir: Path, context: int, baseline: str | None = N
                           f"({why[0] if why else 'its jobs were not scored there'}); pass --baseline k=v naming "
                           "another variant: " + "; ".join(v.label for v in variants if v is not base) + ".")
     contexts = sorted({int(c) for r in records.values() for c in r["contexts"]})
-    table, verdicts = _table(variants, records, contexts, context, base, alpha)
+    samples = [_sample(v, records, context) for v in variants]
+    judged, found = judge_samples([v.label for v in variants], samples, variants.index(base), alpha, test,
+                                  correction, margin)
+    table, verdicts = _table(variants, records, contexts, context, base, judged, alpha)
     name = jobs[0].summary.get("name", "sweep")
     protocol = next(iter(records.values()))["protocol"]
     text = (f"# {name} at context {context}: {sweep_dir}\n\nEach job's checkpoint scored by src/eval.py on the same "
             f"validation targets at every context ({RESULTS_FILE} in its dir: {protocol}). "
-            f"Baseline: {base.label}. Test: Welch's t-test of the loss at context {context} across seeds, "
-            f"alpha = {alpha}. `loss @ {context} − loss @ T`: per job, the same weights at {context} and at their "
+            f"Baseline: {base.label}. Compared: the loss at context {context} of each seed. "
+            f"`loss @ {context} − loss @ T`: per job, the same weights at {context} and at their "
             "trained context (negative: the longer context helps).\n\n")
+    text += tests_paragraph([v.label for v in variants], judged, alpha)
     text += f"## Verdicts (loss at context {context} against the baseline)\n\n"
     text += "".join(f"- {line}\n" for line in verdicts) or "- nothing to compare\n"
+    metric = f"loss at context {context}"
+    text += "\n" + power_section(found, max(len(s.values) for s in samples), alpha, effect, metric)
+    text += ranking([v.label for v in variants], judged, metric=metric)
     text += f"\n## Variants (mean ± std over seeds)\n\n{table}"
     refused = {v.label: _refusals(v, records, context) for v in variants}
     if any(refused.values()):

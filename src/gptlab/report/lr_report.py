@@ -12,7 +12,7 @@ import numpy as np
 
 from gptlab.atomic import atomic_write, atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.report.lr_tuning import GRID_EDGE, LrRun, TunedResult, lr_curve, tuned_comparison
+from gptlab.report.lr_tuning import GRID_EDGE, LrRun, SeedSplit, TunedResult, lr_curve, tuned_comparison
 from gptlab.report.membership import screen
 from gptlab.report.output_dir import report_dir
 from gptlab.report.probe_plot import ATTN_LOGIT_DIVERGENCE, SOURCE, ProbePoint, crossed, plot_probes
@@ -32,6 +32,8 @@ from gptlab.report.runs import (
 )
 from gptlab.report.seed_bootstrap import Interval, VariantIntervals, lr_intervals
 from gptlab.report.stats import verdict
+from gptlab.report.verdict_text import power_section, ranking, tests_paragraph
+from gptlab.report.verdicts import job_paired
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG
 
 N_BOOT = 1000
@@ -55,7 +57,8 @@ def lr_runs(variants: list[Variant], lr_key: str) -> list[LrRun]:
             st = job.stability
             loss = None if job.summary.get("diverged") or st.kind == "diverged" else job.summary.get("final_val_loss")
             runs.append(LrRun(v.label, lr_value(job, lr_key), job.overrides.get(SEED_KEY, "default"), loss,
-                              job.summary.get("final_val_bpb"), st.initial if st.at_init else None, st.kind))
+                              job.summary.get("final_val_bpb"), st.initial if st.at_init else None, st.kind,
+                              job_paired(job)))
     return runs
 
 
@@ -144,13 +147,16 @@ def _seeds(seeds: tuple[str, ...]) -> str:
     return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}"
 
 
-def _verdict_line(res: TunedResult) -> str:
+def _verdict_line(res: TunedResult, base: str) -> str:
     head = f"NOT an optimum: {res.best.widen}" if res.best.widen else f"best LR {res.best.lr:g}"
-    if res.comparison is None:
+    if res.variant == base:
         return f"{res.variant} (baseline): {head}"
+    if res.comparison is None:
+        return f"{res.variant}: no finished run at its best LR on the test seeds, or none of the baseline's; {head}"
     if res.comparison.no_test == GRID_EDGE:
         return f"{res.variant}: {res.comparison.diff:+.3f}, {GRID_EDGE} (no p-value); {head}"
-    return f"{verdict(res.variant, res.comparison)}; {head}"
+    eq = res.verdict.equivalence
+    return f"{verdict(res.variant, res.comparison)}" + (f"; {eq.text()}" if eq else "") + f"; {head}"
 
 
 def probe_points(variants: list[Variant], lr_key: str) -> list[ProbePoint]:
@@ -180,34 +186,18 @@ def _probe_section(points: list[ProbePoint], title: str, path: Path) -> str:
     return text + "\n" + markdown(header, rows) + f"\n![stability probes against the LR]({path.name})\n"
 
 
-def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baseline: str | None,
-                    alpha: float) -> tuple[Path, Path]:
-    """Writes ablation_report.md, lr_sensitivity.png and (when the jobs carry probes) lr_probes.png."""
-    out = report_dir(sweep_dir)
-    table_path, plot_path = out / "ablation_report.md", out / "lr_sensitivity.png"
-    diverged = diverged_jobs(sweep_dir)
-    jobs = jobs + diverged
-    variants = group_variants(jobs, axes=(SEED_KEY, lr_key))
-    base = pick_baseline(variants, baseline)
-    runs = lr_runs(variants, lr_key)
-    cap, cap_text = common_cap(jobs)
-    split, results = tuned_comparison(runs, base.label, cap, alpha)
-    ivs = lr_intervals(runs, base.label, cap, N_BOOT)
-    grid = sorted({r.lr for r in runs})
-    name = jobs[0].summary.get("name", "sweep")
-    seeds = sorted({r.seed for r in runs}, key=lambda s: (len(s), s))
-    text = f"# {name}: {sweep_dir} (LR-tuned)\n\n"
-    text += (f"{len(jobs)} jobs: {len(variants)} variants × {len(grid)} learning rates ({lr_key} = "
-             f"{', '.join(f'{lr:g}' for lr in grid)}) × seeds {', '.join(seeds)}. Baseline: {base.label}"
-             f"{' (--baseline)' if baseline else ' (the first variant; --baseline k=v to choose)'}.\n\n")
+def _method(split: SeedSplit, cap_text: str) -> str:
+    """How the best LRs are picked and tested, and what LR sensitivity is."""
     if split.disjoint:
-        text += (f"Each variant's best LR is the one with the lowest mean final val/loss on "
-                 f"{_seeds(split.select)}; the verdicts compare best against best on the other seeds, "
-                 f"{', '.join(split.test)}, so the selection's luck does not carry into the test.\n\n")
+        text = (f"Each variant's best LR is the one with the lowest mean final val/loss on "
+                f"{_seeds(split.select)}; the verdicts compare best against best on the other seeds, "
+                f"{', '.join(split.test)}, so the selection's luck does not carry into the test. Under one seed "
+                f"two variants share their data order and the initial weights of the tensors both have, whatever "
+                f"their LRs, so the test pairs seeds as the ablation report does.\n\n")
     else:
-        text += (f"Too few seeds to hold some out (3 or more are needed): the best LR is picked and tested on the "
-                 f"same seeds, {', '.join(split.test)}. The verdicts are optimistic (the winner's curse): rerun "
-                 f"with more seeds for a held-out test.\n\n")
+        text = (f"Too few seeds to hold some out (3 or more are needed): the best LR is picked and tested on the "
+                f"same seeds, {', '.join(split.test)}. The verdicts are optimistic (the winner's curse): rerun "
+                f"with more seeds for a held-out test.\n\n")
     text += (f"LR sensitivity (Wortsman et al. 2023, \"Small-scale proxies for large-scale Transformer training "
              f"instabilities\"): the mean over the grid of min(L(lr), L0) − min over lr of L(lr), with L(lr) the "
              f"mean final val/loss over all seeds and L0 each run's measured initial loss (its first train/loss, "
@@ -218,14 +208,44 @@ def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baselin
              f"reference. Intervals: {N_BOOT} bootstrap resamples of each variant's seeds, 95%; a difference whose "
              f"interval spans 0 is reported as no difference found. A comparison where either best LR sits at the "
              f"grid's edge gets no p-value: that optimum is not bracketed.\n\n")
+    return text
+
+
+def write_lr_report(sweep_dir: Path, jobs: list[JobResult], lr_key: str, baseline: str | None, alpha: float,
+                    test: str = "paired", correction: str = "holm", margin: float | None = None,
+                    effect: float | None = None) -> tuple[Path, Path]:
+    """Writes ablation_report.md, lr_sensitivity.png and (when the jobs carry probes) lr_probes.png."""
+    out = report_dir(sweep_dir)
+    table_path, plot_path = out / "ablation_report.md", out / "lr_sensitivity.png"
+    diverged = diverged_jobs(sweep_dir)
+    jobs = jobs + diverged
+    variants = group_variants(jobs, axes=(SEED_KEY, lr_key))
+    base = pick_baseline(variants, baseline)
+    runs = lr_runs(variants, lr_key)
+    cap, cap_text = common_cap(jobs)
+    split, results, found = tuned_comparison(runs, base.label, cap, alpha, test, correction, margin)
+    ivs = lr_intervals(runs, base.label, cap, N_BOOT)
+    grid = sorted({r.lr for r in runs})
+    name = jobs[0].summary.get("name", "sweep")
+    seeds = sorted({r.seed for r in runs}, key=lambda s: (len(s), s))
+    text = f"# {name}: {sweep_dir} (LR-tuned)\n\n"
+    text += (f"{len(jobs)} jobs: {len(variants)} variants × {len(grid)} learning rates ({lr_key} = "
+             f"{', '.join(f'{lr:g}' for lr in grid)}) × seeds {', '.join(seeds)}. Baseline: {base.label}"
+             f"{' (--baseline)' if baseline else ' (the first variant; --baseline k=v to choose)'}.\n\n")
+    text += _method(split, cap_text)
+    text += tests_paragraph([r.variant for r in results], [r.verdict for r in results], alpha)
     text += stability_note(jobs)
     text += f"## Verdicts (each variant at its own best LR, final val/loss on seeds {', '.join(split.test)})\n\n"
-    text += "".join(f"- {_verdict_line(res)}\n" for res in results)
+    text += "".join(f"- {_verdict_line(res, base.label)}\n" for res in results)
     for v in variants:
         d = ivs[v.label].d_sensitivity
         if d is not None:
             word = "no difference found" if d.spans_zero else ("more robust" if d.value < 0 else "more sensitive")
             text += f"- LR sensitivity of {v.label} − the baseline's: {d.text('+.4f')} (95% bootstrap): {word}\n"
+    text += ("\n" + power_section(found, len(split.test), alpha, effect)
+             + "Here the seeds per arm are test seeds: as many again pick each variant's best LR.\n\n"
+             * split.disjoint)
+    text += ranking([r.variant for r in results], [r.verdict for r in results])
     text += "\n## Final val/loss against LR (mean ± std over all seeds)\n\n"
     text += _lr_table(variants, runs, results, "loss")
     if any(r.bpb is not None for r in runs):

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gptlab.report.stats import Comparison, Summary, compare
+from gptlab.report.stats import Comparison, Summary
+from gptlab.report.verdicts import Sample, Spread, Verdict, judge_samples
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class LrRun:
     bpb: float | None = None
     init: float | None = None  # the run's measured initial loss, its cap; None: the report's common cap
     stability: str = "stable"  # report.instability's kind: stable | unstable | diverged | unknown
+    paired: bool = True  # launched with paired_seeds on: seed s shares data order and init with the other variants
 
     @property
     def diverged(self) -> bool:
@@ -91,7 +93,7 @@ class SeedSplit:
 
 
 def split_seeds(seeds: Sequence[str]) -> SeedSplit:
-    """The first ⌊n/2⌋ seeds (in sorted order) select, the rest (≥ 2, enough for Welch's test) test; with fewer
+    """The first ⌊n/2⌋ seeds (in sorted order) select, the rest (≥ 2, enough for a t-test) test; with fewer
     than 3 seeds both use all of them."""
     ordered = tuple(sorted(set(seeds), key=lambda s: (len(s), s)))  # 2 before 10
     if len(ordered) < 3:
@@ -138,33 +140,36 @@ class TunedResult:
     variant: str
     best: BestLr
     sensitivity: float
-    test_losses: tuple[float, ...]  # capped final losses at the best LR on the test seeds
-    comparison: Comparison | None  # None for the baseline itself
+    test_losses: dict[str, float]  # seed -> capped final loss at the best LR, on the test seeds
+    verdict: Verdict | None  # None for the baseline itself
+
+    @property
+    def comparison(self) -> Comparison | None:
+        return self.verdict and self.verdict.comparison
 
 
-def tuned_comparison(runs: Sequence[LrRun], baseline: str, cap: float, alpha: float = 0.05
-                     ) -> tuple[SeedSplit, list[TunedResult]]:
+def tuned_comparison(runs: Sequence[LrRun], baseline: str, cap: float, alpha: float = 0.05, test: str = "paired",
+                     correction: str = "holm", margin: float | None = None
+                     ) -> tuple[SeedSplit, list[TunedResult], Spread]:
     """Every variant (in order of first appearance) at its best LR on the selection seeds, against the baseline's
-    best on the test seeds (Welch, gptlab.report.stats.compare)."""
+    best on the test seeds, by the ablation report's verdicts (report.verdicts: paired by seed where the seeds pair,
+    Holm over the variants, equivalence within a margin); and the spread of the test seeds' losses."""
     split = split_seeds([r.seed for r in runs])
     variants = list(dict.fromkeys(r.variant for r in runs))
     if baseline not in variants:
         raise ValueError(f"baseline {baseline!r} is not one of the variants {variants}")
-    results: dict[str, tuple[BestLr, float, tuple[float, ...]]] = {}
+    bests, sens, samples = [], [], []
     for v in variants:
         mine = [r for r in runs if r.variant == v]
         best = best_lr(mine, split.select, cap)
-        test = tuple(capped(r, cap) for r in mine if r.lr == best.lr and r.seed in set(split.test))
-        results[v] = (best, sensitivity(mine, cap), test)
-    base_test = results[baseline][2]
-    out = []
-    for v in variants:
-        best, sens, test = results[v]
-        if v == baseline or not test or not base_test:
-            comp = None
-        elif best.edge or results[baseline][0].edge:  # an unbracketed optimum: its true best loss is unknown
-            comp = Comparison(float(np.mean(test) - np.mean(base_test)), alpha=alpha, no_test=GRID_EDGE)
-        else:
-            comp = compare(base_test, test, alpha)
-        out.append(TunedResult(v, best, sens, test, comp))
-    return split, out
+        tested = [r for r in mine if r.lr == best.lr and r.seed in set(split.test)]
+        bests.append(best)
+        sens.append(sensitivity(mine, cap))
+        samples.append(Sample({r.seed: capped(r, cap) for r in tested}, all(r.paired for r in tested)))
+    base = variants.index(baseline)
+    untested = {i: Comparison(float(np.mean(list(s.values.values())) - np.mean(list(samples[base].values.values()))),
+                              alpha=alpha, no_test=GRID_EDGE)  # an unbracketed optimum: its true best is unknown
+                for i, s in enumerate(samples) if i != base and s.values and (bests[i].edge or bests[base].edge)}
+    judged, spread = judge_samples(variants, samples, base, alpha, test, correction, margin, untested)
+    return split, [TunedResult(v, b, se, s.values, j)
+                   for v, b, se, s, j in zip(variants, bests, sens, samples, judged)], spread

@@ -8,12 +8,20 @@ exact at its share, so the total is at most the sum of the shares, alpha. This n
 depend on each other (unequal variances, a paired or Welch test, sigma estimated anew at each look all keep it);
 the price is that it is conservative next to a group-sequential boundary computed from that dependence.
 A verdict is decided when its test is significant at its look's share, or (with a margin) equivalent by TOST at it.
+
+That holds for a plan fixed before the first look: the looks, alpha, the margin, the baseline and the sweep. A
+resumed sweep that changed them would spend alpha on looks its first part never planned, so the plan is recorded in
+the sweep's dir (PLAN_FILE) and a resume must ask for the same one.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+PLAN_FILE = "sequential_plan.json"
 
 
 def looks(start: int, step: int, budget: int) -> list[int]:
@@ -56,3 +64,19 @@ def decided(verdict) -> bool:
     """Significant at the look's share of alpha, or equivalent within the margin at it."""
     eq = verdict.equivalence
     return verdict.comparison.significant or (eq is not None and eq.verdict == "equivalent")
+
+
+def plan_refusal(recorded: dict[str, Any], asked: dict[str, Any], where: Path) -> str | None:
+    """Why a resume of the sequential sweep in `where` may not go on with the plan `asked` (None: it may): what
+    differs from the plan it was started with, and the flags that resume it as started."""
+    changed = [key for key in recorded if recorded[key] != asked.get(key)]
+    if not changed:
+        return None
+    as_started = " ".join(f"--{key} {recorded[key]}" if recorded[key] is not None else f"without --{key}"
+                          for key in changed if key != "overrides")
+    return (f"{where} was started with {', '.join(f'{k}={json.dumps(recorded[k])}' for k in changed)} and this "
+            f"command asks {', '.join(f'{k}={json.dumps(asked.get(k))}' for k in changed)}: the looks and their alpha "
+            f"shares are fixed when a sequential sweep starts, so a resume that changed them would not hold its error "
+            f"rate. Resume with the plan it started with" + (f" ({as_started})" if as_started else "")
+            + (f" and -- {' '.join(recorded['overrides'])}" if "overrides" in changed else "")
+            + ", or start the new plan in another dir.")

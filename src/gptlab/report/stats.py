@@ -171,10 +171,10 @@ class Band:
     n: int
 
 
-def mean_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]], band: str = "minmax") -> Band | None:
-    """Seeds may be evaluated at different x (wall-clock seconds always are): each (x, y) curve is interpolated
-    onto the union of their x points within the range every curve covers, so no seed is extrapolated.
-    None when there is no curve or the ranges do not overlap."""
+def common_grid(curves: Sequence[tuple[Sequence[float], Sequence[float]]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Seeds may be evaluated at different x (wall-clock seconds always are): each (x, y) curve interpolated onto the
+    union of their x points within the range every curve covers, so no seed is extrapolated: (grid, one row per
+    curve). None when there is no curve or the ranges do not overlap."""
     curves = [(np.asarray(x, dtype=float), np.asarray(y, dtype=float)) for x, y in curves if len(x)]
     if not curves:
         return None
@@ -183,14 +183,22 @@ def mean_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]], band: 
         return None
     grid = np.unique(np.concatenate([x for x, _ in curves]))
     grid = grid[(grid >= start) & (grid <= end)]
-    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
+
+
+def mean_curve(curves: Sequence[tuple[Sequence[float], Sequence[float]]], band: str = "minmax") -> Band | None:
+    """The curves' mean on their common grid, with a band; None where common_grid has none."""
+    found = common_grid(curves)
+    if found is None:
+        return None
+    grid, ys = found
     mean = ys.mean(axis=0)
     if band == "std":
-        spread = ys.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros_like(mean)
+        spread = ys.std(axis=0, ddof=1) if len(ys) > 1 else np.zeros_like(mean)
         low, high = mean - spread, mean + spread
     else:
         low, high = ys.min(axis=0), ys.max(axis=0)
-    return Band(grid, mean, low, high, len(curves))
+    return Band(grid, mean, low, high, len(ys))
 
 
 def value_at(band: Band, x: float) -> float | None:

@@ -30,6 +30,21 @@ def check_axis_keys(lr_key: str, size_key: str) -> None:
                           f"optimizer.lr, or --lr-key {NO_KEY} for no LR grid.")
 
 
+def check_ladder_options(size_key: str, test: str, correction: str, margin: float | None,
+                         effect: float | None) -> None:
+    """The ladder report's verdicts are compute multipliers with bootstrap intervals, not tests of a loss difference:
+    the options that shape such a test would be ignored there, so they are refused."""
+    given = [f"--margin {margin:g}" if margin is not None else "", f"--effect {effect:g}" if effect is not None else "",
+             f"--test {test}" if test != "paired" else "", f"--correction {correction}" if correction != "holm" else ""]
+    given = [g for g in given if g]
+    if given:
+        raise ConfigError(f"{' '.join(given)}: this sweep varies {size_key}, so it gets the scaling-ladder report, "
+                          "whose verdicts are compute multipliers with bootstrap intervals, not tests of a loss "
+                          "difference: " + ", ".join(f"drop {g.split()[0]}" for g in given) + f", or pass "
+                          f"--size-key {NO_KEY} to read each size of each variant as an arm of an ablation report, "
+                          "whose loss tests take them.")
+
+
 def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.05, x: str | None = None,
                        band: str = "minmax", lr_key: str = "optimizer.lr", size_key: str = "+ladder",
                        target_flops: float | None = None, n_boot: int = 1000, test: str = "paired",
@@ -46,7 +61,8 @@ def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: floa
                           f"sweep as it is, pass --size-key none (an LR-tuned report, each size a variant) or "
                           f"--lr-key none (a ladder per LR).")
     if lr_key in swept:
-        return write_lr_report(sweep_dir, jobs, lr_key, baseline, alpha)
+        return write_lr_report(sweep_dir, jobs, lr_key, baseline, alpha, test, correction, margin, effect)
     if size_key in swept:
+        check_ladder_options(size_key, test, correction, margin, effect)
         return write_ladder_report(sweep_dir, jobs, size_key, baseline, target_flops, n_boot)
     return write_report(sweep_dir, baseline, alpha, x, band, test, correction, margin, effect)

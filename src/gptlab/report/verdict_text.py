@@ -33,13 +33,14 @@ def _seeds(n: int | None) -> str:
     return "more than 100,000" if n is None else f"{n:,}"
 
 
-def power_section(found: Spread, n_seeds: int, alpha: float, effect: float | None) -> str:
+def power_section(found: Spread, n_seeds: int, alpha: float, effect: float | None,
+                  metric: str = "final val/loss") -> str:
     """The seed sigma, the smallest effect these seeds detect, and the seeds per arm an `--effect` needs."""
     level = f"{1 - alpha:.0%}"
     if found.arms is None:
-        return ("## Seeds and power\n\nNo arm has two seeds with a final val/loss: no seed sigma to plan from. "
+        return (f"## Seeds and power\n\nNo arm has two seeds with a {metric}: no seed sigma to plan from. "
                 "Launch with seed=1,2,3 (or more).\n\n")
-    text = f"## Seeds and power\n\nSeed sigma of final val/loss, pooled over the arms: {_sigma(found.arms, level)}.\n"
+    text = f"## Seeds and power\n\nSeed sigma of {metric}, pooled over the arms: {_sigma(found.arms, level)}.\n"
     if found.differences is not None:
         text += (f"Sigma of the per-seed differences from the baseline, pooled over the paired variants: "
                  f"{_sigma(found.differences, level)}.\n")
@@ -61,28 +62,33 @@ def power_section(found: Spread, n_seeds: int, alpha: float, effect: float | Non
                    "interval's high end the seeds needed grow by (high/sigma)²).\n\n")
 
 
-def ranking(labels: list[str], verdicts: list[Verdict | None], digits: int = 4) -> str:
-    """The tested variants from lowest to highest Δ, with simultaneous intervals, Holm's p and compute worth."""
+def ranking(labels: list[str], verdicts: list[Verdict | None], digits: int = 4, metric: str = "final val/loss") -> str:
+    """The tested variants from lowest to highest Δ, with simultaneous intervals, Holm's p and, where the report
+    reads one, the compute worth."""
     tested = [(label, v) for label, v in zip(labels, verdicts) if v is not None and v.comparison.testable]
     if len(tested) < 2:
         return ""
     k = tested[0][1].comparison.family
     level = f"{1 - tested[0][1].comparison.alpha:.0%}"
+    worths = any(v.worth for _, v in tested)
     text = (f"## Ranking ({len(tested)} variants, lowest Δ first)\n\nIntervals at {level} for all {k} together "
             "(Bonferroni: each at alpha/k), so a ranking read from non-overlapping ones holds family-wise.\n\n"
-            f"| rank | variant | Δ final val/loss | simultaneous {level} interval | test | p (Holm) | worth in compute "
-            "|\n|---|---|---|---|---|---|---|\n")
+            f"| rank | variant | Δ {metric} | simultaneous {level} interval | test | p (Holm) |"
+            + (" worth in compute |" if worths else "") + "\n|---|---|---|---|---|---|" + ("---|" if worths else "")
+            + "\n")
     for rank, (label, v) in enumerate(sorted(tested, key=lambda lv: lv[1].comparison.diff), start=1):
         c: Comparison = v.comparison
         low, high = simultaneous(c)
         p = c.p_family if c.p_family is not None else c.p
         text += (f"| {rank} | {label} | {c.diff:+.{digits}f} | [{low:+.{digits}f}, {high:+.{digits}f}] | "
-                 f"{'paired t' if c.paired else 'Welch'} | {p:.3g} | {v.worth.text() if v.worth else '—'} |\n")
+                 f"{'paired t' if c.paired else 'Welch'} | {p:.3g} |"
+                 + (f" {v.worth.text() if v.worth else '—'} |" if worths else "") + "\n")
     return text + "\n"
 
 
 def worth_note() -> str:
     return ("Worth in compute: the baseline's mean val/loss curve against training FLOPs read at the variant's "
-            "final loss, m = C_baseline / C_variant (m > 1: the variant saves compute), its interval read at the ends "
-            "of Δ's interval; \"beyond the curve\" where the baseline's curve does not reach that loss (no "
-            "extrapolation).\n\n")
+            "final loss, m = C_baseline / C_variant (m > 1: the variant saves compute); its interval carries the seed "
+            "noise of both arms, the baseline's curve included (a jackknife over seeds with Student's t, "
+            "gptlab.report.compute_worth); \"beyond the curve\" where the baseline's curve does not reach that loss "
+            "(no extrapolation), \"beyond\" for an interval end outside the FLOPs it spans.\n\n")

@@ -1,6 +1,8 @@
-"""The ablation report's verdicts: per variant, which test it gets (paired by seed where the runs allow, Welch's
-where not) and why, Holm's correction across the variants, and what each verdict is worth: the seeds' power, the
-seeds an effect needs, equivalence within a margin, and the difference in training compute."""
+"""The verdicts of every report that compares arms against a baseline (the ablation, LR-tuned and context reports):
+per variant, which test it gets (paired by seed where the runs allow, Welch's where not) and why, Holm's correction
+across the variants, and what each verdict is worth: the seeds' power, the seeds an effect needs, equivalence within
+a margin, and (the ablation report's final val/loss) the difference in training compute. Each report hands its
+measurements in as per-seed Samples, so the choice of test has this one home."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import yaml
 from scipy import stats
 
@@ -55,32 +56,45 @@ def _config(job: Job) -> dict:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def seeded_values(arm: Arm) -> tuple[dict[str, float], bool]:
-    """seed -> final val/loss of the arm's finished jobs, and whether every job ran with paired seeds (a run from
-    before paired_seeds existed drew its data order from the seed alone: paired in data, not in init)."""
-    values, paired = {}, True
-    for job in arm.jobs:
-        final = job.summary.get(METRIC)
-        if final is None:
-            continue
-        config = _config(job)
-        values[str(job.overrides.get("seed", config.get("seed", "?")))] = float(final)
-        paired = paired and bool(config.get("paired_seeds", True))
-    return values, paired
+@dataclass(frozen=True)
+class Sample:
+    """One arm's measurement per seed (seed -> value) and whether every run behind it was launched with paired seeds
+    (a run from before paired_seeds existed drew its data order from the seed alone: paired in data, not in init).
+    What every report that compares arms hands to choose_test: final val/loss, loss at the best LR, loss at a
+    context."""
+
+    values: dict[str, float]
+    paired: bool = True
+
+
+def job_seed(job: Job) -> str:
+    """The job's seed as its `seed` override, else its resolved config's."""
+    return str(job.overrides.get("seed", _config(job).get("seed", "?")))
+
+
+def job_paired(job: Job) -> bool:
+    return bool(_config(job).get("paired_seeds", True))
+
+
+def seeded_values(arm: Arm) -> Sample:
+    """The arm's finished jobs' final val/loss by seed."""
+    finished = [job for job in arm.jobs if job.summary.get(METRIC) is not None]
+    return Sample({job_seed(job): float(job.summary[METRIC]) for job in finished},
+                  all(job_paired(job) for job in finished))
 
 
 def _seed_list(seeds: set[str]) -> str:
     return ",".join(sorted(seeds, key=lambda s: (len(s), s)))
 
 
-def choose_test(base: Arm, variant: Arm, alpha: float, test: str) -> tuple[Comparison, str]:
-    """The paired test when both arms ran the same seeds with paired_seeds on, else Welch's, with the reason."""
-    a, a_paired = seeded_values(base)
-    b, b_paired = seeded_values(variant)
+def choose_test(base: Sample, variant: Sample, alpha: float, test: str) -> tuple[Comparison, str]:
+    """The paired test when both arms ran the same seeds with paired_seeds on, else Welch's, with the reason: the
+    one place any report decides which test a comparison gets."""
+    a, b = base.values, variant.values
     welch = compare(list(a.values()), list(b.values()), alpha)
     if test == "welch":
         return welch, "Welch (--test welch): the arms read as independent samples"
-    if not (a_paired and b_paired):
+    if not (base.paired and variant.paired):
         return welch, "Welch: launched with paired_seeds=false, so the arms share nothing seed by seed"
     if set(a) != set(b):
         missing = [f"seed {_seed_list(set(a) - set(b))} only in the baseline" if set(a) - set(b) else "",
@@ -115,16 +129,17 @@ def simultaneous(comp: Comparison) -> tuple[float, float] | None:
 
 
 def worth(base: Arm, variant: Arm, comp: Comparison) -> Worth | None:
-    """The variant's final loss read on the baseline's loss-vs-FLOPs curve (report.compute_worth)."""
+    """The variant's final loss read on the baseline's loss-vs-FLOPs curve, with both arms' seed noise in its
+    interval (report.compute_worth)."""
+    finished = [job for job in base.jobs if job.summary.get(METRIC) is not None and job.val_curve]
     try:
-        curve, mine = base.curve("flops"), variant.curve("flops")
+        curves = {job_seed(job): (job.x_values("flops"), [p.loss for p in job.val_curve]) for job in finished}
+        mine = variant.curve("flops")
     except (AttributeError, TypeError):  # a job without a readable model: no FLOPs axis
         return None
-    if curve is None or mine is None:
+    if not curves or mine is None:
         return None
-    base_final = float(np.mean(list(seeded_values(base)[0].values())))
-    ends = (base_final + comp.ci_low, base_final + comp.ci_high) if comp.testable else (None, None)
-    return compute_worth(curve.x, curve.mean, base_final + comp.diff, float(mine.x[-1]), *ends)
+    return compute_worth(curves, seeded_values(variant).values, float(mine.x[-1]), comp.paired, comp.alpha)
 
 
 @dataclass(frozen=True)
@@ -137,31 +152,43 @@ class Spread:
     correlations: dict[str, float]
 
 
-def spread(arms: list[Arm], base: Arm, verdicts: list[Verdict | None], alpha: float) -> Spread:
-    values = [seeded_values(a)[0] for a in arms]
+def spread(samples: list[Sample], base: Sample, labels: list[str], verdicts: list[Verdict | None],
+           alpha: float) -> Spread:
     diffs, corr = [], {}
-    base_values = seeded_values(base)[0]
-    for arm, mine, v in zip(arms, values, verdicts):
+    for label, mine, v in zip(labels, samples, verdicts):
         if v is not None and v.comparison.paired and v.comparison.testable:
-            diffs.append([mine[s] - base_values[s] for s in base_values])
+            diffs.append([mine.values[s] - base.values[s] for s in base.values])
             if v.comparison.correlation is not None:
-                corr[arm.label] = v.comparison.correlation
-    return Spread(pooled_sigma([list(v.values()) for v in values], alpha), pooled_sigma(diffs, alpha), corr)
+                corr[label] = v.comparison.correlation
+    return Spread(pooled_sigma([list(s.values.values()) for s in samples], alpha), pooled_sigma(diffs, alpha), corr)
+
+
+def judge_samples(labels: list[str], samples: list[Sample], base: int, alpha: float = 0.05, test: str = "paired",
+                  correction: str = "holm", margin: float | None = None, untested: dict[int, Comparison] | None = None
+                  ) -> tuple[list[Verdict | None], Spread]:
+    """One verdict per arm (None for the baseline, at index `base`, and for an arm without values): the test
+    choose_test picks, Holm's correction over the tested ones, and with a margin the equivalence verdict; and the
+    spread of the seeds they rest on. An arm in `untested` gets that comparison (no test, its reason in no_test)
+    and stays out of the family."""
+    untested = untested or {}
+    chosen = [None if i == base or not s.values or not samples[base].values else
+              (untested[i], untested[i].no_test) if i in untested else
+              choose_test(samples[base], s, alpha, test) for i, s in enumerate(samples)]
+    comps = with_family([c[0] if c else None for c in chosen], correction)
+    verdicts = [None if c is None else Verdict(comp, c[1]) for c, comp in zip(chosen, comps)]
+    found = spread(samples, samples[base], labels, verdicts, alpha)
+    out: list[Verdict | None] = []
+    for v in verdicts:
+        sigma = v and (found.differences if v.comparison.paired else found.arms)
+        eq = equivalence(v.comparison, margin, sigma and sigma.value) if v and margin else None
+        out.append(v and dataclasses.replace(v, equivalence=eq))
+    return out, found
 
 
 def judge(arms: list[Arm], base: Arm, alpha: float = 0.05, test: str = "paired", correction: str = "holm",
           margin: float | None = None) -> tuple[list[Verdict | None], Spread]:
-    """One verdict per arm (None for the baseline), and the spread of the seeds they rest on."""
-    chosen = [None if arm is base else choose_test(base, arm, alpha, test) for arm in arms]
-    comps = with_family([c[0] if c else None for c in chosen], correction)
-    verdicts = [None if c is None else Verdict(comp, c[1]) for c, comp in zip(chosen, comps)]
-    found = spread(arms, base, verdicts, alpha)
-    out: list[Verdict | None] = []
-    for arm, v in zip(arms, verdicts):
-        if v is None:
-            out.append(None)
-            continue
-        sigma = found.differences if v.comparison.paired else found.arms
-        eq = equivalence(v.comparison, margin, sigma and sigma.value) if margin else None
-        out.append(dataclasses.replace(v, equivalence=eq, worth=worth(base, arm, v.comparison)))
-    return out, found
+    """The ablation report's verdicts on final val/loss, each with its worth in compute."""
+    judged, found = judge_samples([a.label for a in arms], [seeded_values(a) for a in arms],
+                                  next(i for i, a in enumerate(arms) if a is base), alpha,
+                                  test, correction, margin)
+    return [v and dataclasses.replace(v, worth=worth(base, arm, v.comparison)) for arm, v in zip(arms, judged)], found
