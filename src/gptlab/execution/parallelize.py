@@ -12,7 +12,8 @@ function is, by runtime.compile_scope (Runtime.compiled_scope resolves its null)
     compiled on its own. FSDP's per-block gathers and hooks stay outside the compiled code (a whole-model graph
     would break at each of them), identical blocks share one compiled code (one compile, not one per layer), and
     there too the fp32 logits never exist;
-  - compile off: the same functions, eager.
+  - compile off: the same functions, eager; a member of a fused sweep group (hydra/launcher=fused) gets the function
+    that runs its training micro-batches together with the other members' (execution/fused.py).
 Order (torchtitan's): float8 swaps the Linear layers, checkpointing wraps each block (execution/checkpointing.py: full
 or selective), FSDP shards the checkpointed blocks, compile comes last.
 """
@@ -30,6 +31,7 @@ from gptlab.execution.attention_backend import choose_attention_backend
 from gptlab.execution.checkpointing import checkpoint_blocks
 from gptlab.execution.float8 import apply_float8
 from gptlab.execution.fsdp2 import shard_gpt
+from gptlab.execution.fused import fused_loss_fn, member_of_this_thread
 from gptlab.model import GPT
 from gptlab.model.loss import LossParts, loss_parts, model_loss
 
@@ -58,6 +60,9 @@ def parallelize(model: GPT, runtime: Runtime, device: torch.device, *, mesh: Opt
         return torch.compile(eager_loss_fn(model), dynamic=False)
     if scope == "blocks":
         return blockwise_loss_fn(model)
+    member = member_of_this_thread()
+    if member is not None:  # a member of a fused group (hydra/launcher=fused): its training steps run fused
+        return fused_loss_fn(model, eager_loss_fn(model), *member)
     return eager_loss_fn(model)  # under FSDP too: the root unit's hook gathers when the model is called
 
 

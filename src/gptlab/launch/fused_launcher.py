@@ -1,0 +1,127 @@
+"""hydra/launcher=fused: a `-m` sweep whose jobs of one model shape train as fused groups of up to `max_members`
+members in this process (gptlab.launch.fused_groups decides the groups, gptlab.execution.fused runs their steps).
+
+Each member is the same sweep job Hydra's basic launcher would run, in a thread of its own: Hydra's run_job writes
+its dir and .hydra/, gptlab's train() checks it, skips it when an earlier launch finished it, builds its own
+Trainer, callbacks, loggers and checkpoints, and records its failure in its own dir. Why threads of whole runs
+rather than one hand-written loop over k models: every member then is its own run by construction (the same
+Lightning loop, checkpoints that eval.py, sample.py and resume read as any other, the same sweep records), and the
+only new code is the fused forward and backward. Members set up one at a time (Hydra's config singleton and torch's
+seed are process-wide); the next one starts its setup when the previous one reaches its first step. Groups run one
+after another.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from gptlab.errors import ConfigError
+from gptlab.execution.fused import FusedGroup
+from gptlab.launch.fused_groups import describe, plan_groups
+
+log = logging.getLogger(__name__)
+
+
+class FusedLauncher(Launcher):
+    def __init__(self, max_members: int = 8) -> None:
+        self.max_members = max_members
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.task_function: Optional[TaskFunction] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None
+        setup_globals()
+        console_logging(self.config)
+        configs = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(cfg):
+                cfg.hydra.job.id = cfg.hydra.job.num = idx
+            configs.append(cfg)
+        try:
+            groups, differ = plan_groups(configs, self.max_members)
+        except ConfigError as err:
+            print(f"gptlab: error: {err}", file=sys.stderr)
+            sys.exit(2)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        for line in describe(groups, differ, configs, self.max_members):
+            print(line, flush=True)
+        results: dict[int, JobReturn] = {}
+        for group in groups:
+            results.update(self.run_group([configs[i] for i in group]))
+        return [results[i] for i in sorted(results)]
+
+    def run_group(self, members: list[DictConfig]) -> dict[int, JobReturn]:
+        """Every member's job in a thread of its own, all joined; an exit a member's entry asked for (a refusal:
+        exit 2) is taken once every member has ended."""
+        group = FusedGroup(len(members))
+        results: dict[int, JobReturn] = {}
+        exits: list[BaseException] = []
+        saved = HydraConfig.instance().cfg
+
+        def member(position: int, cfg: DictConfig) -> None:
+            with group.member(position), member_log_file(cfg):
+                try:
+                    results[int(cfg.hydra.job.num)] = run_job(
+                        hydra_context=self.hydra_context, task_function=self.task_function, config=cfg,
+                        job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir", configure_logging=False)
+                except BaseException as err:  # SystemExit of a refusal, already said by the entry point
+                    exits.append(err)
+
+        threads = [threading.Thread(target=member, args=(i, cfg), name=f"fused-job-{cfg.hydra.job.num}")
+                   for i, cfg in enumerate(members)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        HydraConfig.instance().cfg = saved
+        for err in exits:
+            raise err
+        return results
+
+
+def console_logging(config: DictConfig) -> None:
+    """The jobs' logging config without its file handler: each member's file is its own (member_log_file)."""
+    job_logging = OmegaConf.to_container(config.hydra.job_logging, resolve=False)
+    if not isinstance(job_logging, dict) or not job_logging:
+        return
+    job_logging.get("handlers", {}).pop("file", None)
+    root = job_logging.get("root", {})
+    root["handlers"] = [h for h in root.get("handlers", []) if h != "file"]
+    logging.config.dictConfig(job_logging)
+
+
+class member_log_file:
+    """<job dir>/<job name>.log with the records of this member's thread, as Hydra writes a job's log."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.path = Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir) / f"{cfg.hydra.job.name}.log"
+        self.handler: Optional[logging.Handler] = None
+
+    def __enter__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        thread = threading.get_ident()
+        self.handler = logging.FileHandler(self.path)
+        self.handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+        self.handler.addFilter(lambda record: record.thread == thread)
+        logging.getLogger().addHandler(self.handler)
+
+    def __exit__(self, *exc: Any) -> None:
+        assert self.handler is not None
+        logging.getLogger().removeHandler(self.handler)
+        self.handler.close()
