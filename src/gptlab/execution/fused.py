@@ -166,7 +166,16 @@ def fused_loss_fn(model: torch.nn.Module, eager: Any, group: FusedGroup, index: 
     return loss_fn
 
 
-_SDPA = F.scaled_dot_product_attention
+_SDPA, _NORMS = F.scaled_dot_product_attention, {"layer_norm": F.layer_norm, "rms_norm": F.rms_norm}
+
+
+def _physical(t: Any, level: int) -> Any:
+    """A vmapped tensor as the tensor that holds every member, member dim first (None: not vmapped, or not a
+    tensor)."""
+    if not isinstance(t, torch.Tensor) or not _functorch.is_batchedtensor(t):
+        return None
+    inner, dim = _functorch._unwrap_batched(t, level)
+    return inner.movedim(dim, 0)
 
 
 def _folded_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -176,22 +185,49 @@ def _folded_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, 
     if not _functorch.is_batchedtensor(q) or (mask is not None and _functorch.is_batchedtensor(mask)):
         return _SDPA(q, k, v, *args, **kwargs)
     level = _functorch.maybe_get_level(q)
-    physical = []
-    for t in (q, k, v):
-        inner, dim = _functorch._unwrap_batched(t, level) if _functorch.is_batchedtensor(t) else (t, None)
-        physical.append(inner.movedim(dim, 0) if dim is not None else None)
+    physical = [_physical(t, level) for t in (q, k, v)]
     members = next(p.shape[0] for p in physical if p is not None)
     physical = [p if p is not None else t.expand(members, *t.shape) for p, t in zip(physical, (q, k, v))]
     out = _SDPA(*(p.reshape(-1, *p.shape[2:]) for p in physical), *args, **kwargs)
     return _functorch._add_batch_dim(out.reshape(members, -1, *out.shape[1:]), 0, level)
 
 
+def _per_member_norm(name: str) -> Any:
+    """F.layer_norm / F.rms_norm called once per member on its own slice: torch.func's batching rule for them sums
+    the gain's and bias's gradients in another order than the kernel a run alone calls (1e-10 apart, which
+    Muon's bf16 Newton-Schulz and clipping turn into visible differences); the kernel's own backward keeps every
+    member's gradients bitwise equal to its run alone. Norms are a small share of a step."""
+    norm = _NORMS[name]
+
+    def per_member(x: torch.Tensor, shape: Any, weight: Any = None, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if not _functorch.is_batchedtensor(x):
+            return norm(x, shape, weight, *args, **kwargs)
+        level = _functorch.maybe_get_level(x)
+        xs = _physical(x, level)
+        rest = list(args)
+        bias = rest.pop(0) if name == "layer_norm" and rest else kwargs.pop("bias", None)
+        gains, biases = _physical(weight, level), _physical(bias, level)
+        out = torch.stack([
+            norm(xs[i], shape, weight if gains is None else gains[i],
+                 *([bias if biases is None else biases[i]] if name == "layer_norm" else []), *rest, **kwargs)
+            for i in range(xs.shape[0])])
+        return _functorch._add_batch_dim(out, 0, level)
+
+    return per_member
+
+
+_FOLDED = {"scaled_dot_product_attention": _folded_sdpa, **{name: _per_member_norm(name) for name in _NORMS}}
+
+
 @contextlib.contextmanager
 def attention_folded() -> Iterator[None]:
-    """Attention as one kernel call for all members, while the fused forward runs (the other member threads wait
-    for its result meanwhile, so nothing else calls attention)."""
-    F.scaled_dot_product_attention = _folded_sdpa
+    """Attention as one kernel call for all members and each norm as its run alone computes it, while the fused
+    forward runs (the other member threads wait for its result meanwhile, so nothing else calls them)."""
+    saved = {name: getattr(F, name) for name in _FOLDED}
+    for name, fn in _FOLDED.items():
+        setattr(F, name, fn)
     try:
         yield
     finally:
-        F.scaled_dot_product_attention = _SDPA
+        for name, fn in saved.items():
+            setattr(F, name, fn)
