@@ -70,9 +70,26 @@ def test_each_member_writes_its_own_run_dir_and_checkpoint(sweeps) -> None:
     assert model.num_parameters() > 0
 
 
+def _without_measured_speed(report: str) -> str:
+    """The report with its tokens/s cells blanked: a member's own wall clock includes its wait for the others."""
+    lines, column = [], None
+    for line in report.splitlines():
+        cells = line.split(" | ")
+        if "tokens/s" in cells:
+            column = cells.index("tokens/s")
+        elif not line.startswith("|"):
+            column = None
+        elif column is not None and len(cells) > column:
+            cells[column] = "-"
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
 def test_the_report_of_a_fused_sweep_is_the_report_of_the_sweep_alone(sweeps) -> None:
-    tables = [write_report(sweep)[0].read_text().replace(str(sweep), "<sweep>") for sweep in sweeps]
-    assert tables[0] == tables[1]
+    """Same table, same verdicts: every number but the measured speed."""
+    tables = [_without_measured_speed(write_report(sweep)[0].read_text().replace(str(sweep), "<sweep>"))
+              for sweep in sweeps]
+    assert "Welch" in tables[0] and tables[0] == tables[1]
 
 
 @pytest.fixture(scope="module")
