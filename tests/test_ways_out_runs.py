@@ -37,7 +37,7 @@ from helpers import CONF_DIR, ROOT
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from test_report_stats import make_job
 from ways_out import Refusal, follow, unreached
 
@@ -522,6 +522,35 @@ def test_a_refused_launcher_writes_nothing_and_its_way_out_is_the_same_sweep(tmp
                              sweep)) is None
 
 
+FUSED = "hydra/launcher=fused"
+FUSED_CASES = [(FUSED, "model.dropout=0.1"), (FUSED, "trainer.devices=2"), (FUSED, "trainer.num_nodes=2"),
+               (FUSED, "trainer=fsdp"), (FUSED, "runtime.compile=true"), (FUSED, "hydra.launcher.max_members=0")]
+
+
+def fused_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
+    """What hydra/launcher=fused refuses of a sweep whose one job is `command` (gptlab.launch.fused_groups), before
+    any job runs."""
+    from gptlab.launch.fused_groups import plan_groups
+
+    cfg = launch_config(command)
+    if not str(cfg.hydra.launcher.get("_target_")).endswith("FusedLauncher"):
+        return None  # another launcher: nothing fuses, nothing of this is checked
+    with open_dict(cfg):
+        cfg.hydra.job.num = 0  # the sweep's first job
+    return refused_by(lambda: plan_groups([cfg], cfg.hydra.launcher.max_members))
+
+
+@pytest.mark.parametrize("command", FUSED_CASES, ids=" ".join)
+def test_each_fused_launcher_refusals_ways_out_work(command: tuple[str, ...]) -> None:
+    refused = fused_refusal(command)
+    assert refused is not None, command
+    walk = follow(command, DEPTH, refuse=fused_refusal)
+    assert not walk.broken and walk.followed, walk.broken
+    assert "hydra.launcher.max_members" in refused.message or "without hydra/launcher=fused" in refused.message
+    without = tuple(o for o in command if not o.startswith(("hydra/launcher=", "hydra.launcher.")))
+    assert fused_refusal(without) is None  # the sweep run without it
+
+
 # ---- the run dir lock, and the relayout of resume ------------------------------------------------------------
 @pytest.mark.parametrize("field", ["hydra.run.dir", "hydra.sweep.dir"])
 def test_a_run_dir_in_use_is_followed(field: str, tmp_path: Path) -> None:
@@ -582,6 +611,8 @@ def test_every_raise_of_the_runs_area_is_reached_by_a_case(tmp_path: Path) -> No
     test_an_experiments_sweep_without_m_is_followed(tmp_path / "single")
     for command in LAUNCHER_CASES:
         launcher_refusal(command)
+    for command in FUSED_CASES:
+        fused_refusal(command)
     test_a_run_dir_in_use_is_followed("hydra.run.dir", tmp_path / "lock")
     test_a_checkpoint_without_batch_counters_is_followed()
     test_an_export_into_a_file_or_a_dir_of_the_users_files_is_followed(tmp_path / "export")

@@ -567,6 +567,7 @@ AREAS = {
         "report/ladder_report.py", "report/lr_report.py", "report/mup_transfer.py", "report/runs.py",
         "report/sweep.py", "runs/relayout.py", "runs/run_dir_lock.py", "runs/sweep_identity.py",
         "runs/sweep_jobs.py", "runs/write_targets.py", "launch/gpu_launcher.py", "runs/one_run.py",
+        "launch/fused_groups.py",
     ],
 }
 

@@ -33,13 +33,13 @@ def shape_key(cfg: DictConfig) -> dict[str, Any]:
 def check_fusable(cfg: DictConfig, job: str) -> None:
     """One line naming the key of `job` (its overrides) that no fused group can take, and the way out."""
     trainer = cfg.trainer
+    if "fsdp" in str(trainer.get("strategy", "")).lower():
+        raise ConfigError(f"hydra/launcher=fused cannot shard members (job {job} has trainer.strategy="
+                          f"{trainer.get('strategy')}); drop trainer.strategy (trainer=default), {WAY_OUT}.")
     for key in ("devices", "num_nodes"):
         if trainer.get(key) not in (1, None):
             raise ConfigError(f"hydra/launcher=fused runs a group's members in one process on one device, but job "
                               f"{job} has trainer.{key}={trainer.get(key)}; set trainer.{key}=1, {WAY_OUT}.")
-    if "fsdp" in str(trainer.get("strategy", "")).lower():
-        raise ConfigError(f"hydra/launcher=fused cannot shard members (job {job} has trainer.strategy="
-                          f"{trainer.get('strategy')}); drop trainer.strategy (trainer=default), {WAY_OUT}.")
     if float(cfg.model.get("dropout") or 0.0) > 0.0:
         raise ConfigError(f"hydra/launcher=fused members would draw their dropout masks from one random stream, so "
                           f"none would repeat its own run (job {job} has model.dropout={cfg.model.dropout}); set "

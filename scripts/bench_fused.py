@@ -1,0 +1,42 @@
+"""Fused sweep members (hydra/launcher=fused) against the same jobs one after another, in one interleaved run:
+
+    python scripts/bench_fused.py                       # nano, k = 1 2 4 8 16, micro-batch 8 (CPU: ~10 min idle)
+    python scripts/bench_fused.py --ks 1 8 --batch 32   # the nano default micro-batch
+    python scripts/bench_fused.py --device cuda --ks 1 4 16
+
+Prints tokens/s summed over members for both, their ratio, the bound (k x the fused step's tokens/s at k=1) and the
+step's memory (gptlab.tools.benchmarks.fused_speed says what each column counts). Goal (issue 42): >= 2.5x at k=8
+for nano on a 2-core CPU; on one GPU >= 8x at k=16.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+import torch
+
+from gptlab.launch.cli import ArgumentParser
+from gptlab.tools.benchmarks.fused_speed import measure, table
+
+
+def main() -> None:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="group sizes to measure")
+    parser.add_argument("--batch", type=int, default=8, help="micro-batch of each member (windows of 256 tokens)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved timings of each side; the best is kept")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda")
+    args = parser.parse_args()
+    if min(args.ks) < 1 or args.batch < 1 or args.repeats < 1:
+        parser.error("--ks, --batch and --repeats take positive integers")
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    print(f"nano (L4 H4 E128 T256, vocab 257, gelu_tanh), micro-batch {args.batch}, fp32, AdamW, clip 1.0; {where}; "
+          f"torch {torch.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for line in table(measure(sorted(set(args.ks)), args.batch, args.repeats, device)):
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Sweep throughput of k fused members (execution/fused.py) against the same k jobs' steps one after another.
+
+One training step per member: forward, loss, backward, clipping at 1.0 and its own AdamW step. Fused: one
+`fused_step` for all k (the vmapped forward and backward the launcher's groups run) and then each member's own
+clipping and optimizer step, as each member's Lightning loop does; alone: each member's own step in turn. Both run
+interleaved in one process, repeatedly, each keeping its best time (other processes only ever add time). Tokens/s
+is summed over members. The bound is what perfect batching would give over the fused step at k=1: k times as many
+tokens in the time of one fused k=1 step (ratio "of bound" = fused k-step tokens/s over k x fused k=1 tokens/s).
+Memory is the step's own: parameters, gradients and AdamW's two moments of all k, plus the tensors autograd saves
+for backward at the step's peak (the same count on both sides: CUDA's allocator peak where there is a GPU).
+Lightning's own per-step overhead is paid per member on both sides of a real sweep and is not in these rows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from gptlab.execution.fused import _Request, fused_step
+from gptlab.model import GPT, GPTConfig
+from gptlab.model.loss import model_loss
+from gptlab.train.optim import adamw, weight_decay_groups
+
+NANO = dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=257)  # conf/model/nano.yaml, bytes tokens
+
+
+@dataclass
+class Row:
+    k: int
+    alone_s: float
+    fused_s: float
+    tokens: int
+    alone_bytes: int
+    fused_bytes: int
+
+
+class _Members:
+    def __init__(self, k: int, batch: int, shape: dict, device: torch.device) -> None:
+        cfg = GPTConfig(**shape)
+        self.models, self.optimizers = [], []
+        for seed in range(k):
+            torch.manual_seed(seed)
+            model = GPT(cfg).to(device)
+            self.models.append(model)
+            self.optimizers.append(adamw(weight_decay_groups(model, 0.1), lr=1e-3 * (seed + 1)))
+        gen = torch.Generator().manual_seed(0)
+        self.batches = [(torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen).to(device),
+                         torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen).to(device))
+                        for _ in range(k)]
+        self.tokens = k * batch * cfg.block_size
+
+    def _finish(self, i: int) -> None:
+        torch.nn.utils.clip_grad_norm_(self.models[i].parameters(), 1.0, foreach=True)
+        self.optimizers[i].step()
+        self.optimizers[i].zero_grad(set_to_none=True)
+
+    def alone(self) -> None:
+        for i, (model, (x, y)) in enumerate(zip(self.models, self.batches)):
+            model_loss(model, x, y).objective.backward()
+            self._finish(i)
+
+    def fused(self) -> None:
+        results = fused_step([_Request(m, x, y, None, 0.0, 0.0) for m, (x, y) in zip(self.models, self.batches)])
+        for i, (model, (_, grads)) in enumerate(zip(self.models, results)):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g
+            self._finish(i)
+
+    def state_bytes(self) -> int:
+        return sum(4 * p.numel() * p.element_size() for m in self.models for p in m.parameters())  # p, grad, 2 moments
+
+
+def _saved_bytes(step: Callable[[], None], device: torch.device) -> int:
+    """The step's peak of tensors saved for backward (CPU), or the allocator's peak (CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return sum(seen.values())
+
+
+def _timed(step: Callable[[], None], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def measure(ks: list[int], batch: int, repeats: int, device: torch.device, shape: dict = NANO) -> list[Row]:
+    """One Row per k: the best of `repeats` interleaved timings of each side, after one warm-up step each."""
+    groups = {k: _Members(k, batch, shape, device) for k in ks}
+    best = {(k, side): float("inf") for k in ks for side in ("alone", "fused")}
+    memory = {}
+    for k, members in groups.items():
+        cuda = device.type == "cuda"
+        memory[k] = tuple(_saved_bytes(step, device) + (0 if cuda else members.state_bytes())
+                          for step in (members.alone, members.fused))
+    for _ in range(repeats):
+        for k, members in groups.items():
+            best[k, "alone"] = min(best[k, "alone"], _timed(members.alone, device))
+            best[k, "fused"] = min(best[k, "fused"], _timed(members.fused, device))
+    return [Row(k, best[k, "alone"], best[k, "fused"], groups[k].tokens, *memory[k]) for k in ks]
+
+
+def table(rows: list[Row]) -> list[str]:
+    """Markdown rows: tokens/s of both sides, the ratio, the bound over the fused step at k=1, and memory."""
+    one = next((r for r in rows if r.k == 1), None)
+    lines = ["| k | alone tokens/s | fused tokens/s | fused / alone | bound (k x fused k=1) | of bound | "
+             "memory alone | memory fused |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        alone, fused = r.tokens / r.alone_s, r.tokens / r.fused_s
+        bound = r.k * one.tokens / one.fused_s if one else float("nan")
+        lines.append(f"| {r.k} | {alone:,.0f} | {fused:,.0f} | {fused / alone:.2f}x | {bound:,.0f} | "
+                     f"{fused / bound:.0%} | {r.alone_bytes / 2**20:,.0f} MiB | {r.fused_bytes / 2**20:,.0f} MiB |")
+    return lines
