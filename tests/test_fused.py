@@ -138,3 +138,19 @@ def test_what_cannot_fuse_is_one_line_naming_the_key(override: str, says: str) -
         plan_groups([_job(0, override)], max_members=8)
     assert "or run the sweep without hydra/launcher=fused" in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_relaunch_continues_every_member_as_its_run_alone_continues(sweeps) -> None:
+    """Raising trainer.max_steps in a relaunch continues each member from its own last.ckpt, in a group, to the
+    steps the same job continued alone logs. Last in this file: it continues the shared sweeps in place."""
+    fused, alone = sweeps
+    for sweep, launcher in ((fused, [FUSED]), (alone, [])):
+        proc = run_train(["-m", *SWEEP, *launcher, "trainer.max_steps=32", f"hydra.sweep.dir={sweep}"],
+                         cwd=sweep.parent, threads=1)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    for job in JOBS:
+        got, want = scalars(fused / job), scalars(alone / job)
+        assert max(want["train/loss"]) == 32
+        for tag in ("train/loss", "val/loss"):
+            assert all(_close(got[tag][s], v) for s, v in want[tag].items()), (job, tag)

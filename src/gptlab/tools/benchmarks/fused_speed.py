@@ -4,8 +4,8 @@ One training step per member: forward, loss, backward, clipping at 1.0 and its o
 `fused_step` for all k (the vmapped forward and backward the launcher's groups run) and then each member's own
 clipping and optimizer step, as each member's Lightning loop does; alone: each member's own step in turn. Both run
 interleaved in one process, repeatedly, each keeping its best time (other processes only ever add time). Tokens/s
-is summed over members. The bound is what perfect batching would give over the fused step at k=1: k times as many
-tokens in the time of one fused k=1 step (ratio "of bound" = fused k-step tokens/s over k x fused k=1 tokens/s).
+is summed over members. The bound is the time of k fused steps at k=1 (one member each): a fused step of k members
+that takes less than that is what fusing buys.
 Memory is the step's own: parameters, gradients and AdamW's two moments of all k, plus the tensors autograd saves
 for backward at the step's peak (the same count on both sides: CUDA's allocator peak where there is a GPU).
 Lightning's own per-step overhead is paid per member on both sides of a real sweep and is not in these rows."""
@@ -119,13 +119,14 @@ def measure(ks: list[int], batch: int, repeats: int, device: torch.device, shape
 
 
 def table(rows: list[Row]) -> list[str]:
-    """Markdown rows: tokens/s of both sides, the ratio, the bound over the fused step at k=1, and memory."""
+    """Markdown rows: tokens/s of both sides and their ratio, the fused step's time against the bound (k times the
+    fused step at k=1: what fusing saves over k steps of one member), and memory."""
     one = next((r for r in rows if r.k == 1), None)
-    lines = ["| k | alone tokens/s | fused tokens/s | fused / alone | bound (k x fused k=1) | of bound | "
+    lines = ["| k | alone tokens/s | fused tokens/s | fused / alone | fused step | bound: k x fused k=1 | "
              "memory alone | memory fused |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         alone, fused = r.tokens / r.alone_s, r.tokens / r.fused_s
-        bound = r.k * one.tokens / one.fused_s if one else float("nan")
-        lines.append(f"| {r.k} | {alone:,.0f} | {fused:,.0f} | {fused / alone:.2f}x | {bound:,.0f} | "
-                     f"{fused / bound:.0%} | {r.alone_bytes / 2**20:,.0f} MiB | {r.fused_bytes / 2**20:,.0f} MiB |")
+        bound = f"{r.k * one.fused_s * 1e3:,.0f} ms" if one else "-"
+        lines.append(f"| {r.k} | {alone:,.0f} | {fused:,.0f} | {fused / alone:.2f}x | {r.fused_s * 1e3:,.0f} ms | "
+                     f"{bound} | {r.alone_bytes / 2**20:,.0f} MiB | {r.fused_bytes / 2**20:,.0f} MiB |")
     return lines
