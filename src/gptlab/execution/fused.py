@@ -111,11 +111,11 @@ def fused_step(requests: list[_Request]) -> list[tuple[LossParts, list[torch.Ten
     """Each member's LossParts (detached) and the gradient of its objective wrt its parameters (in
     `named_parameters` order), from one vmapped forward and one backward over all members."""
     models = [r.model for r in requests]
-    names = [name for name, _ in models[0].named_parameters()]
-    buffer_names = [name for name, _ in models[0].named_buffers()]
-    params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_()
-              for n in names}
-    buffers = {n: torch.stack([dict(m.named_buffers())[n] for m in models]) for n in buffer_names}
+    own = [dict(m.named_parameters()) for m in models]
+    own_buffers = [dict(m.named_buffers()) for m in models]
+    names = list(own[0])
+    params = {n: torch.stack([p[n].detach() for p in own]).requires_grad_() for n in names}
+    buffers = {n: torch.stack([b[n] for b in own_buffers]) for n in own_buffers[0]}
     idx = torch.stack([r.idx for r in requests])
     with_docs = requests[0].doc_ids is not None
     docs = torch.stack([r.doc_ids for r in requests]) if with_docs else None
