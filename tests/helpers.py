@@ -352,18 +352,19 @@ class KillAfterCheckpoint(L.Callback):
 
 
 class KillSweepJobOnce(L.Callback):
-    """SIGKILLs this process (the whole sweep, as a lost node would) as optimizer step `step` of sweep job number `job`
-    begins, the first time only: `marker` is created before the kill, so the same command launched again runs on."""
+    """SIGKILLs this process (the whole sweep, as a lost node would; or sends it `signal_name`, as a scheduler's
+    preemption would) as optimizer step `step` of sweep job number `job` begins, the first time only: `marker` is
+    created before the signal, so the same command launched again runs on."""
 
-    def __init__(self, job: int, step: int, marker: str) -> None:
-        self.job, self.step, self.marker = job, step, Path(marker)
+    def __init__(self, job: int, step: int, marker: str, signal_name: str = "SIGKILL") -> None:
+        self.job, self.step, self.marker, self.signum = job, step, Path(marker), getattr(signal, signal_name)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
 
         if HydraConfig.get().job.num == self.job and trainer.global_step == self.step and not self.marker.exists():
             self.marker.touch()
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signum)
 
 
 class PauseAtStep(L.Callback):

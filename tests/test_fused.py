@@ -8,33 +8,66 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, compose_config, load_checkpoint, run_train, scalars
-from omegaconf import open_dict
+from helpers import TESTS, TINY, compose_config, load_checkpoint, run_train, scalars
+from omegaconf import OmegaConf, open_dict
 
 import gptlab
 from gptlab.errors import ConfigError
-from gptlab.launch.fused_groups import plan_groups
+from gptlab.launch.fused_groups import (
+    STACKED_BYTES_PER_PARAM,
+    check_group_memory,
+    describe,
+    group_bytes,
+    plan_groups,
+)
+from gptlab.model import GPTConfig
+from gptlab.preflight.planning import PROCESS_OVERHEAD_BYTES, estimate_memory
 from gptlab.report.runs import write_report
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE
+from gptlab.runs.run_dir_lock import lock_run_dir, release
 
 FUSED = "hydra/launcher=fused"
 QUIET = ["callbacks.text_samples=null", "callbacks.stability_probes=null"]
-# AdamW and Muon, without and with accumulation: 4 members of one shape, each compared with its run alone.
-SWEEP = [*TINY, *QUIET, "trainer.max_steps=24", "trainer.val_check_interval=8", "optimizer=adamw,muon",
-         "trainer.accumulate_grad_batches=1,2", "optimizer.lr=3e-3"]
+MEMBERS = f"hydra.searchpath=[file://{TESTS / 'fixtures' / 'fused_conf'}]"  # fused_member/a.yaml, b.yaml
+# 4 members of one shape: AdamW and Muon, each with two sets of its own values (seed, dropout, z-loss, init scale,
+# label smoothing, weight decay, schedule, accumulation: tests/fixtures/fused_conf/fused_member), each compared with
+# its run alone. The fused sweep is preempted once (SIGTERM as job 0's step 3 begins) and launched again.
+SWEEP = [*TINY, *QUIET, MEMBERS, "trainer.val_check_interval=4", "optimizer=adamw,muon",
+         "+fused_member=a,b", "optimizer.lr=3e-3", "+callbacks.kill._target_=helpers.KillSweepJobOnce",
+         "+callbacks.kill.job=0", "+callbacks.kill.step=3", "+callbacks.kill.signal_name=SIGTERM"]
 JOBS = ("0", "1", "2", "3")
 
 
-def _sweep(root: Path, name: str, *extra: str) -> Path:
-    proc = run_train(["-m", *SWEEP, *extra, f"hydra.sweep.dir={root / name}"], cwd=root, threads=1)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root / name
+def _sweep(root: Path, name: str, *extra: str, steps: int = 8, returncode: int = 0) -> tuple[Path, str]:
+    proc = run_train(["-m", *SWEEP, *extra, f"trainer.max_steps={steps}", f"+callbacks.kill.marker={root / 'signal'}",
+                      f"hydra.sweep.dir={root / name}"], cwd=root, threads=1)
+    assert proc.returncode == returncode, proc.stderr[-3000:]
+    return root / name, proc.stderr
 
 
 @pytest.fixture(scope="module")
-def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def preempted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, int]]:
+    """The fused sweep stopped by one SIGTERM (exit 143), each member's saved step, then launched again to its
+    end; and the same sweep run alone (the signal's marker exists by then: no signal)."""
     root = tmp_path_factory.mktemp("fused")
-    return _sweep(root, "fused", FUSED), _sweep(root, "alone")
+    fused, stderr = _sweep(root, "fused", FUSED, returncode=143)
+    saved = {job: load_checkpoint(fused / job / "checkpoints" / "last.ckpt")["global_step"] for job in JOBS}
+    _sweep(root, "fused", FUSED)
+    return fused, stderr, saved
+
+
+@pytest.fixture(scope="module")
+def sweeps(preempted, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    fused = preempted[0]
+    return fused, _sweep(fused.parent, "alone")[0]
+
+
+def test_one_signal_saves_every_member_at_its_own_step(preempted) -> None:
+    _, stderr, saved = preempted
+    assert stderr.count("gptlab: preempted (SIGTERM at step") == len(JOBS), stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert all(0 < step < 8 for step in saved.values()), saved
+    assert len(set(saved.values())) > 1, saved  # members with 1 and 2 micro-batches a step stop at their own steps
 
 
 def _close(a: float, b: float) -> bool:
@@ -50,7 +83,7 @@ def test_each_member_logs_what_its_run_alone_logs(sweeps) -> None:
             assert sorted(got[tag]) == sorted(want[tag]), (job, tag)
             bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
             assert not bad, (job, tag, bad)
-        assert max(want["val/loss"]) == 24 and max(want["train/loss"]) == 24
+        assert max(want["val/loss"]) == 8 and max(want["train/loss"]) == 8
 
 
 def test_each_member_writes_its_own_run_dir_and_checkpoint(sweeps) -> None:
@@ -60,10 +93,10 @@ def test_each_member_writes_its_own_run_dir_and_checkpoint(sweeps) -> None:
         config = (ours / "config_resolved.yaml").read_text().replace(str(fused), "<sweep>")
         assert config == (theirs / "config_resolved.yaml").read_text().replace(str(alone), "<sweep>")
         summary = json.loads((ours / SUMMARY_FILE).read_text())
-        assert summary["global_step"] == 24 and _close(summary["best_val_loss"],
+        assert summary["global_step"] == 8 and _close(summary["best_val_loss"],
                                                        json.loads((theirs / SUMMARY_FILE).read_text())["best_val_loss"])
         got, want = (load_checkpoint(d / "checkpoints" / "last.ckpt") for d in (ours, theirs))
-        assert got["global_step"] == want["global_step"] == 24
+        assert got["global_step"] == want["global_step"] == 8
         for key, value in want["state_dict"].items():
             torch.testing.assert_close(got["state_dict"][key], value, rtol=1e-5, atol=1e-6)
     model, _ = gptlab.load(fused / "0")  # what eval.py and sample.py read
@@ -97,11 +130,15 @@ def failing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
     """Member 0 diverges at step 2 (z-loss 1e30 through unclipped SGD, as tests/test_sweep_failures.py), member 1 is
     refused for its own value, member 2 trains on."""
     root = tmp_path_factory.mktemp("fused_failing")
-    args = ["-m", FUSED, *TINY, *QUIET, "trainer.max_steps=4", "trainer.val_check_interval=4",
-            "nonfinite_check_every=1", "optimizer=sgd", "trainer.gradient_clip_val=null",
-            "model.z_loss=1e30,-1.0,0.0", f"hydra.sweep.dir={root / 'sweep'}"]
-    proc = run_train(args, cwd=root, threads=1)
+    proc = run_train(_failing_args(root / "sweep"), cwd=root, threads=1)
     return root / "sweep", proc.returncode, proc.stderr
+
+
+def _failing_args(sweep: Path) -> list[str]:
+    """The command of the fixture `failing`."""
+    return ["-m", FUSED, *TINY, *QUIET, "trainer.max_steps=4", "trainer.val_check_interval=4",
+            "nonfinite_check_every=1", "optimizer=sgd", "trainer.gradient_clip_val=null", "model.z_loss=1e30,-1.0,0.0",
+            f"hydra.sweep.dir={sweep}"]
 
 
 def test_a_failing_member_is_recorded_while_the_others_finish(failing) -> None:
@@ -116,6 +153,32 @@ def test_a_failing_member_is_recorded_while_the_others_finish(failing) -> None:
     assert "Traceback" not in stderr
 
 
+def test_a_relaunch_skips_finished_and_failed_members(failing) -> None:
+    """The same command again: every member is a result already (finished or failed), none runs, and none of its
+    files changes (but Hydra's own .hydra/ and the log, rewritten by every launch, fused or not)."""
+    sweep, _, _ = failing
+    before = {p: p.stat().st_mtime_ns for job in ("0", "1", "2") for p in (sweep / job).rglob("*")
+              if p.is_file() and p.suffix != ".log" and ".hydra" not in p.parts}
+    proc = run_train(_failing_args(sweep), cwd=sweep.parent, threads=1)
+    assert proc.returncode == 1 and "2 of 3 sweep jobs failed" in proc.stderr, proc.stderr[-3000:]
+    assert "already finished" in (sweep / "2" / "train.log").read_text()
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_a_second_sweep_into_a_sweep_dir_in_use_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    """Two fused sweeps never write into one member's dir: a sweep holds its sweep dir (and so every job dir in it)
+    for its whole run (launch/run_dir_guard.py), fused or not."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    held = lock_run_dir(sweep, field="hydra.sweep.dir")  # a running sweep's hold on it
+    try:
+        proc = run_train(_failing_args(sweep), cwd=tmp_path, threads=1)
+    finally:
+        release(held)
+    assert proc.returncode == 2 and "is in use by another run" in proc.stderr, proc.stderr[-3000:]
+    assert [p.name for p in sweep.iterdir()] == []
+
+
 def _job(n: int, *overrides: str):
     cfg = compose_config([*TINY, *overrides])
     with open_dict(cfg):
@@ -125,14 +188,39 @@ def _job(n: int, *overrides: str):
 
 def test_jobs_group_by_shape_up_to_max_members_and_say_why_they_split() -> None:
     jobs = [_job(0, "seed=1"), _job(1, "model.norm=post"), _job(2, "seed=2", "optimizer.lr=1e-3"),
-            _job(3, "seed=3", "model.z_loss=1e-4")]
+            _job(3, "seed=3", "model.z_loss=1e-4", "model.dropout=0.1", "model.init_scale=0.5",
+                 "optimizer.weight_decay=0", "scheduler.warmup_steps=3")]
     groups, differ = plan_groups(jobs, max_members=2)
     assert groups == [[0, 2], [3], [1]] and differ == ["model.norm"]
+    assert describe(groups, differ, jobs, 2)[0].endswith("model shapes that differ in model.norm")
+
+
+def test_a_group_that_does_not_fit_is_refused_naming_the_group_size_that_does() -> None:
+    """The group's bytes are k times one member's as train's own memory check counts them (one estimate), plus the
+    stacked copy; the size it names passes the same check."""
+    job = _job(0, "data.batch_size=8")
+    group, member = group_bytes(job, 8)
+    model = GPTConfig.for_tokenizer(OmegaConf.to_container(job.model, resolve=True), 257)
+    alone = estimate_memory(model, 8, job.trainer, "cpu")
+    assert member == alone.per_process - PROCESS_OVERHEAD_BYTES + STACKED_BYTES_PER_PARAM * alone.parameters
+    assert group == PROCESS_OVERHEAD_BYTES + 8 * member
+    free = PROCESS_OVERHEAD_BYTES + 3.5 * member
+    with pytest.raises(ConfigError, match="set hydra.launcher.max_members=3 ") as refused:
+        check_group_memory([job] * 8, free=free)
+    assert "\n" not in str(refused.value) and "or run the sweep without hydra/launcher=fused" in str(refused.value)
+    check_group_memory([job] * 3, free=free)
+    with pytest.raises(ConfigError, match="not even one member fits"):
+        check_group_memory([job] * 2, free=member / 2)
+    with open_dict(job):
+        job.check_memory = False
+    check_group_memory([job] * 8, free=0.0)  # as a run's own check, check_memory=false skips it
 
 
 @pytest.mark.parametrize("override,says", [
-    ("model.dropout=0.1", "set model.dropout=0"), ("trainer.devices=2", "set trainer.devices=1"),
-    ("runtime.compile=true", "set runtime.compile=false")])
+    ("trainer=ddp", "use trainer=default"), ("trainer=fsdp", "use trainer=default"),
+    ("trainer.devices=2", "set trainer.devices=1"), ("trainer.num_nodes=2", "set trainer.num_nodes=1"),
+    ("runtime.activation_checkpointing=true", "set runtime.activation_checkpointing=false"),
+    ("runtime.float8=true", "set runtime.float8=false"), ("runtime.compile=true", "set runtime.compile=false")])
 def test_what_cannot_fuse_is_one_line_naming_the_key(override: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says) as refused:
         plan_groups([_job(0, override)], max_members=8)
@@ -145,10 +233,8 @@ def test_a_relaunch_continues_every_member_as_its_run_alone_continues(sweeps) ->
     """Raising trainer.max_steps in a relaunch continues each member from its own last.ckpt, in a group, to the
     steps the same job continued alone logs. Last in this file: it continues the shared sweeps in place."""
     fused, alone = sweeps
-    for sweep, launcher in ((fused, [FUSED]), (alone, [])):
-        proc = run_train(["-m", *SWEEP, *launcher, "trainer.max_steps=32", f"hydra.sweep.dir={sweep}"],
-                         cwd=sweep.parent, threads=1)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    _sweep(fused.parent, "fused", FUSED, steps=32)
+    _sweep(alone.parent, "alone", steps=32)
     for job in JOBS:
         got, want = scalars(fused / job), scalars(alone / job)
         assert max(want["train/loss"]) == 32

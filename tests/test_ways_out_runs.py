@@ -523,21 +523,30 @@ def test_a_refused_launcher_writes_nothing_and_its_way_out_is_the_same_sweep(tmp
 
 
 FUSED = "hydra/launcher=fused"
-FUSED_CASES = [(FUSED, "model.dropout=0.1"), (FUSED, "trainer.devices=2"), (FUSED, "trainer.num_nodes=2"),
-               (FUSED, "trainer=fsdp"), (FUSED, "runtime.compile=true"), (FUSED, "hydra.launcher.max_members=0")]
+# One case per raise of launch/fused_groups.py (tests/test_fused.py checks the other keys each raise names); the
+# last two are the group's memory check.
+FUSED_CASES = [(FUSED, "trainer=ddp", "trainer.devices=1"), (FUSED, "trainer.devices=2"),
+               (FUSED, "runtime.compile=true"), (FUSED, "hydra.launcher.max_members=0"),
+               (FUSED, "data.batch_size=128"), (FUSED, "model=gpt2_small")]
+FUSED_FREE = 8e9  # the free memory a fused group's check is given here: the census must not depend on this machine
 
 
 def fused_refusal(command: tuple[str, ...]) -> Optional[Refusal]:
-    """What hydra/launcher=fused refuses of a sweep whose one job is `command` (gptlab.launch.fused_groups), before
-    any job runs."""
-    from gptlab.launch.fused_groups import plan_groups
+    """What hydra/launcher=fused refuses of a sweep whose jobs are max_members copies of `command`
+    (gptlab.launch.fused_groups), before any job runs."""
+    from gptlab.launch.fused_groups import check_group_memory, plan_groups
 
     cfg = launch_config(command)
     if not str(cfg.hydra.launcher.get("_target_")).endswith("FusedLauncher"):
         return None  # another launcher: nothing fuses, nothing of this is checked
     with open_dict(cfg):
         cfg.hydra.job.num = 0  # the sweep's first job
-    return refused_by(lambda: plan_groups([cfg], cfg.hydra.launcher.max_members))
+
+    def check() -> None:
+        plan_groups([cfg], cfg.hydra.launcher.max_members)
+        check_group_memory([cfg] * cfg.hydra.launcher.max_members, free=FUSED_FREE)
+
+    return refused_by(check)
 
 
 @pytest.mark.parametrize("command", FUSED_CASES, ids=" ".join)

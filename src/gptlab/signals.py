@@ -37,14 +37,33 @@ class SignalFlag:
         self._mask_before_fork: set[int] | None = None
         self._held_mask: set[int] | None = None  # the mask before hold_for_children
         self._wakeup: tuple[int, int] | None = None  # the pipe the C handler writes signal numbers to (read, write)
+        self._sharers = 0  # `shared` bodies running: runs in threads of this process that each act on a signal
+        self._taken_while_shared = False
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
 
     def consume(self) -> int:
-        """The recorded signal, cleared: the next run in this process (a sweep's next job, a test) starts clean."""
-        signum, self.signum = self.signum, 0
+        """The recorded signal, cleared: the next run in this process (a sweep's next job, a test) starts clean.
+        Inside `shared` it stays for the other runs and is cleared when the last body ends."""
+        signum = self.signum
+        if self._sharers:
+            self._taken_while_shared = self._taken_while_shared or bool(signum)
+        else:
+            self.signum = 0
         return signum
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """Several runs at once in threads of this process (hydra/launcher=fused): one signal reaches the process
+        once, and each run must act on it (save its last.ckpt and stop), so the first to act does not clear it."""
+        self._sharers += 1
+        try:
+            yield
+        finally:
+            self._sharers -= 1
+            if not self._sharers and self._taken_while_shared:
+                self._taken_while_shared, self.signum = False, 0
 
     @property
     def installed(self) -> bool:

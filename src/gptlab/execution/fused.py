@@ -12,8 +12,8 @@ accumulation, clipping, the optimizer step and everything after stay the member'
 Validation (no grad) calls the member's own model, unfused. Members never share a gradient, so one that goes
 non-finite fails alone and leaves the group; the others go on.
 
-torch.func has no batching rule for the CPU flash attention kernel (it would loop over members), so during the
-fused forward attention folds the member dim into the batch dim: one kernel call for all members.
+Attention, the norms and dropout run outside torch.func's batching rules (_FusedForward says why); dropout draws
+each member's masks from its own random streams, which FusedGroup keeps per member.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch._C import _functorch
 from torch.func import functional_call, vmap
 
+from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.model.loss import LossParts, loss_parts
 
 _LOCAL = threading.local()  # the group and member index of a member's thread (set by the fused launcher)
@@ -41,57 +42,75 @@ class _Request:
     doc_ids: Optional[torch.Tensor]
     label_smoothing: float
     z_loss: float
+    rng: Optional[dict[str, Any]] = None  # the member's random streams (checkpoint/rng.py), advanced by its dropout
     result: Optional[tuple[LossParts, list[torch.Tensor]]] = None
     error: Optional[BaseException] = None
     done: bool = field(default=False)
 
 
 class FusedGroup:
-    """The rendezvous of k member threads: their setups one at a time (Hydra's and torch's process-wide state, the
-    seed among them, belong to one run at a time), then one fused forward and backward per round of micro-batches."""
+    """The rendezvous of k member threads. One member runs its own code at a time (its turn): Hydra's config and
+    the process's random streams belong to one run at a time, so a member gives up its turn only where it hands its
+    micro-batch to the group, taking its random streams with it, and gets them back with its turn. Each member thus
+    draws every random number (init, dropout, a DataLoader's seed, a text sample) from its own streams in the order
+    its run alone draws them. Once every member still training has given its micro-batch, the group runs them as
+    one fused forward and backward (fused_step). `carried`: (get, set) of more process-wide state that each
+    member takes along with its turn (the launcher's Hydra config)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, carried: Sequence[tuple[Callable[[], Any], Callable[[Any], None]]] = ()) -> None:
         self.active = size  # members still training
         self._cond = threading.Condition()
         self._pending: dict[int, _Request] = {}
-        self._setup = threading.Lock()
-        self._setting_up: Optional[int] = None
+        self._turn = threading.Lock()
+        self._holder: Optional[int] = None
+        self._carried = list(carried)
+        self._kept: dict[int, list[Any]] = {}  # what a member that gave up its turn had of `carried`
 
     @contextlib.contextmanager
     def member(self, index: int) -> Iterator[None]:
-        """The body of member `index`'s thread: its setup waits for the previous member's first step; its end
-        (finished, failed, skipped) leaves the group, so the others never wait for it."""
-        self._setup.acquire()
-        self._setting_up = index
+        """The body of member `index`'s thread: it starts with its turn (its setup follows the previous member's
+        first step); its end (finished, failed, skipped) leaves the group, so the others never wait for it."""
+        self._take_turn(index)
         _LOCAL.member = (self, index)
         try:
             yield
         finally:
             _LOCAL.member = None
-            self._end_setup(index)
+            self._give_turn(index)
             with self._cond:
                 self.active -= 1
                 self._run_round_if_complete()
 
-    def _end_setup(self, index: int) -> None:
-        if self._setting_up == index:
-            self._setting_up = None
-            self._setup.release()
+    def _take_turn(self, index: int) -> None:
+        self._turn.acquire()
+        self._holder = index
+        for (_, put), value in zip(self._carried, self._kept.pop(index, [])):
+            put(value)
+
+    def _give_turn(self, index: int) -> None:
+        if self._holder == index:
+            self._kept[index] = [get() for get, _ in self._carried]
+            self._holder = None
+            self._turn.release()
 
     def submit(self, index: int, request: _Request) -> tuple[LossParts, list[torch.Tensor]]:
-        self._end_setup(index)  # its first step: the next member may set up
+        request.rng = rng_states()
+        self._give_turn(index)
         with self._cond:
             self._pending[index] = request
             self._run_round_if_complete()
             while not request.done:
                 self._cond.wait()
+        self._take_turn(index)
+        set_rng_states(request.rng)
         if request.error is not None:
             raise request.error
         assert request.result is not None
         return request.result
 
     def _run_round_if_complete(self) -> None:
-        """Under the condition's lock: compute the round once every active member has given its micro-batch."""
+        """Under the condition's lock: compute the round once every active member has given its micro-batch (no
+        member holds the turn then: each is waiting for this round)."""
         if not self._pending or len(self._pending) < self.active:
             return
         requests = [self._pending[i] for i in sorted(self._pending)]
@@ -123,8 +142,11 @@ def fused_step(requests: list[_Request]) -> list[tuple[LossParts, list[torch.Ten
     def logits_of(p: dict, b: dict, x: torch.Tensor, d: Optional[torch.Tensor]) -> torch.Tensor:
         return functional_call(models[0], (p, b), (x,), {"doc_ids": d} if d is not None else {})
 
-    with torch.enable_grad(), attention_folded():
-        logits = vmap(logits_of, in_dims=(0, 0, 0, 0 if with_docs else None))(params, buffers, idx, docs)
+    with torch.enable_grad(), _FusedForward(requests).installed():
+        # randomness="same": the only random draws are the members' own dropout calls (_FusedForward), on unbatched
+        # slices, which vmap's default ("error") would refuse.
+        logits = vmap(logits_of, in_dims=(0, 0, 0, 0 if with_docs else None), randomness="same")(
+            params, buffers, idx, docs)
         parts = [loss_parts(logits[i], r.targets, r.model.config.vocab_size, r.label_smoothing, r.z_loss)
                  for i, r in enumerate(requests)]
         torch.autograd.backward([p.objective for p in parts])
@@ -166,7 +188,8 @@ def fused_loss_fn(model: torch.nn.Module, eager: Any, group: FusedGroup, index: 
     return loss_fn
 
 
-_SDPA, _NORMS = F.scaled_dot_product_attention, {"layer_norm": F.layer_norm, "rms_norm": F.rms_norm}
+_SDPA, _DROPOUT = F.scaled_dot_product_attention, F.dropout
+_NORMS = {"layer_norm": F.layer_norm, "rms_norm": F.rms_norm}
 
 
 def _physical(t: Any, level: int) -> Any:
@@ -178,56 +201,106 @@ def _physical(t: Any, level: int) -> Any:
     return inner.movedim(dim, 0)
 
 
-def _folded_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    """scaled_dot_product_attention on vmapped q, k, v as one call with the member dim folded into the batch dim;
-    anything else (a per-member mask, no vmap) goes to torch's own."""
-    mask = kwargs.get("attn_mask", args[0] if args else None)
-    if not _functorch.is_batchedtensor(q) or (mask is not None and _functorch.is_batchedtensor(mask)):
-        return _SDPA(q, k, v, *args, **kwargs)
-    level = _functorch.maybe_get_level(q)
-    physical = [_physical(t, level) for t in (q, k, v)]
-    members = next(p.shape[0] for p in physical if p is not None)
-    physical = [p if p is not None else t.expand(members, *t.shape) for p, t in zip(physical, (q, k, v))]
-    out = _SDPA(*(p.reshape(-1, *p.shape[2:]) for p in physical), *args, **kwargs)
-    return _functorch._add_batch_dim(out.reshape(members, -1, *out.shape[1:]), 0, level)
+def _member_slices(values: tuple, level: int, members: int) -> list[tuple]:
+    """`values` (the arguments of a call) as each member's: its slice of every vmapped tensor, the rest as given."""
+    physical = [_physical(v, level) for v in values]
+    return [tuple(v if p is None else p[i] for v, p in zip(values, physical)) for i in range(members)]
 
 
-def _per_member_norm(name: str) -> Any:
-    """F.layer_norm / F.rms_norm called once per member on its own slice: torch.func's batching rule for them sums
-    the gain's and bias's gradients in another order than the kernel a run alone calls (1e-10 apart, which
-    Muon's bf16 Newton-Schulz and clipping turn into visible differences); the kernel's own backward keeps every
-    member's gradients bitwise equal to its run alone. Norms are a small share of a step."""
-    norm = _NORMS[name]
+def _with_streams(request: _Request, draw: Any) -> Any:
+    """`draw()` on the member's own torch random streams (those it gave with its micro-batch), left advanced as
+    its run alone leaves them; on the process's streams as they are where the member gave none (the bench)."""
+    if request.rng is None:
+        return draw()
+    torch.set_rng_state(request.rng["torch"])
+    if request.rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(request.rng["cuda"])
+    out = draw()
+    request.rng["torch"] = torch.get_rng_state()
+    if request.rng["cuda"] and torch.cuda.is_available():
+        request.rng["cuda"] = torch.cuda.get_rng_state_all()
+    return out
 
-    def per_member(x: torch.Tensor, shape: Any, weight: Any = None, *args: Any, **kwargs: Any) -> torch.Tensor:
+
+class _FusedForward:
+    """What runs outside torch.func's batching rules while the fused forward runs (the other member threads wait
+    for its result meanwhile, so nothing else calls these functions):
+    - attention: one kernel call with the members folded into the batch dim (torch has no batching rule for the CPU
+      flash kernel and would loop over the members); per member, each on its own streams, with attention dropout;
+    - the norms: once per member (torch.func's rule sums the gain's and bias's gradients in another order than
+      the kernel a run alone calls: 1e-10 apart, which Muon's bf16 Newton-Schulz and clipping make visible);
+    - dropout: once per member, with its own model.dropout, on its own random streams, so each member draws the
+      masks its run alone draws. Every dropout in the model is model.dropout (nn.Dropout and attention's
+      dropout_p), so the call's rate is member 0's and each member's own replaces it."""
+
+    def __init__(self, requests: list[_Request]) -> None:
+        self.requests = requests
+        training = requests[0].model.training  # Lightning's train mode; its rates apply only in it
+        self.rates = [float(r.model.config.dropout) if training else 0.0 for r in requests]
+
+    def _rate(self, p: float) -> None:
+        if p not in (0.0, self.requests[0].model.config.dropout):
+            raise RuntimeError(f"fused forward: a dropout rate {p} that is not model.dropout "
+                               f"({self.requests[0].model.config.dropout}): "
+                               "execution/fused.py gives each member its own model.dropout and must learn this one")
+
+    def sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+             dropout_p: float = 0.0, **kwargs: Any) -> torch.Tensor:
+        if not _functorch.is_batchedtensor(q):
+            return _SDPA(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, **kwargs)
+        level = _functorch.maybe_get_level(q)
+        if any(self.rates) or (attn_mask is not None and _functorch.is_batchedtensor(attn_mask)):
+            self._rate(dropout_p)
+            slices = _member_slices((q, k, v, attn_mask), level, len(self.requests))
+            out = torch.stack([
+                _with_streams(r, lambda s=s, p=p: _SDPA(*s[:3], attn_mask=s[3], dropout_p=p, **kwargs))
+                for r, s, p in zip(self.requests, slices, self.rates)])
+            return _functorch._add_batch_dim(out, 0, level)
+        physical = [_physical(t, level) for t in (q, k, v)]
+        members = next(p.shape[0] for p in physical if p is not None)
+        physical = [p if p is not None else t.expand(members, *t.shape) for p, t in zip(physical, (q, k, v))]
+        out = _SDPA(*(p.reshape(-1, *p.shape[2:]) for p in physical), attn_mask=attn_mask, **kwargs)
+        return _functorch._add_batch_dim(out.reshape(members, -1, *out.shape[1:]), 0, level)
+
+    def dropout(self, x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
         if not _functorch.is_batchedtensor(x):
-            return norm(x, shape, weight, *args, **kwargs)
+            return _DROPOUT(x, p, training, inplace)
+        self._rate(p)
         level = _functorch.maybe_get_level(x)
         xs = _physical(x, level)
-        rest = list(args)
-        bias = rest.pop(0) if name == "layer_norm" and rest else kwargs.pop("bias", None)
-        gains, biases = _physical(weight, level), _physical(bias, level)
-        out = torch.stack([
-            norm(xs[i], shape, weight if gains is None else gains[i],
-                 *([bias if biases is None else biases[i]] if name == "layer_norm" else []), *rest, **kwargs)
-            for i in range(xs.shape[0])])
+        out = torch.stack([_with_streams(r, lambda i=i, rate=rate: _DROPOUT(xs[i], rate, training))
+                           for i, (r, rate) in enumerate(zip(self.requests, self.rates))])
         return _functorch._add_batch_dim(out, 0, level)
 
-    return per_member
+    @staticmethod
+    def norm(name: str) -> Any:
+        norm = _NORMS[name]
 
+        def per_member(x: torch.Tensor, shape: Any, weight: Any = None, *args: Any, **kwargs: Any) -> torch.Tensor:
+            if not _functorch.is_batchedtensor(x):
+                return norm(x, shape, weight, *args, **kwargs)
+            level = _functorch.maybe_get_level(x)
+            xs = _physical(x, level)
+            rest = list(args)
+            bias = rest.pop(0) if name == "layer_norm" and rest else kwargs.pop("bias", None)
+            gains, biases = _physical(weight, level), _physical(bias, level)
+            out = torch.stack([
+                norm(xs[i], shape, weight if gains is None else gains[i],
+                     *([bias if biases is None else biases[i]] if name == "layer_norm" else []), *rest, **kwargs)
+                for i in range(xs.shape[0])])
+            return _functorch._add_batch_dim(out, 0, level)
 
-_FOLDED = {"scaled_dot_product_attention": _folded_sdpa, **{name: _per_member_norm(name) for name in _NORMS}}
+        return per_member
 
-
-@contextlib.contextmanager
-def attention_folded() -> Iterator[None]:
-    """Attention as one kernel call for all members and each norm as its run alone computes it, while the fused
-    forward runs (the other member threads wait for its result meanwhile, so nothing else calls them)."""
-    saved = {name: getattr(F, name) for name in _FOLDED}
-    for name, fn in _FOLDED.items():
-        setattr(F, name, fn)
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        mine = {"scaled_dot_product_attention": self.sdpa, "dropout": self.dropout,
+                **{name: self.norm(name) for name in _NORMS}}
+        saved = {name: getattr(F, name) for name in mine}
+        for name, fn in mine.items():
             setattr(F, name, fn)
+        try:
+            yield
+        finally:
+            for name, fn in saved.items():
+                setattr(F, name, fn)

@@ -6,9 +6,11 @@ its dir and .hydra/, gptlab's train() checks it, skips it when an earlier launch
 Trainer, callbacks, loggers and checkpoints, and records its failure in its own dir. Why threads of whole runs
 rather than one hand-written loop over k models: every member then is its own run by construction (the same
 Lightning loop, checkpoints that eval.py, sample.py and resume read as any other, the same sweep records), and the
-only new code is the fused forward and backward. Members set up one at a time (Hydra's config singleton and torch's
-seed are process-wide); the next one starts its setup when the previous one reaches its first step. Groups run one
-after another.
+only new code is the fused forward and backward. One member runs at a time, each with its own random streams
+(execution/fused.py FusedGroup: Hydra's config singleton and torch's RNG are process-wide); they meet at each fused
+step. A preemption signal is acted on by every member (each saves its own last.ckpt), and a relaunch continues each
+from it, or skips it when finished. Before any member starts, each group's memory is compared with the device's
+(fused_groups.check_group_memory). Groups run one after another.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.errors import ConfigError
 from gptlab.execution.fused import FusedGroup
-from gptlab.launch.fused_groups import describe, plan_groups
+from gptlab.launch.fused_groups import check_group_memory, describe, plan_groups
+from gptlab.signals import FLAG
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ class FusedLauncher(Launcher):
             configs.append(cfg)
         try:
             groups, differ = plan_groups(configs, self.max_members)
+            for group in groups:
+                check_group_memory([configs[i] for i in group])
         except ConfigError as err:
             print(f"gptlab: error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -69,7 +74,7 @@ class FusedLauncher(Launcher):
     def run_group(self, members: list[DictConfig]) -> dict[int, JobReturn]:
         """Every member's job in a thread of its own, all joined; an exit a member's entry asked for (a refusal:
         exit 2) is taken once every member has ended."""
-        group = FusedGroup(len(members))
+        group = FusedGroup(len(members), carried=[(lambda: HydraConfig.instance().cfg, _set_hydra_config)])
         results: dict[int, JobReturn] = {}
         exits: list[BaseException] = []
         saved = HydraConfig.instance().cfg
@@ -85,14 +90,19 @@ class FusedLauncher(Launcher):
 
         threads = [threading.Thread(target=member, args=(i, cfg), name=f"fused-job-{cfg.hydra.job.num}")
                    for i, cfg in enumerate(members)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with FLAG.shared():  # a preemption signal is for every member: each saves its last.ckpt and stops
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
         HydraConfig.instance().cfg = saved
         for err in exits:
             raise err
         return results
+
+
+def _set_hydra_config(cfg: Optional[DictConfig]) -> None:
+    HydraConfig.instance().cfg = cfg  # as run_job restores it: the member's own job config
 
 
 def console_logging(config: DictConfig) -> None:

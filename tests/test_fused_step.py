@@ -1,0 +1,71 @@
+"""The fused step in process (execution/fused.py): each member's loss and gradients are bitwise those of its own
+step alone, with its own dropout rate and masks, z-loss and label smoothing; no Lightning, no subprocess."""
+
+from __future__ import annotations
+
+import torch
+
+from gptlab.checkpoint.rng import rng_states, set_rng_states
+from gptlab.execution.fused import _Request, fused_step
+from gptlab.model import GPT, GPTConfig
+from gptlab.model.loss import model_loss
+
+SHAPE = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+# What may differ between the members of one group and reaches the fused forward: dropout rate (and masks),
+# z-loss, label smoothing; init scale shows the weights are each member's own.
+MEMBERS = [dict(dropout=0.0, z_loss=0.0, smoothing=0.0, init_scale=None),
+           dict(dropout=0.1, z_loss=1e-4, smoothing=0.1, init_scale=0.5),
+           dict(dropout=0.3, z_loss=0.0, smoothing=0.0, init_scale=1.0)]
+
+
+def _members(members: list[dict]) -> list[tuple[GPT, torch.Tensor, torch.Tensor, dict]]:
+    out = []
+    for seed, m in enumerate(members):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(**SHAPE, dropout=m["dropout"], init_scale=m["init_scale"])).train()
+        x, y = torch.randint(0, 64, (2, 2, 16)).unbind(0)
+        out.append((model, x, y, m))
+    return out
+
+
+def _streams(seed: int) -> dict:
+    torch.manual_seed(1000 + seed)
+    return rng_states()
+
+
+def _check(members: list) -> None:
+    requests = [_Request(model, x, y, None, m["smoothing"], m["z_loss"], rng=_streams(i))
+                for i, (model, x, y, m) in enumerate(members)]
+    fused = fused_step(requests)
+    for i, ((model, x, y, m), (parts, grads)) in enumerate(zip(members, fused)):
+        set_rng_states(_streams(i))
+        model.zero_grad(set_to_none=True)
+        alone = model_loss(model, x, y, label_smoothing=m["smoothing"], z_loss=m["z_loss"])
+        alone.objective.backward()
+        assert torch.equal(parts.objective, alone.objective.detach()), i
+        for (name, p), g in zip(model.named_parameters(), grads):
+            assert torch.equal(g, p.grad), (i, name)
+        # the member's streams advanced by exactly its own draws: its next step draws what its run alone draws
+        assert torch.equal(requests[i].rng["torch"], torch.get_rng_state()), i
+
+
+def test_each_member_steps_as_alone_with_its_own_dropout_z_loss_and_smoothing() -> None:
+    """The forward runs member 0's modules: its rate (0, then 0.3 reversed) must not become the others'."""
+    _check(_members(MEMBERS))
+    _check(_members(MEMBERS[::-1]))
+
+
+def test_dropout_masks_differ_between_members_and_repeat_their_own_streams() -> None:
+    """Two members with the same weights, batch and rate but other streams get other losses; the same streams, the
+    same loss."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**SHAPE, dropout=0.3)).train()
+    x, y = torch.randint(0, 64, (2, 2, 16)).unbind(0)
+    twin = GPT(GPTConfig(**SHAPE, dropout=0.3)).train()
+    twin.load_state_dict(model.state_dict())
+    losses = [p.objective for p, _ in fused_step([_Request(model, x, y, None, 0.0, 0.0, rng=_streams(1)),
+                                                  _Request(twin, x, y, None, 0.0, 0.0, rng=_streams(2))])]
+    same = [p.objective for p, _ in fused_step([_Request(model, x, y, None, 0.0, 0.0, rng=_streams(1)),
+                                                _Request(twin, x, y, None, 0.0, 0.0, rng=_streams(1))])]
+    assert not torch.equal(losses[0], losses[1]) and torch.equal(same[0], same[1])
+
