@@ -4,8 +4,10 @@
     python scripts/bench_fused.py --ks 1 8 --batch 32   # the nano default micro-batch
     python scripts/bench_fused.py --device cuda --ks 1 4 16
 
-Prints tokens/s summed over members for both, their ratio, the bound (k x the fused step's tokens/s at k=1) and the
-step's memory (gptlab.tools.benchmarks.fused_speed says what each column counts). Goal (issue 42): >= 2.5x at k=8
+Prints tokens/s summed over members for the members alone, fused with torch.func's vmap (what training runs) and as
+batched modules (the prototype tools/benchmarks/fused_batched.py), the ratios, the bound (k x the fused step at
+k=1), the step's memory (gptlab.tools.benchmarks.fused_speed says what each column counts), and the physics of a
+step here: matmul FLOP/s against the step's FLOPs, per-op cost against its op count. Goal (issue 42): >= 2.5x at k=8
 for nano on a 2-core CPU; on one GPU >= 8x at k=16.
 """
 
@@ -17,7 +19,7 @@ import time
 import torch
 
 from gptlab.launch.cli import ArgumentParser
-from gptlab.tools.benchmarks.fused_speed import measure, table
+from gptlab.tools.benchmarks.fused_speed import measure, physics, table
 
 
 def main() -> None:
@@ -35,6 +37,8 @@ def main() -> None:
     print(f"nano (L4 H4 E128 T256, vocab 257, gelu_tanh), micro-batch {args.batch}, fp32, AdamW, clip 1.0; {where}; "
           f"torch {torch.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     for line in table(measure(sorted(set(args.ks)), args.batch, args.repeats, device)):
+        print(line, flush=True)
+    for line in physics(args.batch, args.repeats, device):
         print(line, flush=True)
 
 

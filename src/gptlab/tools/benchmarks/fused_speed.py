@@ -1,4 +1,5 @@
-"""Sweep throughput of k fused members (execution/fused.py) against the same k jobs' steps one after another.
+"""Sweep throughput of k fused members (execution/fused.py) against the same k jobs' steps one after another, and
+against the other implementation issue 42 names: batched modules (tools/benchmarks/fused_batched.py).
 
 One training step per member: forward, loss, backward, clipping at 1.0 and its own AdamW step. Fused: one
 `fused_step` for all k (the vmapped forward and backward the launcher's groups run) and then each member's own
@@ -8,7 +9,9 @@ is summed over members. The bound is the time of k fused steps at k=1 (one membe
 that takes less than that is what fusing buys.
 Memory is the step's own: parameters, gradients and AdamW's two moments of all k, plus the tensors autograd saves
 for backward at the step's peak (the same count on both sides: CUDA's allocator peak where there is a GPU).
-Lightning's own per-step overhead is paid per member on both sides of a real sweep and is not in these rows."""
+Lightning's own per-step overhead is paid per member on both sides of a real sweep and is not in these rows.
+`physics` says what bounds a step on this device: its matmul FLOP/s against the step's FLOPs, and its per-op cost
+against the number of ops a step dispatches."""
 
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ import torch
 
 from gptlab.execution.fused import _Request, fused_step
 from gptlab.model import GPT, GPTConfig
+from gptlab.model.accounting import training_flops_per_token
 from gptlab.model.loss import model_loss
+from gptlab.tools.benchmarks.fused_batched import batched_step
 from gptlab.train.optim import adamw, weight_decay_groups
 
 NANO = dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=257)  # conf/model/nano.yaml, bytes tokens
@@ -34,6 +39,7 @@ class Row:
     tokens: int
     alone_bytes: int
     fused_bytes: int
+    batched_s: float
 
 
 class _Members:
@@ -64,6 +70,12 @@ class _Members:
     def fused(self) -> None:
         results = fused_step([_Request(m, x, y, None, 0.0, 0.0) for m, (x, y) in zip(self.models, self.batches)])
         for i, (model, (_, grads)) in enumerate(zip(self.models, results)):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g
+            self._finish(i)
+
+    def batched(self) -> None:
+        for i, (model, grads) in enumerate(zip(self.models, batched_step(self.models, self.batches))):
             for p, g in zip(model.parameters(), grads):
                 p.grad = g
             self._finish(i)
@@ -105,7 +117,8 @@ def _timed(step: Callable[[], None], device: torch.device) -> float:
 def measure(ks: list[int], batch: int, repeats: int, device: torch.device, shape: dict = NANO) -> list[Row]:
     """One Row per k: the best of `repeats` interleaved timings of each side, after one warm-up step each."""
     groups = {k: _Members(k, batch, shape, device) for k in ks}
-    best = {(k, side): float("inf") for k in ks for side in ("alone", "fused")}
+    sides = ("alone", "fused", "batched")
+    best = {(k, side): float("inf") for k in ks for side in sides}
     memory = {}
     for k, members in groups.items():
         cuda = device.type == "cuda"
@@ -113,20 +126,69 @@ def measure(ks: list[int], batch: int, repeats: int, device: torch.device, shape
                           for step in (members.alone, members.fused))
     for _ in range(repeats):
         for k, members in groups.items():
-            best[k, "alone"] = min(best[k, "alone"], _timed(members.alone, device))
-            best[k, "fused"] = min(best[k, "fused"], _timed(members.fused, device))
-    return [Row(k, best[k, "alone"], best[k, "fused"], groups[k].tokens, *memory[k]) for k in ks]
+            for side in sides:
+                best[k, side] = min(best[k, side], _timed(getattr(members, side), device))
+    return [Row(k, best[k, "alone"], best[k, "fused"], groups[k].tokens, *memory[k], best[k, "batched"]) for k in ks]
 
 
 def table(rows: list[Row]) -> list[str]:
     """Markdown rows: tokens/s of both sides and their ratio, the fused step's time against the bound (k times the
     fused step at k=1: what fusing saves over k steps of one member), and memory."""
     one = next((r for r in rows if r.k == 1), None)
-    lines = ["| k | alone tokens/s | fused tokens/s | fused / alone | fused step | bound: k x fused k=1 | "
-             "memory alone | memory fused |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| k | alone tokens/s | fused (vmap) tokens/s | fused / alone | batched modules tokens/s | "
+             "batched / alone | fused step | bound: k x fused k=1 | memory alone | memory fused |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        alone, fused = r.tokens / r.alone_s, r.tokens / r.fused_s
+        alone, fused, batched = r.tokens / r.alone_s, r.tokens / r.fused_s, r.tokens / r.batched_s
         bound = f"{r.k * one.fused_s * 1e3:,.0f} ms" if one else "-"
-        lines.append(f"| {r.k} | {alone:,.0f} | {fused:,.0f} | {fused / alone:.2f}x | {r.fused_s * 1e3:,.0f} ms | "
-                     f"{bound} | {r.alone_bytes / 2**20:,.0f} MiB | {r.fused_bytes / 2**20:,.0f} MiB |")
+        lines.append(f"| {r.k} | {alone:,.0f} | {fused:,.0f} | {fused / alone:.2f}x | {batched:,.0f} | "
+                     f"{batched / alone:.2f}x | {r.fused_s * 1e3:,.0f} ms | {bound} | "
+                     f"{r.alone_bytes / 2**20:,.0f} MiB | {r.fused_bytes / 2**20:,.0f} MiB |")
     return lines
+
+
+class _OpCount(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops a step dispatches (forward, backward and optimizer alike)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def physics(batch: int, repeats: int, device: torch.device, shape: dict = NANO) -> list[str]:
+    """What limits one member's step here: the step's matmul FLOPs at this device's measured fp32 matmul rate
+    (the step's largest matmul shape, and the same with 8 members batched), and the ops it dispatches at the
+    measured cost of a 1-element op. The measured step sits between these and their sum."""
+    cfg = GPTConfig(**shape)
+    tokens = batch * cfg.block_size
+    a = torch.randn(tokens, cfg.n_embd, device=device)
+    w = torch.randn(4 * cfg.n_embd, cfg.n_embd, device=device)
+    flops_mm = 2 * tokens * cfg.n_embd * 4 * cfg.n_embd
+    mm = min(_timed(lambda: a @ w.T, device) for _ in range(20 * repeats))
+    a8, w8 = a.expand(8, *a.shape).contiguous(), w.expand(8, *w.shape).contiguous()
+    bmm = min(_timed(lambda: torch.bmm(a8, w8.transpose(1, 2)), device) for _ in range(5 * repeats)) / 8
+    one, two = torch.ones(1, device=device), torch.ones(1, device=device)
+    per_op = min(_timed(lambda: [torch.add(one, two) for _ in range(1000)], device) for _ in range(repeats)) / 1000
+    members = _Members(1, batch, shape, device)
+    with _OpCount() as counted:
+        members.alone()
+    step = min(_timed(members.alone, device) for _ in range(repeats))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiled:
+        members.alone()
+    own = {e.key: e.self_cpu_time_total for e in profiled.key_averages()}
+    total = sum(own.values())
+    arithmetic = sum(t for name, t in own.items() if "mm" in name or "attention" in name) / total
+    top = ", ".join(f"{name} {t / total:.0%}" for name, t in sorted(own.items(), key=lambda kv: -kv[1])[:4])
+    step_flops = training_flops_per_token(cfg)["total"] * tokens
+    overhead = counted.ops * per_op / step
+    return [f"physics (nano, micro-batch {batch}, one member's step of {step * 1e3:,.0f} ms, {step_flops / 1e9:,.2f} "
+            f"GFLOP): fp32 matmul here {flops_mm / mm / 1e9:,.1f} GFLOP/s ({tokens}x{cfg.n_embd} @ "
+            f"{cfg.n_embd}x{4 * cfg.n_embd}), {flops_mm / bmm / 1e9:,.1f} GFLOP/s per member as one bmm of 8; matmul "
+            f"and attention kernels are {arithmetic:.0%} of the step's own time (torch.profiler: {top}); "
+            f"{counted.ops:,} ops x {per_op * 1e6:.1f} us = {overhead:.0%} of the step is per-op cost, all that fusing "
+            f"removes where batched matmuls run no faster per FLOP: k fused members at most {1 / (1 - overhead):.2f}x "
+            "the members one after another."]
