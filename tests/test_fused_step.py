@@ -9,6 +9,8 @@ from gptlab.checkpoint.rng import rng_states, set_rng_states
 from gptlab.execution.fused import _Request, fused_step
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.loss import model_loss
+from gptlab.tools.benchmarks.fused_batched import batched_step, supports
+from gptlab.tools.benchmarks.fused_speed import measure, physics, table
 
 SHAPE = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
 # What may differ between the members of one group and reaches the fused forward: dropout rate (and masks),
@@ -69,3 +71,24 @@ def test_dropout_masks_differ_between_members_and_repeat_their_own_streams() -> 
                                                 _Request(twin, x, y, None, 0.0, 0.0, rng=_streams(1))])]
     assert not torch.equal(losses[0], losses[1]) and torch.equal(same[0], same[1])
 
+
+
+def test_the_batched_modules_prototype_gives_each_member_its_gradients() -> None:
+    """scripts/bench_fused.py's other implementation computes what the model computes (to rounding: its matmuls
+    are batched), so the bench compares two ways of the same step."""
+    models = [GPT(GPTConfig(**SHAPE)) for _ in range(2)]
+    assert supports(models[0])
+    batches = [tuple(torch.randint(0, 64, (2, 2, 16)).unbind(0)) for _ in models]
+    for model, (x, y), grads in zip(models, batches, batched_step(models, batches)):
+        model_loss(model, x, y).objective.backward()
+        for p, g in zip(model.parameters(), grads):
+            torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_the_bench_prints_every_side_and_the_physics() -> None:
+    rows = measure([1, 2], batch=1, repeats=1, device=torch.device("cpu"), shape=SHAPE)
+    lines = table(rows)
+    assert len(lines) == 4 and all(line.count("|") == 11 for line in lines)
+    assert all(r.alone_s > 0 and r.fused_s > 0 and r.batched_s > 0 for r in rows)
+    said = physics(1, 1, torch.device("cpu"), shape=SHAPE)[0]
+    assert "GFLOP/s" in said and "of the step is per-op cost" in said
