@@ -160,9 +160,10 @@ class _OpCount(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def physics(batch: int, repeats: int, device: torch.device, shape: dict = NANO) -> list[str]:
-    """What limits one member's step here: the step's matmul FLOPs at this device's measured fp32 matmul rate
-    (the step's largest matmul shape, and the same with 8 members batched), and the ops it dispatches at the
-    measured cost of a 1-element op. The measured step sits between these and their sum."""
+    """What limits one member's step here: this device's fp32 matmul rate at the step's largest matmul shape, alone
+    and as one bmm of 8 members; the share of the step's own time in matmul and attention kernels (arithmetic that
+    fusing keeps, so 1 / that share bounds what fusing can gain where the bmm is no faster per FLOP); and the ops
+    it dispatches at the measured cost of a 1-element op."""
     cfg = GPTConfig(**shape)
     tokens = batch * cfg.block_size
     a = torch.randn(tokens, cfg.n_embd, device=device)
@@ -189,6 +190,6 @@ def physics(batch: int, repeats: int, device: torch.device, shape: dict = NANO) 
             f"GFLOP): fp32 matmul here {flops_mm / mm / 1e9:,.1f} GFLOP/s ({tokens}x{cfg.n_embd} @ "
             f"{cfg.n_embd}x{4 * cfg.n_embd}), {flops_mm / bmm / 1e9:,.1f} GFLOP/s per member as one bmm of 8; matmul "
             f"and attention kernels are {arithmetic:.0%} of the step's own time (torch.profiler: {top}); "
-            f"{counted.ops:,} ops x {per_op * 1e6:.1f} us = {overhead:.0%} of the step is per-op cost, all that fusing "
-            f"removes where batched matmuls run no faster per FLOP: k fused members at most {1 / (1 - overhead):.2f}x "
-            "the members one after another."]
+            f"{counted.ops:,} ops x {per_op * 1e6:.1f} us = {overhead:.0%} of it is dispatch cost. Fused members still "
+            f"run every matmul and attention kernel, at no better rate per FLOP where the bmm's is lower: k fused "
+            f"members are at most {1 / arithmetic:.2f}x the members one after another here, with nothing else left."]
