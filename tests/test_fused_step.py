@@ -3,10 +3,13 @@ step alone, with its own dropout rate and masks, z-loss and label smoothing; no 
 
 from __future__ import annotations
 
+import threading
+
 import torch
+from helpers import HANG_GUARD_S
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
-from gptlab.execution.fused import _Request, fused_step
+from gptlab.execution.fused import FusedGroup, _Request, fused_step
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.loss import model_loss
 from gptlab.tools.benchmarks.fused_batched import batched_step, supports
@@ -92,3 +95,32 @@ def test_the_bench_prints_every_side_and_the_physics() -> None:
     assert all(r.alone_s > 0 and r.fused_s > 0 and r.batched_s > 0 for r in rows)
     said = physics(1, 1, torch.device("cpu"), shape=SHAPE)[0]
     assert "GFLOP/s" in said and "is dispatch cost" in said and "members are at most" in said
+
+
+def test_members_keep_their_streams_across_turns_and_one_that_leaves_at_once_holds_up_none() -> None:
+    """A relaunch's finished or failed member ends before its first step (train() skips it): the others' rounds go
+    on without it. Each member's random draws after a fused step continue its own stream, whoever ran between."""
+    group, draws = FusedGroup(3), {}
+    models = [GPT(GPTConfig(**SHAPE)) for _ in range(3)]
+    x, y = torch.randint(0, 64, (2, 2, 16)).unbind(0)
+
+    def member(i: int) -> None:
+        with group.member(i):
+            if i == 1:
+                return  # skipped: finished in an earlier launch
+            torch.manual_seed(100 + i)
+            draws[i] = [torch.rand(1)]
+            for _ in range(2):
+                group.submit(i, _Request(models[i], x, y, None, 0.0, 0.0))
+                draws[i].append(torch.rand(1))
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=HANG_GUARD_S)
+    assert not any(thread.is_alive() for thread in threads)
+    for i in (0, 2):
+        torch.manual_seed(100 + i)
+        assert torch.equal(torch.cat(draws[i]), torch.rand(3)), i
+    assert 1 not in draws
