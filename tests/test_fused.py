@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -29,16 +28,18 @@ from gptlab.runs.run_dir_lock import lock_run_dir, release
 FUSED = "hydra/launcher=fused"
 QUIET = ["callbacks.text_samples=null", "callbacks.stability_probes=null"]
 MEMBERS = f"hydra.searchpath=[file://{TESTS / 'fixtures' / 'fused_conf'}]"  # fused_member/a.yaml, b.yaml
-# 2 members of one shape whose every own value differs (tests/fixtures/fused_conf/fused_member: AdamW and Muon, 1 and
-# 2 micro-batches a step, seed, dropout, z-loss, init scale, label smoothing, weight decay, schedule), each compared
-# with its run alone. The fused sweep is preempted once (SIGTERM as job 0's step 3 begins) and launched again.
-SWEEP = [*TINY, *QUIET, MEMBERS, "trainer.val_check_interval=4", "+fused_member=a,b", "optimizer.lr=3e-3",
+# 4 members of one shape (tests/fixtures/fused_conf/fused_member). Jobs 0 and 1 differ in every own value (AdamW
+# and Muon, 1 and 2 micro-batches a step, seed, dropout, z-loss, init scale, label smoothing, weight decay, schedule)
+# and are compared with their runs alone; job 2 diverges at step 2 and job 3 is refused for its own value. The fused
+# sweep is preempted once (SIGTERM as job 0's step 3 begins) and launched again: 0 and 1 continue, 2 and 3 are skipped.
+SWEEP = [*TINY, *QUIET, MEMBERS, "trainer.val_check_interval=4", "+fused_member=a,b,c,d", "optimizer.lr=3e-3",
          "+callbacks.kill._target_=helpers.KillSweepJobOnce",
          "+callbacks.kill.job=0", "+callbacks.kill.step=3", "+callbacks.kill.signal_name=SIGTERM"]
-JOBS = ("0", "1")
+JOBS, FAILING = ("0", "1"), ("2", "3")
+SOME_FAILED = 1  # a sweep's exit code when some of its jobs failed (runs/sweep_failures.py)
 
 
-def _sweep(root: Path, name: str, *extra: str, steps: int = 8, returncode: int = 0) -> tuple[Path, str]:
+def _sweep(root: Path, name: str, *extra: str, steps: int = 8, returncode: int = SOME_FAILED) -> tuple[Path, str]:
     proc = run_train(["-m", *SWEEP, *extra, f"trainer.max_steps={steps}", f"+callbacks.kill.marker={root / 'signal'}",
                       f"hydra.sweep.dir={root / name}"], cwd=root, threads=1)
     assert proc.returncode == returncode, proc.stderr[-3000:]
@@ -48,16 +49,26 @@ def _sweep(root: Path, name: str, *extra: str, steps: int = 8, returncode: int =
 @pytest.fixture(scope="module")
 def preempted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, int]]:
     """The fused sweep stopped by one SIGTERM (exit 143), each member's saved step, then launched again to its
-    end; and the same sweep run alone (the signal's marker exists by then: no signal)."""
+    end (the failed members' files untouched by the relaunch, which skips them)."""
     root = tmp_path_factory.mktemp("fused")
     fused, stderr = _sweep(root, "fused", FUSED, returncode=143)
     saved = {job: load_checkpoint(fused / job / "checkpoints" / "last.ckpt")["global_step"] for job in JOBS}
+    failed = _files(fused, FAILING)
     _sweep(root, "fused", FUSED)
+    assert _files(fused, FAILING) == failed
     return fused, stderr, saved
+
+
+def _files(sweep: Path, jobs: tuple[str, ...]) -> dict[Path, int]:
+    """The jobs' files and their times (but Hydra's own .hydra/ and the log, rewritten by every launch)."""
+    return {p: p.stat().st_mtime_ns for job in jobs for p in (sweep / job).rglob("*")
+            if p.is_file() and p.suffix != ".log" and ".hydra" not in p.parts}
 
 
 @pytest.fixture(scope="module")
 def sweeps(preempted, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The preempted and relaunched fused sweep, and the same sweep run alone (the signal's marker exists by then:
+    no signal)."""
     fused = preempted[0]
     return fused, _sweep(fused.parent, "alone")[0]
 
@@ -125,46 +136,14 @@ def test_the_report_of_a_fused_sweep_is_the_report_of_the_sweep_alone(sweeps) ->
     assert "Welch" in tables[0] and tables[0] == tables[1]
 
 
-@pytest.fixture(scope="module")
-def failing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
-    """Member 0 diverges at step 2 (z-loss 1e30 through unclipped SGD, as tests/test_sweep_failures.py), member 1 is
-    refused for its own value, member 2 trains on."""
-    root = tmp_path_factory.mktemp("fused_failing")
-    proc = run_train(_failing_args(root / "sweep"), cwd=root, threads=1)
-    return root / "sweep", proc.returncode, proc.stderr
-
-
-def _failing_args(sweep: Path) -> list[str]:
-    """The command of the fixture `failing`."""
-    return ["-m", FUSED, *TINY, *QUIET, "trainer.max_steps=4", "trainer.val_check_interval=4",
-            "nonfinite_check_every=1", "optimizer=sgd", "trainer.gradient_clip_val=null", "model.z_loss=1e30,-1.0,0.0",
-            f"hydra.sweep.dir={sweep}"]
-
-
-def test_a_failing_member_is_recorded_while_the_others_finish(failing) -> None:
-    sweep, returncode, stderr = failing
-    assert returncode == 1, stderr[-3000:]
-    diverged = json.loads((sweep / "0" / FAILURE_FILE).read_text())
-    refused = json.loads((sweep / "1" / FAILURE_FILE).read_text())
-    assert diverged["kind"] == "diverged" and "train/loss is nan at step 2" in diverged["reason"]
-    assert refused["kind"] == "config error"
-    summary = json.loads((sweep / "2" / SUMMARY_FILE).read_text())
-    assert summary["global_step"] == 4 and math.isfinite(summary["best_val_loss"])
-    assert "Traceback" not in stderr
-
-
-@pytest.mark.slow
-def test_a_relaunch_skips_finished_and_failed_members(failing) -> None:
-    """The same command again: every member is a result already (finished or failed), none runs, and none of its
-    files changes (but Hydra's own .hydra/ and the log, rewritten by every launch, fused or not). The cheap version
-    in CI: tests/test_fused_step.py, a member that leaves at once holds up none."""
-    sweep, _, _ = failing
-    before = {p: p.stat().st_mtime_ns for job in ("0", "1", "2") for p in (sweep / job).rglob("*")
-              if p.is_file() and p.suffix != ".log" and ".hydra" not in p.parts}
-    proc = run_train(_failing_args(sweep), cwd=sweep.parent, threads=1)
-    assert proc.returncode == 1 and "2 of 3 sweep jobs failed" in proc.stderr, proc.stderr[-3000:]
-    assert "already finished" in (sweep / "2" / "train.log").read_text()
-    assert {p: p.stat().st_mtime_ns for p in before} == before
+def test_a_failing_member_is_recorded_while_the_others_finish_and_a_relaunch_skips_it(sweeps) -> None:
+    """Job 2 diverged and job 3 was refused, in the group as alone (the relaunch skipped both: `preempted`)."""
+    for sweep in sweeps:
+        diverged = json.loads((sweep / "2" / FAILURE_FILE).read_text())
+        refused = json.loads((sweep / "3" / FAILURE_FILE).read_text())
+        assert diverged["kind"] == "diverged" and "train/loss is nan at step 2" in diverged["reason"]
+        assert refused["kind"] == "config error" and "model.z_loss=-1.0" in refused["reason"]
+        assert not (sweep / "2" / SUMMARY_FILE).exists()
 
 
 def test_a_second_sweep_into_a_sweep_dir_in_use_is_refused_and_writes_nothing(tmp_path: Path) -> None:
@@ -174,7 +153,8 @@ def test_a_second_sweep_into_a_sweep_dir_in_use_is_refused_and_writes_nothing(tm
     sweep.mkdir()
     held = lock_run_dir(sweep, field="hydra.sweep.dir")  # a running sweep's hold on it
     try:
-        proc = run_train(_failing_args(sweep), cwd=tmp_path, threads=1)
+        proc = run_train(["-m", FUSED, *SWEEP, "+callbacks.kill.marker=x", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+                         threads=1)
     finally:
         release(held)
     assert proc.returncode == 2 and "is in use by another run" in proc.stderr, proc.stderr[-3000:]
