@@ -213,7 +213,9 @@ def test_what_cannot_fuse_is_one_line_naming_the_key(override: str, says: str) -
 @pytest.mark.slow
 def test_a_relaunch_continues_every_member_as_its_run_alone_continues(sweeps) -> None:
     """Raising trainer.max_steps in a relaunch continues each member from its own last.ckpt, in a group, to the
-    steps the same job continued alone logs. Last in this file: it continues the shared sweeps in place."""
+    steps the same job continued alone logs (the steps after 8: a continued run logs step 8's val/loss again, with
+    another value where the run was preempted before it, fused or not; the fused sweep here was). Last in this
+    file: it continues the shared sweeps in place."""
     fused, alone = sweeps
     _sweep(fused.parent, "fused", FUSED, steps=32)
     _sweep(alone.parent, "alone", steps=32)
@@ -221,4 +223,5 @@ def test_a_relaunch_continues_every_member_as_its_run_alone_continues(sweeps) ->
         got, want = scalars(fused / job), scalars(alone / job)
         assert max(want["train/loss"]) == 32
         for tag in ("train/loss", "val/loss"):
-            assert all(_close(got[tag][s], v) for s, v in want[tag].items()), (job, tag)
+            bad = {s: (got[tag][s], v) for s, v in want[tag].items() if s > 8 and not _close(got[tag][s], v)}
+            assert not bad, (job, tag, bad)
