@@ -8,6 +8,7 @@ from helpers import compose_config, run_train
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.preflight import guards
+from gptlab.preflight.batch_fit import MEMORY_MARGIN, Batching
 from gptlab.preflight.guards import check_devices, check_memory, estimate_memory
 from gptlab.preflight.planning import activation_bytes
 
@@ -50,7 +51,9 @@ def test_memory_estimate_is_the_planners_accounting() -> None:
     assert est.states == 16 * est.parameters and est.buffers == 0
     assert est.activations == activation_bytes(cfg, 4, "none", "bf16-mixed")
     fp32 = estimate_memory(cfg, 4, trainer_cfg("trainer.accelerator=cpu", "trainer=ddp", "trainer.devices=2"), "cpu")
-    assert fp32.activations == activation_bytes(cfg, 4, "none", "32-true") and fp32.processes == 2
+    assert fp32.activations == activation_bytes(cfg, 4, "none", "32-true", cpu=True) and fp32.processes == 2
+    assert fp32.activations > activation_bytes(cfg, 4, "none", "32-true")  # the CPU heap, dropout's score matrices
+    assert fp32.buffers == 4 * fp32.parameters  # DDP's gradient buckets
     assert fp32.total == 2 * fp32.per_process
     fsdp = estimate_memory(cfg, 4, trainer_cfg("trainer=fsdp"), "gpu")  # 8 shards, selective checkpointing
     assert fsdp.states == est.states / 8 and fsdp.buffers > 0
@@ -77,7 +80,8 @@ def test_memory_guard_suggests_fsdp_only_where_sharding_makes_it_fit(monkeypatch
     one_gpu = trainer_cfg("trainer.accelerator=gpu", "trainer.precision=bf16-mixed")
     est = estimate_memory(cfg, 1, one_gpu, "gpu")
     assert est.states > est.activations
-    free = est.states / 3 + est.activations + guards.PROCESS_OVERHEAD_BYTES + 0.01 * GB  # fits over 3 shards
+    # fits over 3 shards with the margin a suggestion leaves
+    free = (est.states / 3 + est.activations + guards.PROCESS_OVERHEAD_BYTES) / (1 - MEMORY_MARGIN) + 0.01 * GB
     monkeypatch.setattr(guards, "gpu_count", lambda: 8)
     with pytest.raises(ConfigError, match=r"trainer=fsdp trainer.devices=3 \(shards"):
         check_memory(cfg, 1, one_gpu, free=free)
@@ -89,7 +93,9 @@ def test_memory_guard_suggests_fsdp_only_where_sharding_makes_it_fit(monkeypatch
 
 def test_the_suggested_batch_size_fits_by_the_same_estimate() -> None:
     """The refusal used to halve the micro-batch per try (32 -> 16 -> 8 while about 7 fits): its data.batch_size
-    is now the largest that passes this very check, and none is offered where not even 1 fits."""
+    is now the largest that passes this very check with MEMORY_MARGIN of the free memory to spare (issue 46: one that
+    only just fitted was refused again for the next launch's free memory), and none is offered where not even 1
+    fits."""
     import re
 
     cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
@@ -98,9 +104,10 @@ def test_the_suggested_batch_size_fits_by_the_same_estimate() -> None:
         check_memory(cfg, 32, two_cpu_ranks, free=24 * GB)
     suggested = int(re.search(r"data\.batch_size=(\d+)", str(err.value)).group(1))
     assert 1 <= suggested < 16
-    check_memory(cfg, suggested, two_cpu_ranks, free=24 * GB)  # passes
+    assert "leaving 10% of the free memory spare" in str(err.value)
+    check_memory(cfg, suggested, two_cpu_ranks, free=24 * GB * (1 - MEMORY_MARGIN))  # passes with the margin
     with pytest.raises(ConfigError):
-        check_memory(cfg, suggested + 1, two_cpu_ranks, free=24 * GB)  # the largest that does
+        check_memory(cfg, suggested + 1, two_cpu_ranks, free=24 * GB * (1 - MEMORY_MARGIN))  # the largest that does
     with pytest.raises(ConfigError) as err:
         check_memory(cfg, 32, two_cpu_ranks, free=4 * GB)  # weights and Adam alone do not fit
     assert "data.batch_size=" not in str(err.value) and "a smaller model.block_size or model" in str(err.value)
@@ -138,3 +145,38 @@ def test_the_mission_command_without_gpus_fails_in_seconds(tmp_path) -> None:
     assert "gptlab: error: trainer.devices=8" in proc.stderr and "Traceback" not in proc.stderr
     assert "trainer=ddp trainer.accelerator=cpu trainer.devices=2" in proc.stderr
     assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def batching(windows: int | None, global_batch_tokens: int | None = None, random: bool = True) -> Batching:
+    return Batching(block_size=1024, ranks=2, accumulate=1, global_batch_tokens=global_batch_tokens,
+                    random_sampling=random, epoch_windows=lambda: windows)
+
+
+def test_the_suggested_batch_is_one_the_corpus_fills_and_the_step_divides() -> None:
+    """Issue 46: the suggested batch passed memory and was then refused because an epoch of the corpus held no
+    optimizer step of it. It is capped by the epoch (the words name data.samples_per_epoch, with which memory's own
+    batch fits the epoch too), divides global_batch_tokens' step per rank, and a step no batch can fill says so."""
+    import re
+
+    cfg = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+    two_cpu_ranks = trainer_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2")
+
+    def refused(**kwargs) -> str:
+        with pytest.raises(ConfigError) as err:
+            check_memory(cfg, 32, two_cpu_ranks, free=24 * GB, batching=batching(**kwargs))
+        return str(err.value)
+
+    by_memory = int(re.search(r"data\.batch_size=(\d+)", refused(windows=None)).group(1))
+    assert by_memory > 2
+    capped = refused(windows=5)  # 2 ranks x 2 windows fit in an epoch of 5
+    assert re.search(r"data\.batch_size=2 \(the largest whose optimizer step of 4 windows an epoch of 5 ", capped)
+    assert f"`data.batch_size={by_memory} data.samples_per_epoch={2 * by_memory}`" in capped
+    assert "data.sampling=random" in refused(windows=5, random=False)
+    empty = refused(windows=1)
+    assert "holds no optimizer step even at data.batch_size=1" in empty and "(about" not in empty
+    assert "`data.batch_size=1 data.samples_per_epoch=2`" in empty
+    step = refused(windows=None, global_batch_tokens=2 * 1024 * 9)  # 9 windows per rank a step: 9, 3 or 1
+    assert int(re.search(r"data\.batch_size=(\d+)", step).group(1)) in {d for d in (1, 3) if d <= by_memory}
+    short = refused(windows=10, global_batch_tokens=2 * 1024 * 9)
+    assert "holds no optimizer step of global_batch_tokens=18432 (18 windows)" in short
+    assert "data.samples_per_epoch=18`" in short

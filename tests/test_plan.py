@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from gptlab.config.schemas import Runtime
 from gptlab.model import GPTConfig, count_parameters
-from gptlab.preflight.planning import GPUS, activation_bytes, block_bytes_per_token, make_plan
+from gptlab.preflight.planning import GPUS, activation_bytes, block_bytes_per_token, format_plan, make_plan
 
 GPT3_175B = dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288, head_dim=128)
 
@@ -93,3 +93,30 @@ def test_a_short_plan_says_hours_or_minutes_not_zero_days() -> None:
 
     assert duration(2.5) == "2.5 days" and duration(0.5) == "12.0 hours" and duration(0.01) == "14.4 minutes"
     assert duration(1e-9) == "0.1 minutes"
+
+
+def test_a_plan_that_does_not_fit_names_the_micro_batch_and_checkpointing_that_do() -> None:
+    """gpt3_175b on 1024 GPUs at micro-batch 32 (issue 46: "FSDP does not fit" named nothing): the plan names the
+    largest micro-batch dividing 32 and the checkpointing that fit each GPU, and planning that setting fits; DDP,
+    whose states alone exceed a GPU, says so and names sharding."""
+    trainer = {"devices": 1024, "num_nodes": 1, "precision": "bf16-mixed"}
+    plan = make_plan(GPTConfig(**GPT3_175B), tokens=300e9, gpus=1024, micro_batch=32, trainer_cfg=trainer)
+    text = format_plan(plan, "gpt3_175b", 0.4, "DDP")
+    for kind, spec in GPUS.items():
+        fit = plan.fits[(kind, "FSDP")]
+        assert fit is not None and 32 % fit.micro_batch == 0 and fit.accumulate * fit.micro_batch == 32
+        line = next(line for line in text.splitlines() if line.startswith(kind))
+        assert "FSDP does not fit as configured" in line and f"data.batch_size={fit.micro_batch} " in line
+        assert plan.fits[(kind, "DDP")] is None and "shard the states with trainer=fsdp" in line
+        value = {"none": False, "selective": "selective", "full": True}[fit.mode]
+        again = make_plan(GPTConfig(**GPT3_175B), tokens=300e9, gpus=1024, micro_batch=fit.micro_batch,
+                          trainer_cfg={**trainer, "strategy": {"_target_": "fsdp"}},
+                          runtime=Runtime(compile=True, activation_checkpointing=value))
+        assert again.fsdp["total"] <= spec["memory_bytes"]
+        assert f"FSDP fits ({again.fsdp['total'] / 1e9:,.1f} GB)" in format_plan(again, "gpt3_175b", 0.4, "FSDP")
+        if fit.micro_batch < 32:  # the next larger divisor does not fit under any mode
+            larger = fit.micro_batch * 2
+            assert all(make_plan(GPTConfig(**GPT3_175B), 1.0, 1024, micro_batch=larger,
+                                 trainer_cfg={**trainer, "strategy": {"_target_": "fsdp"}},
+                                 runtime=Runtime(compile=True, activation_checkpointing=v)).fsdp["total"]
+                       > spec["memory_bytes"] for v in (False, "selective", True))

@@ -34,8 +34,9 @@ from gptlab.apps.build import build_run
 from gptlab.apps.prepare_data import prepare_from_config
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import check_node
-from gptlab.preflight import early_checks
+from gptlab.preflight import early_checks, guards
 
+GB = 1e9
 DATA = Path(tempfile.gettempdir()) / "gptlab-ways-out" / f"data-{os.getpid()}"  # this process's: its cases edit it
 CORPUS = DATA / "corpus"
 TINY = ("model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=32", "data.batch_size=4",
@@ -549,3 +550,19 @@ def test_shards_prepared_with_other_settings_ways_out_work() -> None:
     assert named.name == "manifest.json" and "delete that directory" in refused.message
     shutil.rmtree(named.parent)
     assert data_refusal(other) is None
+
+
+def test_a_batch_too_large_for_memory_is_followed_to_one_the_corpus_fills(monkeypatch) -> None:
+    """Issue 46: data.batch_size=100000 was told 2420, refused again for 2384 (no margin), then for the corpus (an
+    epoch of 1546 windows holds no step of 2384). Each way out that sets a batch now trains as typed, up to its first
+    batch: memory with its margin, and an epoch that holds a step (tests/test_guards.py covers epoch sampling and
+    global_batch_tokens' step in-process)."""
+    monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 24 * GB)
+    command = ("data.batch_size=100000", "trainer.accelerator=cpu", "trainer.max_steps=7")
+    first = data_refusal(command)
+    assert first is not None and "free RAM is 24.0 GB" in first.message, first
+    typed = [way for way in ways_out.ways_out(first.message, command).ways
+             if any(o.startswith("data.batch_size=") and o not in command for o in way.command)]
+    assert len(typed) == 2, first.message  # the corpus's largest, and memory's with a longer epoch
+    for way in typed:
+        assert data_refusal(way.command) is None, (way.said, data_refusal(way.command))

@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from gptlab.data.position import TrainPosition, pin_memory
-from gptlab.data.prepare import load_prepared, prepare, prepared_dir, read_json
+from gptlab.data.prepare import load_prepared, prepare, prepared_dir, read_json, tokenizer_identity
 from gptlab.data.shards import token_dtype
 from gptlab.data.split import SPLITS, check_splits_filled, check_val_fraction, doc_batches, encode_batches
 from gptlab.data.stream_identity import check_same_stream, stream_identity
@@ -88,6 +88,11 @@ class TokenStore(ABC):
     def on_before_batch_transfer(self, batch: Any, trainer: Any) -> Any:
         return batch
 
+    def known_epoch_windows(self) -> Optional[int]:
+        """The training windows of one epoch, where known before training (None: a stream, which has no epoch; a
+        mixture)."""
+        return None
+
     def _refuse(self, state: dict[str, Any], saved_by: str) -> None:
         raise ConfigError(
             f"the checkpoint's data position was saved with data.store={saved_by} but this run has "
@@ -137,11 +142,31 @@ class WindowStore(TokenStore):
         self.tokens = self.load()
         s, train = self.settings, self.tokens["train"]
         if s.sampling == "random":
-            per_epoch = s.samples_per_epoch or max(1, len(train) // s.block_size)
-            self.train_set = RandomWindows(train, s.block_size, per_epoch, s.seed)
+            self.train_set = RandomWindows(train, s.block_size, self.epoch_windows(len(train)), s.seed)
         else:
             self.train_set = EpochWindows(train, s.block_size, s.seed)
         self.val_set = SequentialWindows(self.tokens["val"], s.block_size)
+
+    def epoch_windows(self, train_tokens: int) -> int:
+        """Training windows per epoch over `train_tokens` tokens: data.samples_per_epoch (random sampling; null: one
+        window per block_size tokens), or every whole non-overlapping window (epoch sampling, EpochWindows)."""
+        s = self.settings
+        if s.sampling == "random":
+            return s.samples_per_epoch or max(1, train_tokens // s.block_size)
+        return max(0, (train_tokens - 1) // s.block_size)
+
+    def known_epoch_windows(self) -> Optional[int]:
+        """The epoch's training windows, learnt before training without writing anything: from the setting, the
+        prepared manifest, or by tokenizing a memory store's corpus (what its setup does anyway); None where only
+        preparing the corpus would tell (a prepared store without its shards)."""
+        s = self.settings
+        if s.sampling == "random" and s.samples_per_epoch:
+            return s.samples_per_epoch
+        tokens = self.train_tokens_before_setup()
+        return None if tokens is None else self.epoch_windows(tokens)
+
+    def train_tokens_before_setup(self) -> Optional[int]:
+        return len(self.load()["train"])
 
     def train_dataloader(self, trainer: Any) -> DataLoader:
         workers = self.settings.num_workers
@@ -219,6 +244,14 @@ class PreparedStore(WindowStore):
 
     def load(self) -> dict[str, Any]:
         return load_prepared(self.settings.cache_dir, self.tokenizer, self.settings.verify_sha256)
+
+    def train_tokens_before_setup(self) -> Optional[int]:
+        """From the manifest, when the shards were prepared with this tokenizer (None: not prepared yet)."""
+        path = prepared_dir(self.settings.cache_dir, self.tokenizer) / "manifest.json"
+        manifest = read_json(path) if path.is_file() else None
+        if not manifest or manifest.get("tokenizer") != tokenizer_identity(self.tokenizer):
+            return None
+        return int(manifest["splits"]["train"]["tokens"])
 
     def train_digest(self) -> str:
         """From the manifest's shard checksums: hashing the memmapped shards again would cost a read of them all."""

@@ -18,10 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.checkpoint.reader import check_resumable
 from gptlab.config.schemas import Runtime
 from gptlab.config.validate import Decided, check
+from gptlab.errors import find_config_error
 from gptlab.execution.float8 import check_float8_here
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters
 from gptlab.model.sparse_attention import computes_densely, refuse_flash, refuse_flex
+from gptlab.preflight.batch_fit import Batching
 from gptlab.preflight.checkpoint_plan import check_checkpoint_space
 from gptlab.preflight.guards import check_devices, check_memory, resolve_accelerator
 from gptlab.preflight.option_relevance import ignored_options
@@ -84,6 +86,34 @@ def check_attention_runs_here(model_cfg: GPTConfig, trainer_cfg: Any) -> None:
         refuse_flex(model_cfg.dropout, on_cpu, accelerator)
 
 
+def batching(cfg: DictConfig, model_cfg: GPTConfig, tokenizer: Any) -> Batching:
+    """The run's step and corpus, which bound the micro-batch a memory refusal suggests."""
+    trainer = cfg.trainer
+    devices = trainer.get("devices", 1)
+    return Batching(
+        block_size=model_cfg.block_size,
+        ranks=(1 if devices == "auto" else int(devices)) * int(trainer.get("num_nodes", 1)),
+        accumulate=int(trainer.get("accumulate_grad_batches", 1) or 1),
+        global_batch_tokens=cfg.get("global_batch_tokens"),
+        random_sampling=cfg.data.get("sampling", "random") == "random",
+        epoch_windows=lambda: epoch_windows(cfg.data, tokenizer),
+    )
+
+
+def epoch_windows(data: DictConfig, tokenizer: Any) -> Optional[int]:
+    """The training windows of one epoch of the run's corpus, where its store can tell before training (None: a
+    stream, a mixture, shards not prepared yet). A data node that does not build is refused when the run builds it,
+    in gptlab.apps.build's words; here it only leaves the corpus unknown."""
+    try:
+        module = hydra.utils.instantiate(data, tokenizer=tokenizer)
+    except Exception as err:
+        found = find_config_error(err)
+        if found is not None:
+            raise found from err
+        return None
+    return module.store.known_epoch_windows()
+
+
 # Configs this process has already passed, by their text: the Hydra callback checks before the run dir exists and
 # train() checks again (for callers without Hydra); the second time costs nothing and repeats no warning.
 _PASSED: dict[str, Checked] = {}
@@ -111,7 +141,7 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     parameters = count_parameters(model_cfg)["total"]
     if launcher and cfg.get("check_memory", True):  # other ranks would see rank 0's memory already taken
         check_memory(model_cfg, cfg.data.batch_size, cfg.trainer,  # before the model's tensors are allocated
-                     runtime=decided.runtime, parameters=parameters)
+                     runtime=decided.runtime, parameters=parameters, batching=batching(cfg, model_cfg, tokenizer))
     given = given_checkpoint(cfg.get("ckpt_path"))  # a file outside the run dir, so it is checked here too
     if given is not None:
         check_resumable(given, model_cfg, decided.fsdp, cfg.optimizer.get("_target_"))

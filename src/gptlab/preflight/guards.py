@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
+from gptlab.preflight.batch_fit import MEMORY_MARGIN, Batching, suggested_batch
 from gptlab.preflight.planning import (  # noqa: F401  (the estimate lives with the planner: one accounting for both)
     PROCESS_OVERHEAD_BYTES,
     STATE_BYTES_PER_PARAM,
     MemoryEstimate,
     estimate_memory,
-    fitting_micro_batch,
     is_fsdp,
 )
 
@@ -92,48 +92,72 @@ def check_devices(trainer_cfg: Any, training: bool = True) -> None:
 
 
 def fsdp_gpus(est: MemoryEstimate, accelerator: str, free: float) -> int:
-    """The fewest GPUs of this machine over which FSDP's sharding of the states would make the run fit (0: none
-    would: a CPU run, one GPU, or activations that alone exceed the memory, which sharding does not divide)."""
+    """The fewest GPUs of this machine over which FSDP's sharding of the states would make the run fit, with
+    MEMORY_MARGIN to spare (0: none would: a CPU run, one GPU, or activations that alone exceed the memory, which
+    sharding does not divide)."""
     if accelerator == "cpu" or est.sharded_over != 1:
         return 0
     for gpus in range(2, gpu_count() + 1):
-        if est.states / gpus + est.buffers + est.activations + PROCESS_OVERHEAD_BYTES <= free:
+        if est.states / gpus + est.buffers + est.activations + PROCESS_OVERHEAD_BYTES <= free * (1 - MEMORY_MARGIN):
             return gpus
     return 0
 
 
 def check_memory(
     model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
-    runtime: Optional[Runtime] = None, parameters: Optional[int] = None,
+    runtime: Optional[Runtime] = None, parameters: Optional[int] = None, batching: Optional[Batching] = None,
 ) -> MemoryEstimate:
     """Refuse a run whose processes cannot fit in free RAM (CPU) or one GPU's free memory. `runtime`: the run's
     (checkpointing and compile change the activations; the planner counts the same bytes); `parameters`: the
-    model's count, computed once by the preflight pass."""
+    model's count, computed once by the preflight pass; `batching`: the run's step and corpus, which bound the
+    micro-batch the refusal suggests (gptlab.preflight.batch_fit)."""
     accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))
     est = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, runtime, parameters)
     free = free_bytes(accelerator) if free is None else free
     if est.total > free:
         where = "free RAM" if accelerator == "cpu" else "free memory on GPU 0"
-        fits = fitting_micro_batch(model_cfg, micro_batch, trainer_cfg, accelerator, runtime, free, est.parameters)
-        knobs = [] if fits is None else \
-            [f"data.batch_size={fits} (micro-batch; global_batch_tokens keeps the step)"]
-        if est.checkpointing != "full":
-            full = replace(runtime or Runtime(compile=False), activation_checkpointing=True)
-            checkpointed = estimate_memory(model_cfg, micro_batch, trainer_cfg, accelerator, full, est.parameters)
-            knobs.append(f"runtime.activation_checkpointing=true (about {checkpointed.total / GB:,.1f} GB)")
-        gpus = fsdp_gpus(est, accelerator, free)
-        if gpus:
-            knobs.append(f"trainer=fsdp trainer.devices={gpus} (shards weights, gradients and Adam states over the "
-                         "GPUs)")
-        knobs.append("a smaller model.block_size or model")
         raise ConfigError(
             f"this run needs about {est.total / GB:,.1f} GB but {where} is {free / GB:,.1f} GB: "
             f"{est.processes} process(es) x {est.per_process / GB:,.1f} GB (weights+grads+Adam states "
             f"{est.states / GB:,.1f} GB for {est.parameters:,} parameters, "
-            + (f"FSDP's gathered buffers {est.buffers / GB:,.1f} GB, " if est.buffers else "")
+            + (f"{'FSDP' if est.fsdp else 'DDP'}'s buffers {est.buffers / GB:,.1f} GB, " if est.buffers
+               else "")
             + f"activations {est.activations / GB:,.1f} GB for micro-batch {micro_batch} x block_size "
             f"{model_cfg.block_size} with activation checkpointing {est.checkpointing}, "
-            f"runtime {PROCESS_OVERHEAD_BYTES / GB:.1f} GB). To make it fit: {'; '.join(knobs)}. "
+            f"runtime {est.runtime / GB:.1f} GB). To make it fit (leaving {MEMORY_MARGIN:.0%} of the free memory "
+            f"spare): {'; '.join(ways_to_fit(est, model_cfg, micro_batch, trainer_cfg, runtime, free, batching))}. "
             "check_memory=false skips this check."
         )
     return est
+
+
+def ways_to_fit(est: MemoryEstimate, model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any,
+                runtime: Optional[Runtime], free: float, batching: Optional[Batching]) -> list[str]:
+    """The settings that make the run fit with MEMORY_MARGIN to spare, each of which passes the checks typed."""
+    accelerator = resolve_accelerator(trainer_cfg.get("accelerator", "auto"))
+    room = free * (1 - MEMORY_MARGIN)
+
+    def estimate(size: int, run: Optional[Runtime]) -> MemoryEstimate:
+        return estimate_memory(model_cfg, size, trainer_cfg, accelerator, run, est.parameters)
+
+    def words(run: Optional[Runtime]) -> Callable[[int], str]:
+        return lambda size: f"about {estimate(size, run).total / GB:,.1f} GB"
+
+    plain = suggested_batch(lambda size: estimate(size, runtime).total <= room, micro_batch, batching,
+                            words(runtime))
+    ways = list(plain.words)
+    if est.checkpointing != "full":
+        full = replace(runtime or Runtime(compile=False), activation_checkpointing=True)
+        if estimate(micro_batch, full).total <= room and not plain.also:
+            ways.append(f"runtime.activation_checkpointing=true ({words(full)(micro_batch)})")
+        else:
+            larger = suggested_batch(lambda size: estimate(size, full).total <= room, micro_batch, batching,
+                                     words(full)).batch
+            if larger is not None and larger > (plain.batch or 0):
+                ways.append(f"`runtime.activation_checkpointing=true data.batch_size={larger}"
+                            f"{' ' + plain.also if plain.also else ''}` ({words(full)(larger)})")
+    gpus = fsdp_gpus(est, accelerator, free)
+    if gpus:
+        ways.append(f"trainer=fsdp trainer.devices={gpus} (shards weights, gradients and Adam states over the GPUs)")
+    ways.append("a smaller model.block_size or model")
+    return ways

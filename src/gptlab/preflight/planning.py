@@ -2,16 +2,19 @@
 here is the one train's memory check compares with the machine (gptlab.preflight.guards), so the planner and the
 check give the same bytes for the same config.
 
-Memory per process = states + FSDP's gathered buffers + activations + the runtime (docs/fsdp.md "How much memory",
+Memory per process = states + communication buffers + activations + the runtime (docs/fsdp.md "How much memory",
 where every term is written out):
 - states: 16 bytes per parameter (fp32 weights, fp32 gradients, Adam's two fp32 moments; Lightning and FSDP2 keep
   fp32 master weights under bf16 autocast), divided by the ranks under FSDP (ZeRO-3), whole under DDP;
 - FSDP's buffers: the gathered (bf16 under bf16-mixed) weights of the root unit and of two blocks (the one running
-  and the one prefetched), and one block's unsharded gradients with their fp32 copy for the reduce-scatter;
+  and the one prefetched), and one block's unsharded gradients with their fp32 copy for the reduce-scatter; DDP's
+  (on more than one rank): its gradient buckets, a second fp32 copy of the gradients;
 - activations: what the blocks keep for backward under runtime.activation_checkpointing (none, full, selective;
   each term counted from the ops that save it, checked against a CPU measurement in tests/test_memory_estimate.py),
   the working set of the block whose backward runs, or the head and loss at the start of backward, whichever is
-  larger. Fused attention (SDPA/flash) stores no T x T score matrix.
+  larger. Fused attention (SDPA/flash) stores no T x T score matrix; on a CPU, attention with dropout runs SDPA's
+  math path, which does, and the heap holds more than the tensors' bytes (activation_bytes, measured by
+  scripts/bench_train_memory.py: docs/benchmarks.md "Memory of a CPU run").
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from gptlab.config.schemas import Runtime
 from gptlab.execution.peak_flops import lookup
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
+from gptlab.model.sparse_attention import computes_densely
 
 # The GPUs a plan is priced on: dense bf16 peak and memory from the one peak table MFU uses (execution/peak_flops.py).
 GPUS = {kind: {"peak_flops": lookup(f"NVIDIA {kind}").bf16, "memory_bytes": lookup(f"NVIDIA {kind}").memory_bytes}
@@ -33,6 +37,13 @@ PROCESS_OVERHEAD_BYTES = 0.6 * GB  # the Python + torch + Lightning runtime of o
 # fp32 weights, fp32 grads and Adam's two fp32 moments: 16 bytes a parameter, also under mixed precision
 # (Lightning keeps fp32 master weights and autocasts the matmuls).
 STATE_BYTES_PER_PARAM = 16
+# DDP's gradient buckets: a second fp32 copy of the gradients, which all-reduce sends (Lightning's DDP leaves
+# gradient_as_bucket_view off); measured on CPU as a 2-rank run's peak less a 1-rank run's (docs/benchmarks.md).
+DDP_BUCKET_BYTES_PER_PARAM = 4
+# A CPU run's activations as the process's peak RSS holds them: glibc's heap keeps freed blocks for reuse, ~1.2x the
+# tensors' bytes (nano at micro-batch 32 and 128, GPT-2 small at 2 and 8; docs/benchmarks.md).
+CPU_HEAP_FACTOR = 1.2
+MATH_ATTENTION_BYTES = 15  # bytes per layer, head, query and key of CPU attention with dropout (3.75 fp32 copies)
 
 
 @dataclass
@@ -47,6 +58,7 @@ class Plan:
     ddp: dict[str, Any]  # bytes per GPU by part (estimate_memory's), at the run's micro-batch and precision
     fsdp: dict[str, Any]
     days: dict[str, float]  # by GPU kind, at the given MFU
+    fits: dict[tuple[str, str], Optional[Fit]]  # (GPU kind, "DDP" | "FSDP") -> the setting that fits (None: none)
 
 
 def dtype_bytes(precision: Any) -> tuple[int, int]:
@@ -94,17 +106,34 @@ def head_bytes_per_token(cfg: GPTConfig, precision: Any, compiled_loss: bool) ->
     return cfg.padded_vocab_size * per_logit + cfg.n_embd * (r + a)
 
 
+def math_attention_bytes(cfg: GPTConfig, micro_batch: int, mode: str) -> float:
+    """What attention with dropout keeps on a CPU, which no fused kernel computes there (SDPA's math path): per layer,
+    head, query and key MATH_ATTENTION_BYTES (the fp32 probabilities, the dropout mask, the dropped probabilities;
+    measured, docs/benchmarks.md "Memory of a CPU run"), over the keys a query sees (all T for a dense layer, its band
+    for a local one). Every layer keeps them, or under full checkpointing the one being recomputed."""
+    if cfg.dropout == 0:
+        return 0.0
+    T = cfg.block_size
+    keys = [T if computes_densely(kind, T, cfg.attn_window) else min(T, 2 * cfg.attn_window)
+            for kind in (cfg.attn_pattern[i % len(cfg.attn_pattern)] for i in range(cfg.n_layer))]
+    kept = max(keys) if mode == "full" else sum(keys)
+    return float(MATH_ATTENTION_BYTES * micro_batch * cfg.n_head * T * kept)
+
+
 def activation_bytes(cfg: GPTConfig, micro_batch: int, mode: str = "none", precision: Any = "bf16-mixed",
-                     compiled: bool = False) -> float:
+                     compiled: bool = False, cpu: bool = False) -> float:
     """Peak bytes of activations per process for one micro-batch of full-length sequences: every block's kept bytes,
     plus the larger of the working block and the head (they are not alive at once: the head's gradients are freed
     before the last block's backward starts). `compiled`: runtime.compile on (either scope): inductor's partitioner
     keeps the matmul and attention outputs and recomputes the elementwise ops in backward, so a compiled block
-    without checkpointing keeps what a selective one keeps (GPT-2 small on an H200: docs/fsdp.md)."""
+    without checkpointing keeps what a selective one keeps (GPT-2 small on an H200: docs/fsdp.md). `cpu`: a CPU
+    run's, whose heap holds CPU_HEAP_FACTOR of the tensors' bytes and whose attention with dropout keeps its score
+    matrices (math_attention_bytes)."""
     tokens = micro_batch * cfg.block_size
     block = block_bytes_per_token(cfg, "selective" if compiled and mode == "none" else mode, precision)
     head = head_bytes_per_token(cfg, precision, compiled)
-    return tokens * (cfg.n_layer * block["kept"] + max(head, block["working"]))
+    kept = tokens * (cfg.n_layer * block["kept"] + max(head, block["working"]))
+    return kept * CPU_HEAP_FACTOR + math_attention_bytes(cfg, micro_batch, mode) if cpu else kept
 
 
 def fsdp_buffer_bytes(cfg: GPTConfig, precision: Any) -> float:
@@ -122,15 +151,17 @@ def fsdp_buffer_bytes(cfg: GPTConfig, precision: Any) -> float:
 class MemoryEstimate:
     parameters: int
     states: float  # weights, gradients and optimizer states held by one process
-    buffers: float  # FSDP's gathered weights and unsharded gradients (0 without FSDP)
+    buffers: float  # FSDP's gathered weights and unsharded gradients, or DDP's gradient buckets (0 on one device)
     activations: float  # kept for backward, for one micro-batch, at the peak
     processes: int  # processes sharing the memory compared against (CPU: all ranks of the node; GPU: 1)
     sharded_over: int
     checkpointing: str  # the mode the activations are counted for (runtime.activation_checkpointing resolved)
+    runtime: float = PROCESS_OVERHEAD_BYTES  # the process's own: Python, torch, Lightning
+    fsdp: bool = False  # the buffers are FSDP's (else DDP's)
 
     @property
     def per_process(self) -> float:
-        return self.states + self.buffers + self.activations + PROCESS_OVERHEAD_BYTES
+        return self.states + self.buffers + self.activations + self.runtime
 
     @property
     def total(self) -> float:
@@ -151,31 +182,18 @@ def estimate_memory(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, ac
     mode = runtime.checkpointing(sharded=fsdp)
     compiled = runtime.compiled_scope(sharded=fsdp) is not None
     n_params = count_parameters(model_cfg)["total"] if parameters is None else parameters
+    buffers = fsdp_buffer_bytes(model_cfg, precision) if fsdp else \
+        DDP_BUCKET_BYTES_PER_PARAM * n_params if world > 1 else 0.0
     return MemoryEstimate(
         parameters=n_params,
         states=STATE_BYTES_PER_PARAM * n_params / (world if fsdp else 1),
-        buffers=fsdp_buffer_bytes(model_cfg, precision) if fsdp else 0.0,
-        activations=activation_bytes(model_cfg, micro_batch, mode, precision, compiled),
+        buffers=buffers,
+        activations=activation_bytes(model_cfg, micro_batch, mode, precision, compiled, cpu=accelerator == "cpu"),
         processes=devices if accelerator == "cpu" else 1,
         sharded_over=world if fsdp else 1,
         checkpointing=mode,
+        fsdp=fsdp,
     )
-
-
-def fitting_micro_batch(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, accelerator: str,
-                        runtime: Optional[Runtime], free: float, parameters: Optional[int] = None) -> Optional[int]:
-    """The largest micro-batch below `micro_batch` whose estimate fits in `free` bytes (None: not even 1), so a
-    refusal's suggested data.batch_size is one that passes the same check."""
-    def fits(size: int) -> bool:
-        return estimate_memory(model_cfg, size, trainer_cfg, accelerator, runtime, parameters).total <= free
-
-    if micro_batch <= 1 or not fits(1):
-        return None
-    low, high = 1, micro_batch - 1  # fits(low); the estimate grows with the batch, so bisect (data.batch_size=1e8)
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid - 1)
-    return low
 
 
 CHECKPOINTING_VALUES = {"none": False, "selective": "selective", "full": True}  # mode -> activation_checkpointing
@@ -194,6 +212,34 @@ def _per_gpu(model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, runtime: 
     return row
 
 
+@dataclass(frozen=True)
+class Fit:
+    """A setting under which a run fits on one GPU: its micro-batch (a divisor of the run's, so that accumulating
+    `accumulate` of them keeps the global batch) and activation checkpointing mode, and the bytes it needs."""
+    micro_batch: int
+    accumulate: int
+    mode: str
+    need: float
+
+
+def fitting_setting(cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, runtime: Runtime,
+                    capacity: float) -> Optional[Fit]:
+    """The largest divisor of `micro_batch` that fits in `capacity` under any checkpointing mode, the mode that
+    recomputes least on a tie (none, selective, full); None when not even micro-batch 1 with full checkpointing
+    does (the states or FSDP's buffers alone are too large: more GPUs to shard over)."""
+    best: Optional[Fit] = None
+    divisors = [b for b in range(micro_batch, 0, -1) if micro_batch % b == 0]
+    for mode, value in CHECKPOINTING_VALUES.items():
+        run = replace(runtime, activation_checkpointing=value)
+        for size in divisors:
+            need = estimate_memory(cfg, size, trainer_cfg, "gpu", run).per_process
+            if need <= capacity:
+                if best is None or size > best.micro_batch:
+                    best = Fit(size, micro_batch // size, mode, need)
+                break
+    return best
+
+
 def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mfu: float = 0.4,
               trainer_cfg: Optional[dict[str, Any]] = None, runtime: Optional[Runtime] = None) -> Plan:
     """`trainer_cfg`: the run's trainer (devices, nodes, precision, strategy; default bf16 DDP on `gpus` GPUs); the
@@ -204,6 +250,8 @@ def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mf
     total = flops_per_token * tokens
     trainer = dict(trainer_cfg or {"devices": gpus, "num_nodes": 1, "precision": "bf16-mixed"})
     runtime = runtime or Runtime(compile=True)
+    layouts = {"DDP": trainer if not is_fsdp(trainer.get("strategy")) else {**trainer, "strategy": "ddp"},
+               "FSDP": trainer if is_fsdp(trainer.get("strategy")) else {**trainer, "strategy": {"_target_": "fsdp"}}}
     return Plan(
         parameters=n_params,
         flops_per_token=flops_per_token,
@@ -212,11 +260,11 @@ def make_plan(cfg: GPTConfig, tokens: float, gpus: int, micro_batch: int = 1, mf
         gpus=gpus,
         block_size=cfg.block_size,
         micro_batch=micro_batch,
-        ddp=_per_gpu(cfg, micro_batch, trainer if not is_fsdp(trainer.get("strategy")) else
-                     {**trainer, "strategy": "ddp"}, runtime),
-        fsdp=_per_gpu(cfg, micro_batch, trainer if is_fsdp(trainer.get("strategy")) else
-                      {**trainer, "strategy": {"_target_": "fsdp"}}, runtime),
+        ddp=_per_gpu(cfg, micro_batch, layouts["DDP"], runtime),
+        fsdp=_per_gpu(cfg, micro_batch, layouts["FSDP"], runtime),
         days={kind: total / (gpus * spec["peak_flops"] * mfu) / 86400 for kind, spec in GPUS.items()},
+        fits={(kind, label): fitting_setting(cfg, micro_batch, layout, runtime, spec["memory_bytes"])
+              for kind, spec in GPUS.items() for label, layout in layouts.items()},
     )
 
 
@@ -253,13 +301,29 @@ def format_plan(plan: Plan, name: str, mfu: float, strategy: str) -> str:
                  "otherwise; total is the row the run needs)")
     lines.append("")
     for kind, spec in GPUS.items():
-        verdicts = []
-        for label, mem in (("DDP", plan.ddp), ("FSDP", plan.fsdp)):
-            need = min(mem["total"], mem["total_full"])  # with full checkpointing if that is what it takes
-            fits = "fits" if need <= spec["memory_bytes"] else "does not fit"
-            verdicts.append(f"{label} {fits} ({need / 1e9:,.1f} GB)")
+        verdicts = [verdict(label, mem, plan.fits[(kind, label)], plan.micro_batch, spec["memory_bytes"])
+                    for label, mem in (("DDP", plan.ddp), ("FSDP", plan.fsdp))]
         lines.append(
             f"{kind} ({spec['memory_bytes'] / 1e9:.0f} GB, {spec['peak_flops'] / 1e12:.0f} TFLOP/s bf16): "
             f"{duration(plan.days[kind])} on {plan.gpus} GPU(s) at {mfu:.0%} MFU; {'; '.join(verdicts)}"
         )
     return "\n".join(lines)
+
+
+def verdict(label: str, mem: dict[str, Any], fit: Optional[Fit], micro_batch: int, capacity: float) -> str:
+    """Whether the run fits as configured; else the micro-batch, accumulation and checkpointing that make it fit
+    with the same global batch, or why none does."""
+    if mem["total"] <= capacity:
+        return f"{label} fits ({mem['total'] / 1e9:,.1f} GB)"
+    if fit is None:
+        held = f"the states take {mem['states'] / 1e9:,.1f} GB" + (
+            f" and {label}'s buffers {mem['buffers'] / 1e9:,.1f} GB" if mem["buffers"] else "")
+        way = "shard over more GPUs" if label == "FSDP" else "shard the states with trainer=fsdp"
+        return (f"{label} does not fit ({mem['total'] / 1e9:,.1f} GB), not even at data.batch_size=1 with full "
+                f"activation checkpointing: {held} of each GPU; {way}, or a smaller model")
+    how = f"data.batch_size={fit.micro_batch} runtime.activation_checkpointing=" \
+          f"{str(CHECKPOINTING_VALUES[fit.mode]).lower()}"
+    if fit.accumulate > 1:
+        how += f", accumulating {fit.accumulate}x as many micro-batches (the same global batch)"
+    return f"{label} does not fit as configured ({mem['total'] / 1e9:,.1f} GB) but fits with {how} " \
+           f"({fit.need / 1e9:,.1f} GB)"
