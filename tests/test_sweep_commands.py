@@ -1,6 +1,6 @@
 """A sweep is a multirun or nothing: a config carrying hydra.sweeper.params without -m is refused (it used to run
-one job and drop the sweep), and a preempted sweep job's "Continue with:" command is that job's, runnable as printed
-(the sweep's `seed=1,2,3` is a multirun-only value)."""
+one job and drop the sweep), and a preempted sweep job's "Continue the sweep with:" command is the sweep launched again
+into its dir."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from helpers import CONF_DIR, TINY, run_train
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import open_dict
 
 from gptlab.errors import ConfigError, PreemptedError
-from gptlab.launch.cli import resume_command
+from gptlab.launch.continuing import preempted_message
 from gptlab.runs.sweep_jobs import check_sweep_is_multirun
 
 
@@ -48,17 +47,31 @@ def test_one_job_of_a_sweep_runs_when_its_swept_keys_are_pinned() -> None:
         check_sweep_is_multirun(_with_hydra(["experiment=ablate_gpt2_to_llama"]))
 
 
-def test_a_preempted_sweep_jobs_continue_command_runs_as_printed(monkeypatch, tmp_path: Path) -> None:
-    job_dir = tmp_path / "sweep" / "seed=2"
+@pytest.mark.parametrize("recorded", [False, True], ids=["argv", "multirun.yaml"])
+def test_a_preempted_sweep_jobs_continue_command_continues_the_sweep(monkeypatch, tmp_path: Path,
+                                                                      recorded: bool) -> None:
+    """The job's own `resume=auto hydra.run.dir=<job>` finished that job and never ran the rest (issue 46); with a
+    sweeper's config (hparams_search=...) it started a new sweep. The line is the sweep again, into its dir, which
+    skips the finished jobs and continues this one (docs/ablations.md); Hydra's multirun.yaml gives the sweep's
+    overrides where it was written (a launcher whose job process has another command line)."""
+    sweep = tmp_path / "sweep"
+    job_dir = sweep / "seed=2"
     monkeypatch.setattr(sys, "argv", ["src/train.py", "-m", "seed=1,2,3", "trainer.max_steps=3"])
+    if recorded:
+        sweep.mkdir()
+        (sweep / "multirun.yaml").write_text("hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN, "
+                                             "hydra/launcher=basic]\n    task: ['seed=1,2,3', trainer.max_steps=3]\n")
+        monkeypatch.setattr(sys, "argv", ["src/train.py", "from-a-launcher"])
     cfg = _with_hydra(["seed=2", "trainer.max_steps=3"])  # the job's own overrides, as Hydra hands a job
     with open_dict(cfg):
         cfg.hydra.mode = RunMode.MULTIRUN
+        cfg.hydra.sweep.dir = str(sweep)
     HydraConfig.instance().set_config(cfg)
     try:
-        command = resume_command(PreemptedError(15, 3, job_dir / "checkpoints" / "preempted.ckpt"))
+        message = preempted_message(PreemptedError(15, 3, job_dir / "checkpoints" / "preempted.ckpt"))
     finally:
         HydraConfig.instance().cfg = None
-    args = shlex.split(command)[2:]
-    assert args == ["seed=2", "trainer.max_steps=3", "resume=auto", f"hydra.run.dir='{job_dir.resolve()}'"]
-    assert not any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(args))
+    assert "Continue the sweep with: " in message and "resume=auto" not in message, message
+    args = shlex.split(message.split("Continue the sweep with: ", 1)[1].split(" (", 1)[0])[2:]
+    launcher = ["hydra/launcher=basic"] if recorded else []
+    assert args == ["-m", *launcher, "seed=1,2,3", "trainer.max_steps=3", f"hydra.sweep.dir={sweep.resolve()}"]

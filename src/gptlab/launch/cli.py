@@ -6,14 +6,12 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import re
-import shlex
 import signal
 import sys
-from pathlib import Path
 from typing import Any, Callable, NoReturn, TypeVar
 
 from gptlab.errors import NonFiniteLossError, PreemptedError, StoppedBySignal, find_config_error
+from gptlab.launch.continuing import preempted_message
 from gptlab.signals import requeue_slurm_job
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,30 +27,6 @@ def global_rank() -> int:
 
 def is_rank_zero() -> bool:
     return global_rank() == 0
-
-
-def resume_command(err: PreemptedError) -> str:
-    """The command line that continues a preempted run in its own dir. A sweep job's is the command of that one job:
-    its own overrides (`seed=2`, not the sweep's `seed=1,2,3`, which only -m accepts), run in its job dir."""
-    from gptlab.runs.sweep_jobs import in_sweep_job
-
-    run_dir = Path(err.checkpoint).resolve().parent.parent
-    dropped = ("hydra.run.dir=", "resume=", "ckpt_path=", "-m", "--multirun")
-    given = sys.argv[1:]
-    if in_sweep_job():
-        from hydra.core.hydra_config import HydraConfig
-
-        given = list(HydraConfig.get().overrides.task)
-    kept = [a for a in given if not a.startswith(dropped)]
-    return shlex.join(["python", sys.argv[0], *kept, "resume=auto", f"hydra.run.dir={hydra_value(str(run_dir))}"])
-
-
-def hydra_value(text: str) -> str:
-    """`text` as a Hydra override value: quoted where Hydra's grammar would read a character of it as syntax
-    (`=`, `,`, spaces, brackets, ...), e.g. a sweep job dir named `model.norm=post`."""
-    if re.fullmatch(r"[\w./@%+-]+", text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -71,7 +45,7 @@ def user_errors_exit(fn: F) -> F:
             return fn(*args, **kwargs)
         except PreemptedError as err:  # every rank saw it at the same step; rank 0 speaks for them
             if is_rank_zero():
-                print(f"gptlab: preempted ({err}). Continue with: {resume_command(err)}", file=sys.stderr)
+                print(f"gptlab: {preempted_message(err)}", file=sys.stderr)
             sys.exit(128 + err.signum)  # as if the signal had killed it: schedulers and sweepers see "not finished"
         except StoppedBySignal as err:  # before training: nothing to save, nothing to resume but a prepare
             if is_rank_zero():

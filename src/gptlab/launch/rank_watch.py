@@ -5,7 +5,8 @@ included: the job dies silently with exit -9, also when the rank only stopped th
 preemption, a non-finite loss, which every rank reports at the same step and rank 0 prints). gptlab's watcher
 (`watch_ranks`, installed in its place by gptlab.lightning_internals) tells the two apart: a rank killed by a signal, or
 one still gone after a grace period while rank 0 runs on, is lost: it prints the message, kills the other ranks
-and ends rank 0 with exit code 1. The checkpoints written before are whole (gptlab.checkpoint.atomic_io).
+and ends rank 0 with exit code 1. A rank killed by SIGKILL is named as out of memory (the kernel's OOM killer sends
+it), and resume is offered only where a checkpoint was written (those are whole: gptlab.checkpoint.atomic_io).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Optional
 
+from gptlab.launch.continuing import continue_words
 from gptlab.signals import FLAG
 
 ORDERLY_EXIT_CODES = {1, 2, 128 + signal.SIGTERM, 128 + signal.SIGUSR1}  # gptlab's own agreed stops
@@ -56,10 +59,29 @@ class RankWatch:
                 continue
             self._first_seen.setdefault(rank, time.monotonic())
             if code not in ORDERLY_EXIT_CODES or time.monotonic() - self._first_seen[rank] > GRACE_SECONDS:
-                return (f"rank {rank} (pid {child.pid}) {describe_exit(code)} at step {self.step()}; the other ranks "
-                        "were stopped. The checkpoints written before it are whole: continue with resume=auto "
-                        "hydra.run.dir=<this run dir>.")
+                return (f"rank {rank} (pid {child.pid}) {describe_exit(code)} at step {self.step()}"
+                        f"{self.likely_cause(code)}; the other ranks were stopped. {self.how_to_continue()}")
         return None
+
+    def likely_cause(self, code: int) -> str:
+        """A SIGKILL nobody sent on purpose is the kernel's OOM killer: with the memory way out."""
+        if code != -signal.SIGKILL:
+            return ""
+        batch = getattr(getattr(self.trainer, "datamodule", None), "batch_size", None)
+        smaller = f"data.batch_size={max(1, batch // 2)}" if isinstance(batch, int) and batch > 1 else \
+            "a smaller model.block_size or model"
+        return (", most likely by the kernel's OOM killer: the machine ran out of memory (`dmesg | grep -i oom` "
+                f"names the process). Give it less to hold: {smaller}, or runtime.activation_checkpointing=true, or "
+                "fewer ranks per machine (trainer.devices); with check_memory=true train refuses a run its estimate "
+                "does not fit")
+
+    def how_to_continue(self) -> str:
+        """Resume only where a checkpoint was written; a sweep's job continues with its sweep."""
+        dirs = [Path(d) for d in (getattr(c, "dirpath", None) for c in getattr(self.trainer, "checkpoint_callbacks",
+                                                                                 [])) if d]
+        saved = any(any(d.glob("*.ckpt")) for d in dirs if d.is_dir())
+        root = getattr(self.trainer, "default_root_dir", None)
+        return continue_words(Path(root) if root else None, saved)
 
     def stop_all(self, message: str) -> None:
         """Prints `message` once, SIGKILLs the other ranks and ends this process with exit code 1 (its main thread
@@ -113,5 +135,5 @@ def collective_failure_message(err: BaseException) -> Optional[str]:
             WATCH.stop_all(message)
         time.sleep(0.1)
     first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-    return (f"lost contact with another rank at step {WATCH.step()} ({first}); this rank stops too. The "
-            "checkpoints written before are whole: continue with resume=auto hydra.run.dir=<this run dir>.")
+    return (f"lost contact with another rank at step {WATCH.step()} ({first}); this rank stops too. "
+            f"{WATCH.how_to_continue()}")
