@@ -16,14 +16,16 @@ import pytest
 from helpers import ROOT
 from hydra.core.global_hydra import GlobalHydra
 
-ENTRY_POINTS = ["src/train.py", "src/sample.py", "scripts/prepare_data.py", "scripts/export_hf.py"]
+ENTRY_POINTS = ["src/train.py", "src/eval.py", "src/sample.py", "scripts/prepare_data.py", "scripts/export_hf.py",
+                "scripts/plan.py", "scripts/count_params.py", "scripts/bench_generate.py"]
 HABITS = {
     "--cfg job --resolve": "",  # the config, resolved: its text differs by entry point
     "--cfg hydra": "run:",
     "--info": "Config search path",
     "-m --cfg job": "# job 1: ",
 }
-SWEPT = {"scripts/export_hf.py": "overwrite=false,true"}  # a key of each script's config, two values
+# a key of each script's config, two values
+SWEPT = {"scripts/export_hf.py": "overwrite=false,true", "scripts/count_params.py": "model=nano,gpt2_small"}
 
 
 def shown(script: str, args: list[str], cwd: Path) -> str:

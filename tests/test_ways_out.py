@@ -215,6 +215,8 @@ OTHER_CASES = [
     # a node's class that does not import (gptlab.config.targets.check_target)
     ("+foo=1",), ("+model.foo=1",), ("tokenizer._target_=no.such.Class",), ("optimizer._target_=torch.optim.SGDD",),
     ("callbacks.loss_spike._target_=x.y",), ("scheduler._target_=''",),
+    # a _target_ Hydra's own target policy refuses (gptlab.errors.hydra_policy_refusal words it)
+    ("tokenizer._target_=os.system",),
     # the ladder's steps from its ratio (gptlab.config.ladder_steps)
     ("experiment=ladder_gpt2_to_llama", "ladder_tokens_per_param=null"),
 ]
@@ -226,6 +228,7 @@ BUILD_CASES = [
     ("global_batch_tokens=1000",), ("global_batch_tokens=8192", "trainer.accumulate_grad_batches=2"),
     ("trainer.strategy=bogus",), ("trainer.strategy=deepspeed",),
     ("data.source._target_=builtins.dict",), ("data.source._target_=gptlab.data.sources.Bogus",),
+    ("+callbacks.x._target_=os.system",), ("+callbacks.x._target_=subprocess.run",),
     ("+data.source.foo=1",),
     (MIXTURE, "data.store=streaming"),
     (MIXTURE, "data.source.sources.pydocs.weight=0", "data.source.sources.python_stdlib.weight=0"),

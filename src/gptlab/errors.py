@@ -7,6 +7,7 @@ its traceback.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable
 
 
@@ -77,10 +78,39 @@ class StoppedBySignal(Exception):
 
 
 def find_config_error(err: BaseException) -> ConfigError | None:
-    """The ConfigError behind `err`, also when Hydra's instantiate wrapped it in its own exception."""
+    """The ConfigError behind `err`, also when Hydra's instantiate wrapped it in its own exception; a refusal of
+    Hydra's own target policy (a blocklisted `_target_`) as one too."""
     seen: BaseException | None = err
     while seen is not None:
         if isinstance(seen, ConfigError):
             return seen
+        refused = hydra_policy_refusal(seen)
+        if refused is not None:
+            return refused
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+# The words of Hydra's target policy (hydra/_internal/target_policy.py, Hydra >= 1.3.3): it refuses targets that let
+# config data run code, whichever node names them.
+HYDRA_POLICY = re.compile(r"blocklisted|trusted Python code|HYDRA_INSTANTIATE_ALLOWLIST_OVERRIDE|[Dd]eclarative "
+                          r"configuration|partial subclasses")
+
+
+def hydra_policy_refusal(err: BaseException) -> ConfigError | None:
+    """Hydra's InstantiationException for a target its policy refuses, as one line naming the node and the target;
+    None for any other exception (matched by name: this base module imports no Hydra)."""
+    if type(err).__name__ != "InstantiationException" or not HYDRA_POLICY.search(str(err)):
+        return None
+    text = str(err)
+    key = re.search(r"^full_key: (\S+)", text, re.MULTILINE)
+    node = key.group(1) if key else "a node"
+    target = re.search(r"Target '([^']+)'", text)
+    named = f"_target_ {target.group(1)!r}" if target else "its _target_"
+    said = " ".join(line.strip() for line in text.splitlines() if not line.startswith("full_key:"))
+    said = said.split(". ")[0].rstrip(".")
+    return ConfigError(
+        f"{node} names {named}, which Hydra's instantiate refuses to run ({said}); a config node builds a "
+        f"tokenizer, corpus, callback, optimizer or schedule, not arbitrary code. Drop {node} from the command, or "
+        "name a class of its kind (conf/ has one for every group)."
+    )

@@ -174,8 +174,11 @@ class Data:
                          "streaming", c.choice("memory", "prepared", "streaming"))
     cache_dir: str = setting(help="prepared: shards go to <cache_dir>/<tokenizer name>/ (relative to the launch dir)",
                              check=c.writable_dir)
-    block_size: int = setting("${model.block_size}",
-                              "windows are block_size + 1 tokens (inputs and shifted targets)", c.positive_int)
+    # Optional only as a type: eval.py's is null until the checkpoint gives its model (`--cfg job --resolve` shows
+    # it so); the check refuses null.
+    block_size: Optional[int] = setting("${model.block_size}",
+                                        "windows are block_size + 1 tokens (inputs and shifted targets)",
+                                        c.positive_int)
     batch_size: int = setting(32, "micro-batch: windows per device per forward/backward", c.positive_int)
     val_fraction: float = setting(
         0.01, "about this share of documents is held out (chosen by a hash of each document's text)",

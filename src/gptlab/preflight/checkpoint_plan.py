@@ -36,10 +36,11 @@ class Slot:
 def _callback_class(node: Any) -> Optional[type]:
     import hydra
 
-    try:
-        return hydra.utils.get_class(str(node.get("_target_")))
-    except Exception:  # not a class: the config checks name it; it saves no checkpoint counted here
+    try:  # get_object, not get_class: that one logs an error line for a function before raising
+        found = hydra.utils.get_object(str(node.get("_target_")))
+    except Exception:  # not importable: the config checks name it; it saves no checkpoint counted here
         return None
+    return found if isinstance(found, type) else None
 
 
 def _glob(filename: Optional[str]) -> str:
