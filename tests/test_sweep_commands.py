@@ -59,8 +59,10 @@ def test_a_preempted_sweep_jobs_continue_command_continues_the_sweep(monkeypatch
     monkeypatch.setattr(sys, "argv", ["src/train.py", "-m", "seed=1,2,3", "trainer.max_steps=3"])
     if recorded:
         sweep.mkdir()
-        (sweep / "multirun.yaml").write_text("hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN, "
-                                             "hydra/launcher=basic]\n    task: ['seed=1,2,3', trainer.max_steps=3]\n")
+        (sweep / "multirun.yaml").write_text(  # exclude_keys: what hydra_callbacks.NameSweepJobs adds itself
+            "hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN, hydra/launcher=basic, "
+            "'hydra.job.config.override_dirname.exclude_keys=[trainer.max_steps]']\n"
+            "    task: ['seed=1,2,3', trainer.max_steps=3]\n")
         monkeypatch.setattr(sys, "argv", ["src/train.py", "from-a-launcher"])
     cfg = _with_hydra(["seed=2", "trainer.max_steps=3"])  # the job's own overrides, as Hydra hands a job
     with open_dict(cfg):

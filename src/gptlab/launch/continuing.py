@@ -37,7 +37,9 @@ def sweep_resume_command() -> str:
         given = [*overrides.hydra, *overrides.task]
     else:
         given = sys.argv[1:]
-    dropped = ("hydra.sweep.dir=", "hydra.run.dir=", "hydra.mode=", "resume=", "ckpt_path=", "-m", "--multirun")
+    # hydra.mode comes with -m; exclude_keys is what hydra_callbacks.NameSweepJobs adds at every launch
+    dropped = ("hydra.sweep.dir=", "hydra.run.dir=", "hydra.mode=", "hydra.job.config.override_dirname.exclude_keys=",
+               "resume=", "ckpt_path=", "-m", "--multirun")
     kept = [str(a) for a in given if not str(a).startswith(dropped)]
     return shlex.join(["python", sys.argv[0], "-m", *kept, f"hydra.sweep.dir={hydra_value(str(sweep_dir))}"])
 
