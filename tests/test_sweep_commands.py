@@ -74,6 +74,6 @@ def test_a_preempted_sweep_jobs_continue_command_continues_the_sweep(monkeypatch
     finally:
         HydraConfig.instance().cfg = None
     assert "Continue the sweep with: " in message and "resume=auto" not in message, message
-    args = shlex.split(message.split("Continue the sweep with: ", 1)[1].split(" (", 1)[0])[2:]
+    args = shlex.split(message.split("Continue the sweep with: ", 1)[1])[2:]  # the rest of the line, as copied
     launcher = ["hydra/launcher=basic"] if recorded else []
     assert args == ["-m", *launcher, "seed=1,2,3", "trainer.max_steps=3", f"hydra.sweep.dir={sweep.resolve()}"]

@@ -65,10 +65,11 @@ def preempted_message(err: PreemptedError) -> str:
 
     if not in_sweep_job():
         return f"preempted ({err}). Continue with: {resume_command(err)}"
-    return (f"preempted ({err}). Continue the sweep with: {sweep_resume_command()} (launched again into its dir, the "
-            "sweep skips its finished jobs, continues this one from its checkpoint and runs the others; a sweeper "
-            "proposes its trials again in the same order, which a seeded sampler repeats, and a job whose values "
-            "differ from its dir's is refused, naming them)")
+    # The command ends the line, as in every other "Continue with:", so that copying to the end of it runs.
+    return (f"preempted ({err}). Launched again into its dir, the sweep skips its finished jobs, continues this one "
+            "from its checkpoint and runs the others (a sweeper proposes its trials again in the same order, which a "
+            "seeded sampler repeats; a job whose values differ from its dir's is refused, naming them). Continue the "
+            f"sweep with: {sweep_resume_command()}")
 
 
 def hydra_value(text: str) -> str:
