@@ -93,6 +93,13 @@ PRIVATE = (
       for name in ("_scaled_mm", "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
                    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
                    "_flash_attention_forward", "_efficient_attention_forward")),
+    *(Private(f"torch._C:_functorch.{name}", door,
+              "a fused sweep's members run attention and norms per member inside vmap (execution/fused.py): "
+              "torch.func has no public way to unwrap a batched tensor and wrap the result back")
+      for name, door in (("is_batchedtensor", "is_batched"), ("maybe_get_level", "batch_level"),
+                         ("_unwrap_batched", "unwrap_batched"), ("_add_batch_dim", "add_batch_dim"))),
+    Private("torch.utils._python_dispatch:TorchDispatchMode", "dispatch_mode",
+            "counting the aten ops a step dispatches (tools/benchmarks/fused_speed.py): no public base class"),
 )
 
 # In a Lightning checkpoint: where the fit loop keeps its per-epoch batch counters (runs/relayout.py moves them).
@@ -210,6 +217,41 @@ def sdpa_priority_order() -> list[int]:
     import torch
 
     return list(torch._C._get_sdp_priority_order())
+
+
+# ---- torch.func's batched tensors, for the fused sweep's per-member kernels (execution/fused.py)
+
+def is_batched(t: Any) -> bool:
+    from torch._C import _functorch
+
+    return bool(_functorch.is_batchedtensor(t))
+
+
+def batch_level(t: Any) -> int:
+    from torch._C import _functorch
+
+    return _functorch.maybe_get_level(t)
+
+
+def unwrap_batched(t: Any, level: int) -> tuple[Any, int]:
+    """The plain tensor under vmap's wrapper at `level`, and the dim the members are in."""
+    from torch._C import _functorch
+
+    return _functorch._unwrap_batched(t, level)
+
+
+def add_batch_dim(t: Any, dim: int, level: int) -> Any:
+    """`t` wrapped back as vmap's batched tensor at `level`, its members along `dim`."""
+    from torch._C import _functorch
+
+    return _functorch._add_batch_dim(t, dim, level)
+
+
+def dispatch_mode() -> type:
+    """torch's base class for a mode that sees every aten op dispatched."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
 
 
 def matmul_and_attention_ops() -> frozenset[Any]:

@@ -25,10 +25,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch._C import _functorch
 from torch.func import functional_call, vmap
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
+from gptlab.lightning_internals import add_batch_dim, batch_level, is_batched, unwrap_batched
 from gptlab.model.loss import LossParts, loss_parts
 
 _LOCAL = threading.local()  # the group and member index of a member's thread (set by the fused launcher)
@@ -195,9 +195,9 @@ _NORMS = {"layer_norm": F.layer_norm, "rms_norm": F.rms_norm}
 def _physical(t: Any, level: int) -> Any:
     """A vmapped tensor as the tensor that holds every member, member dim first (None: not vmapped, or not a
     tensor)."""
-    if not isinstance(t, torch.Tensor) or not _functorch.is_batchedtensor(t):
+    if not isinstance(t, torch.Tensor) or not is_batched(t):
         return None
-    inner, dim = _functorch._unwrap_batched(t, level)
+    inner, dim = unwrap_batched(t, level)
     return inner.movedim(dim, 0)
 
 
@@ -246,40 +246,40 @@ class _FusedForward:
 
     def sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
              dropout_p: float = 0.0, **kwargs: Any) -> torch.Tensor:
-        if not _functorch.is_batchedtensor(q):
+        if not is_batched(q):
             return _SDPA(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, **kwargs)
-        level = _functorch.maybe_get_level(q)
-        if any(self.rates) or (attn_mask is not None and _functorch.is_batchedtensor(attn_mask)):
+        level = batch_level(q)
+        if any(self.rates) or (attn_mask is not None and is_batched(attn_mask)):
             self._rate(dropout_p)
             slices = _member_slices((q, k, v, attn_mask), level, len(self.requests))
             out = torch.stack([
                 _with_streams(r, lambda s=s, p=p: _SDPA(*s[:3], attn_mask=s[3], dropout_p=p, **kwargs))
                 for r, s, p in zip(self.requests, slices, self.rates)])
-            return _functorch._add_batch_dim(out, 0, level)
+            return add_batch_dim(out, 0, level)
         physical = [_physical(t, level) for t in (q, k, v)]
         members = next(p.shape[0] for p in physical if p is not None)
         physical = [p if p is not None else t.expand(members, *t.shape) for p, t in zip(physical, (q, k, v))]
         out = _SDPA(*(p.reshape(-1, *p.shape[2:]) for p in physical), attn_mask=attn_mask, **kwargs)
-        return _functorch._add_batch_dim(out.reshape(members, -1, *out.shape[1:]), 0, level)
+        return add_batch_dim(out.reshape(members, -1, *out.shape[1:]), 0, level)
 
     def dropout(self, x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
-        if not _functorch.is_batchedtensor(x):
+        if not is_batched(x):
             return _DROPOUT(x, p, training, inplace)
         self._rate(p)
-        level = _functorch.maybe_get_level(x)
+        level = batch_level(x)
         xs = _physical(x, level)
         out = torch.stack([_with_streams(r, lambda i=i, rate=rate: _DROPOUT(xs[i], rate, training))
                            for i, (r, rate) in enumerate(zip(self.requests, self.rates))])
-        return _functorch._add_batch_dim(out, 0, level)
+        return add_batch_dim(out, 0, level)
 
     @staticmethod
     def norm(name: str) -> Any:
         norm = _NORMS[name]
 
         def per_member(x: torch.Tensor, shape: Any, weight: Any = None, *args: Any, **kwargs: Any) -> torch.Tensor:
-            if not _functorch.is_batchedtensor(x):
+            if not is_batched(x):
                 return norm(x, shape, weight, *args, **kwargs)
-            level = _functorch.maybe_get_level(x)
+            level = batch_level(x)
             xs = _physical(x, level)
             rest = list(args)
             bias = rest.pop(0) if name == "layer_norm" and rest else kwargs.pop("bias", None)
@@ -288,7 +288,7 @@ class _FusedForward:
                 norm(xs[i], shape, weight if gains is None else gains[i],
                      *([bias if biases is None else biases[i]] if name == "layer_norm" else []), *rest, **kwargs)
                 for i in range(xs.shape[0])])
-            return _functorch._add_batch_dim(out, 0, level)
+            return add_batch_dim(out, 0, level)
 
         return per_member
 

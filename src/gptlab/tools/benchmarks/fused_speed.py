@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from gptlab.execution.fused import _Request, fused_step
+from gptlab.lightning_internals import dispatch_mode
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.accounting import training_flops_per_token
 from gptlab.model.loss import model_loss
@@ -147,7 +148,7 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
-class _OpCount(torch.utils._python_dispatch.TorchDispatchMode):
+class _OpCount(dispatch_mode()):
     """The aten ops a step dispatches (forward, backward and optimizer alike)."""
 
     def __init__(self) -> None:
