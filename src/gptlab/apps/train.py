@@ -23,7 +23,7 @@ from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${
 from gptlab.launch import quiet
 from gptlab.launch.hydra_ddp import ddp_job_scope
 from gptlab.launch.rank_watch import WATCH
-from gptlab.model.accounting import built_parameters
+from gptlab.model.accounting import built_parameters, held_parameters
 from gptlab.preflight.early_checks import check_before_run
 from gptlab.runs import sweep_failures, sweep_jobs
 from gptlab.runs.continuation import expected_warnings_silenced
@@ -135,8 +135,7 @@ def _summarise(cfg: DictConfig, output_dir: Path, run: Run, fit_seconds: float) 
             "tokens_per_sec": clock.tokens_per_sec(trainer.global_step, tokens_through),  # see TrainingClock
         }
         if bool(getattr(run.model, "head_untied", False)):  # model.untie_at reached: what the model holds now
-            summary["parameters_after_untie"] = summary["parameters"] + run.model.tok_emb.weight.numel() \
-                - (run.model.config.padded_vocab_size - run.model.config.vocab_size) * run.model.config.n_embd
+            summary["parameters_after_untie"] = held_parameters(run.model)
         atomic_write_text(output_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
     if best is not None and not trainer.fast_dev_run and trainer.is_global_zero:  # one line for all ranks
         log.info("Best val/loss %.4f; run dir %s", best, output_dir)

@@ -58,14 +58,20 @@ def padding_parameters(cfg: GPTConfig) -> int:
     return (cfg.padded_vocab_size - cfg.vocab_size) * cfg.n_embd * (1 if cfg.tie_weights else 2)
 
 
+def held_parameters(model: Any) -> int:
+    """The parameters `model` holds now, padding rows left out: after model.untie_at untied the head, its
+    embedding of its own too (run_summary.json's parameters_after_untie)."""
+    cfg = model.config
+    vocab_tensors = 2 if not cfg.tie_weights or bool(getattr(model, "head_untied", False)) else 1
+    return model.num_parameters() - (cfg.padded_vocab_size - cfg.vocab_size) * cfg.n_embd * vocab_tensors
+
+
 def built_parameters(model: Any) -> int:
     """The parameters a run reports (banner, run_summary.json, the reports): the model as built, a tied head once,
-    padding rows left out. After model.untie_at untied the head, the embedding that untying made is not counted
-    here (the model was built, and is compared, tied); run_summary.json gives the untied count beside it."""
-    total = model.num_parameters() - padding_parameters(model.config)
-    if bool(getattr(model, "head_untied", False)):
-        total -= model.tok_emb.weight.numel()  # padded rows and all: the head's padding was taken off above
-    return total
+    padding rows left out; the embedding that model.untie_at's untying made is not counted (the model was built,
+    and is compared, tied)."""
+    untied = bool(getattr(model, "head_untied", False)) and model.config.tie_weights
+    return held_parameters(model) - (model.config.vocab_size * model.config.n_embd if untied else 0)
 
 
 def training_flops_per_token(cfg: GPTConfig) -> dict[str, int]:

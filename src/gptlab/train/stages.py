@@ -70,8 +70,12 @@ class StagePlan:
         sizes = self.stages.batch_sizes
         if not sizes:
             return step * tokens_per_step
-        return sum(tokens_per_step * min(stage_value(sizes, i, self.total_steps), batch_size) // batch_size
-                   for i in range(step))
+        n, total, tokens = len(sizes), max(1, self.total_steps), 0
+        for k, rows in enumerate(sizes):  # stage k: the steps s with floor(n s / total) = k (stage_value), the last
+            start = -(-k * total // n)     # stage also every step past total; counted per stage, not per step, as
+            end = step if k == n - 1 else min(step, -(-(k + 1) * total // n))  # TokenThroughput asks at every log
+            tokens += max(0, end - start) * (tokens_per_step * min(rows, batch_size) // batch_size)
+        return tokens
 
     def lr_factor(self, step: int) -> float:
         """(b_k / b_0)^p for stages.batch_sizes; 1 without them."""
