@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, ROOT, TINY, TRAIN_SCRIPT, compose_config
+from helpers import CONF_DIR, ROOT, TINY, compose_config, run_train
 from omegaconf import OmegaConf
 
 import gptlab.config.callbacks as cb
@@ -36,7 +35,7 @@ REFUSED = [
     (["model=nanoo"], ["conf/model/ has no option nanoo.", "Did you mean model=nano?"]),
 ]
 # The same ways, more examples, through the same two steps in-process (compose, then check); the entry script's
-# part (one line, exit 2, no run dir) is the same for all and shown above: each subprocess costs ~8 s of imports.
+# part (one line, exit 2, no run dir) is the same for all and shown above: a fresh interpreter costs ~8 s of imports.
 REFUSED_IN_PROCESS = [
     (["trainer.max_step=3"], ["trainer.max_step is not a key of trainer.", "Did you mean trainer.max_steps?"]),
     (["+trainer.max_step=3"], ["trainer.max_step is not an argument of lightning.pytorch.Trainer.",
@@ -45,7 +44,7 @@ REFUSED_IN_PROCESS = [
     (["model.tie_weights=maybe"], ["model.tie_weights='maybe' is invalid: use true or false."]),
     (["model.compile=true"], ["model.compile is now runtime.compile"]),
 ]
-# Neighbours, through the same two steps in-process (compose, then check): each subprocess costs ~8 s of imports.
+# Neighbours, through the same two steps in-process (compose, then check): a fresh interpreter costs ~8 s of imports.
 NEIGHBOURS = [
     ("callbacks.text_samples.tempreature=0.5", "Did you mean callbacks.text_samples.temperature?"),
     ("+callbacks.text_samples.tempreature=0.5", "Did you mean callbacks.text_samples.temperature?"),
@@ -71,17 +70,12 @@ NEIGHBOURS = [
 
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory) -> list[tuple[Path, subprocess.CompletedProcess]]:
-    """Every REFUSED command, started together (each is ~8 s of imports, most of it waiting on the disk)."""
-    runs = []
+    """Every REFUSED command, run as `python src/train.py` (forked from the test zygote: the entry script's whole
+    path from argv to exit, without a fresh interpreter's imports)."""
+    done = []
     for i, (args, _) in enumerate(REFUSED):
         log_dir = tmp_path_factory.mktemp(f"refused{i}") / "outputs"
-        cmd = [sys.executable, str(TRAIN_SCRIPT), *TINY, *args, f"paths.log_dir={log_dir}"]
-        runs.append((log_dir, subprocess.Popen(cmd, cwd=log_dir.parent, env=CHECKOUT_ENV, text=True,
-                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
-    done = []
-    for log_dir, proc in runs:
-        out, err = proc.communicate(timeout=HANG_GUARD_S)
-        done.append((log_dir, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)))
+        done.append((log_dir, run_train([*TINY, *args, f"paths.log_dir={log_dir}"], cwd=log_dir.parent)))
     return done
 
 
