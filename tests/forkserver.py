@@ -9,9 +9,9 @@ code or -signal from waitpid. What differs, and why that is safe here: modules i
 imported again (the zygote runs with the same PYTHONPATH as the runs it serves, so they are the same files), and
 warnings printed while importing them are not in the run's stderr.
 
-Protocol, one JSON line each way on stdin/stdout: {script, args, cwd, env, out, err} -> {"pid"} when forked, then
-{"status"} (os.waitpid's) when it ended; out == err puts both streams in one file. The zygote ends when its stdin
-closes (the pytest worker ended).
+Protocol, one JSON line each way on stdin/stdout: {script or module, args, cwd, env, out, err} -> {"pid"} when
+forked, then {"status"} (os.waitpid's) when it ended; out == err puts both streams in one file. The zygote ends when
+its stdin closes (the pytest worker ended).
 Set GPTLAB_TEST_FORKSERVER=0 to run every script in a fresh interpreter instead."""
 
 from __future__ import annotations
@@ -52,12 +52,17 @@ def run_child(request: dict) -> None:
             import torch
 
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-        script = os.path.abspath(request["script"])
-        sys.argv = [script, *request["args"]]
+        module = request.get("module")  # `python -m module args`: sys.path[0] is the cwd, argv[0] the module's file
+        script = os.path.abspath(request["script"]) if module is None else None
+        sys.argv = [script or "-m", *request["args"]]
         extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [os.path.dirname(script), *extra, *[p for p in SITE_PATH if p not in extra]]
+        first = os.getcwd() if module else os.path.dirname(script)
+        sys.path[:] = [first, *extra, *[p for p in SITE_PATH if p not in extra]]
         try:
-            runpy.run_path(script, run_name="__main__")
+            if module:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(script, run_name="__main__")
             code = 0
         except SystemExit as stop:
             if stop.code is None or isinstance(stop.code, int):

@@ -98,8 +98,8 @@ class Zygote:
     def _fork(self, argv: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> tuple[Any, int]:
         """Asks the zygote (with self.lock held) to fork `argv`; returns the server and the child's pid."""
         server = self._start()
-        server.stdin.write(json.dumps({"script": argv[1], "args": argv[2:], "cwd": str(cwd), "env": env,
-                                       "out": str(out), "err": str(err)}) + "\n")
+        what = {"module": argv[2], "args": argv[3:]} if argv[1] == "-m" else {"script": argv[1], "args": argv[2:]}
+        server.stdin.write(json.dumps({**what, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err)}) + "\n")
         server.stdin.flush()
         return server, json.loads(server.stdout.readline())["pid"]
 
@@ -201,8 +201,8 @@ def run_script(script: str, args: list[str], cwd: Path = ROOT, threads: int | No
 
 
 def run_python(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """`python <script> args` with its output captured: forked from the worker's zygote where it runs, else a fresh
-    interpreter (GPTLAB_TEST_FORKSERVER=0)."""
+    """`python <script> args` (or `python -m module args`) with its output captured: forked from the worker's zygote
+    where it runs, else a fresh interpreter (GPTLAB_TEST_FORKSERVER=0)."""
     if ZYGOTE.usable():
         return ZYGOTE.run(argv, cwd, env)
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT
+from helpers import ROOT, run_train
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -94,12 +92,8 @@ def test_ablation_sweep_composes_three_layouts() -> None:
 
 def test_flex_on_cpu_training_exits_with_the_field_named(tmp_path: Path) -> None:
     """The check sits where the device is known: the first training forward on CPU refuses FlexAttention."""
-    cmd = [
-        sys.executable, "src/train.py", "trainer=cpu", "model.attn_pattern=[dense,local]", "model.attn_window=64",
-        "model.attn_impl=flex", "trainer.max_steps=1", f"hydra.run.dir={tmp_path}",
-    ]  # fmt: skip
-    env = CHECKOUT_ENV
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
+    proc = run_train(["trainer=cpu", "model.attn_pattern=[dense,local]", "model.attn_window=64", "model.attn_impl=flex",
+                      "trainer.max_steps=1", f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "model.attn_impl=flex cannot train on CPU" in proc.stderr and "auto or chunked" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -108,13 +102,8 @@ def test_flex_on_cpu_training_exits_with_the_field_named(tmp_path: Path) -> None
 def test_ablation_sweep_runs_one_job_per_layout(tmp_path: Path) -> None:
     """The real multirun: three jobs, each training a step with its own layout (chunked kernels included).
     (Not debug=fast_dev_run: that writes no run dir, so nothing would show which layout each job had.)"""
-    cmd = [
-        sys.executable, "src/train.py", "-m", "experiment=ablate_attention", "trainer.max_steps=1",
-        "trainer.limit_val_batches=1", "callbacks.text_samples.max_new_tokens=2", "data.batch_size=4",
-        f"hydra.sweep.dir={tmp_path}",
-    ]  # fmt: skip
-    env = CHECKOUT_ENV
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
+    proc = run_train(["-m", "experiment=ablate_attention", "trainer.max_steps=1", "trainer.limit_val_batches=1",
+                      "callbacks.text_samples.max_new_tokens=2", "data.batch_size=4", f"hydra.sweep.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     patterns = [(tmp_path / str(job) / ".hydra" / "overrides.yaml").read_text() for job in range(3)]
     assert ["[dense]" in patterns[0], "[dense,local]" in patterns[1], "[local]" in patterns[2]] == [True] * 3

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import HANG_GUARD_S, ROOT
+from helpers import HANG_GUARD_S, ROOT, run_python
 
 from gptlab.tools.gpu_check.parts import PARTS, pytest_outcome
 from gptlab.tools.gpu_check.runner import GPU_BUDGET_S, child_env, crash_reason, run_part
@@ -24,9 +24,8 @@ STATUS = re.compile(r"^`[^`]+`: (ok|skipped: .+|failed: .+) \(\d+ s, limit \d+ s
 
 
 def gpu_check(*args: str, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), *args, "--out", str(out)],
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True,
-                          text=True, timeout=HANG_GUARD_S)
+    return run_python([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), *args, "--out", str(out)], ROOT,
+                      {**os.environ, "PYTHONPATH": str(ROOT / "src")})
 
 
 def sections(report: str) -> dict[str, list[str]]:

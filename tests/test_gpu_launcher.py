@@ -6,12 +6,10 @@ order is read from events the jobs record, never from timing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import CHECKOUT_ENV, CONF_DIR, HANG_GUARD_S, TESTS, TINY_RUN, run_train
+from helpers import CONF_DIR, TESTS, TINY_RUN, run_script, run_train
 
 from gptlab.errors import ConfigError
 from gptlab.launch.gpu_launcher import device_pool
@@ -40,11 +38,9 @@ def replay(events: list[str]) -> dict[int, list[str]]:
 
 def test_four_jobs_share_two_fake_gpus_and_a_failing_job_stops_none(tmp_path: Path) -> None:
     events = tmp_path / "events.log"
-    proc = subprocess.run(
-        [sys.executable, str(APP), "-m", "job=0,1,2,3", "hydra/launcher=local_gpus", f"events={events}",
-         f"hydra.searchpath=[file://{CONF_DIR}]", "hydra.launcher.device_ids=[0,1]", "hydra.launcher.poll_s=0.2",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-        cwd=tmp_path, env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    proc = run_script(str(APP), ["-m", "job=0,1,2,3", "hydra/launcher=local_gpus", f"events={events}",
+                                 f"hydra.searchpath=[file://{CONF_DIR}]", "hydra.launcher.device_ids=[0,1]",
+                                 "hydra.launcher.poll_s=0.2", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
     assert "job 1 fails on purpose" in proc.stderr and proc.returncode != 0, proc.stderr[-3000:]  # reported at the end
     lines = events.read_text().splitlines()
     assert not [line for line in lines if line.startswith("alone")], lines  # jobs 0 and 1 ran at the same time

@@ -4,11 +4,9 @@ exist in the vocabulary."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import torch
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
+from helpers import compose_config, run_script
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gptlab.apps.train import train
@@ -25,9 +23,7 @@ def test_byte_run_exports_a_tokenizer_with_its_ids(tmp_path) -> None:
                           "scheduler.warmup_steps=0", "trainer.limit_val_batches=1", "callbacks.progress_bar=null",
                           "callbacks.text_samples=null", "~logger"], run_dir))
     out = tmp_path / "hf"
-    done = subprocess.run([sys.executable, "scripts/export_hf.py", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}",
-                           f"out={out}"], cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
+    done = run_script("scripts/export_hf.py", [f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}", f"out={out}"])
     assert done.returncode == 0, done.stderr
     config = json.loads((out / "config.json").read_text())
     assert config["bos_token_id"] == config["eos_token_id"] == 256 < config["vocab_size"] == 257

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, train_in_process
+from helpers import CHECKOUT_ENV, ROOT, run_python, train_in_process
 from lm_eval import simple_evaluate  # lm-eval is in the test extra (and the eval extra)
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
@@ -98,11 +97,10 @@ def test_bad_model_args_are_config_errors(ckpt: Path, tmp_path: Path, gpt2_ranks
 
 
 def test_command_line_runs_a_local_task_end_to_end(ckpt: Path, tmp_path: Path) -> None:
-    done = subprocess.run(
+    done = run_python(
         [sys.executable, "-m", "gptlab.eval.lm_eval_adapter", "--model_args", f"ckpt_path={ckpt}", "--device", "cpu",
          "--tasks", "gptlab_lambada_local", "--include_path", str(TASKS_DIR), "--limit", "4",
-         "--output_path", str(tmp_path / "out")],
-        cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S)
+         "--output_path", str(tmp_path / "out")], ROOT, CHECKOUT_ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "gptlab_lambada_local" in done.stdout and "acc" in done.stdout  # lm-eval's table
     written = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())

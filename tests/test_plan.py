@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
+from helpers import compose_config, run_script
 from omegaconf import OmegaConf
 
 from gptlab.config.schemas import Runtime
@@ -43,8 +40,7 @@ def test_activation_terms_for_standard_shapes() -> None:
 
 def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
     args = ["model=gpt3_175b", "trainer.devices=1", "trainer.num_nodes=1", "tokens=300e9"]
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "plan.py"), *args], capture_output=True, text=True,
-                          timeout=HANG_GUARD_S, cwd=ROOT, env=CHECKOUT_ENV)
+    proc = run_script("scripts/plan.py", args)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     preset = GPTConfig.from_dict(OmegaConf.to_container(compose_config(["model=gpt3_175b"]).model, resolve=True))
@@ -53,8 +49,7 @@ def test_plan_script_prints_the_table_and_says_what_does_not_fit() -> None:
     h100 = next(line for line in out.splitlines() if line.startswith("H100"))
     need = float(h100.split("DDP does not fit (")[1].split(" GB")[0].replace(",", ""))
     assert need > 2800  # 16 bytes x 175B parameters on one 80 GB GPU, and the activations of data.batch_size
-    missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "plan.py"), "model=gpt2_small"],
-                             capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=ROOT, env=CHECKOUT_ENV)
+    missing = run_script("scripts/plan.py", ["model=gpt2_small"])
     assert missing.returncode == 2 and "tokens is not set" in missing.stderr and "+tokens" not in missing.stderr
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
+from helpers import ROOT, compose_config, run_script
 from omegaconf import OmegaConf
 
 from gptlab.model import GPT, GPTConfig, count_parameters, training_flops_per_token
@@ -191,13 +189,9 @@ def test_flops_are_6n_plus_attention() -> None:
 
 
 def test_count_params_script_175b_and_unknown_preset() -> None:
-    run = subprocess.run(
-        [sys.executable, "scripts/count_params.py", "model=gpt3_175b", "model.attn_bias=false"],
-        cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S,
-    )
+    run = run_script("scripts/count_params.py", ["model=gpt3_175b", "model.attn_bias=false"])
     assert run.returncode == 0, run.stderr
     assert "174,599,540,736" in run.stdout and "57,982,058,496" in run.stdout and "33.2%" in run.stdout
     assert "6N" in run.stdout
-    bad = subprocess.run([sys.executable, "scripts/count_params.py", "model=gpt4"], cwd=ROOT, env=CHECKOUT_ENV,
-                         capture_output=True, text=True, timeout=HANG_GUARD_S)
+    bad = run_script("scripts/count_params.py", ["model=gpt4"])
     assert bad.returncode != 0 and "gpt3_175b" in bad.stderr and "gpt2_small" in bad.stderr

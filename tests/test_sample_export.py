@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import functools
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config
+from helpers import compose_config, run_script
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from gptlab.apps.train import train
@@ -37,8 +35,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_export_hf_script_writes_a_directory_transformers_loads(run_dir: Path, tmp_path: Path) -> None:
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    done = subprocess.run([sys.executable, "scripts/export_hf.py", f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}"],
-                          cwd=ROOT, env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = run_script("scripts/export_hf.py", [f"ckpt_path={ckpt}", f"out={tmp_path / 'hf'}"])
     assert done.returncode == 0, done.stderr
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert isinstance(hf, GPT2LMHeadModel)
@@ -78,8 +75,7 @@ def test_sample_bad_input(run_dir: Path, tmp_path: Path) -> None:
         sample(SAMPLE([f"ckpt_path={tmp_path / 'hf'}"]))
     with pytest.raises(ConfigError, match="prompt_file"):
         sample(SAMPLE([f"ckpt_path={ckpt}", f"prompt_file={tmp_path / 'missing.txt'}", "prompt=null"]))
-    done = subprocess.run([sys.executable, "src/sample.py", f"ckpt_path={ckpt}", "top_p=1.5"], cwd=ROOT,
-                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = run_script("src/sample.py", [f"ckpt_path={ckpt}", "top_p=1.5"])
     assert done.returncode == 2 and "top_p=1.5" in done.stderr and "Traceback" not in done.stderr
 
 
