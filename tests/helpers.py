@@ -81,9 +81,19 @@ class Zygote:
     """The client of tests/forkserver.py: one zygote per pytest worker, started at its first run, that forks each
     `python <script> args` instead of starting an interpreter (the imports were most of a subprocess's time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path = ROOT, env: dict[str, str] | None = None) -> None:
+        """`root` and `env`: the checkout whose gptlab the zygote imports (another one than this: the README test's
+        fresh copy) and its environment."""
         self.server: subprocess.Popen | None = None
         self.lock = threading.Lock()
+        self.root, self.env = root, env or CHECKOUT_ENV
+
+    def close(self) -> None:
+        """Ends the zygote (it ends when its stdin closes); one started again on the next run."""
+        if self.server is not None:
+            self.server.stdin.close()
+            self.server.wait(timeout=HANG_GUARD_S)
+            self.server = None
 
     def usable(self) -> bool:
         return os.environ.get("GPTLAB_TEST_FORKSERVER", "1") != "0" and hasattr(os, "fork")
@@ -91,7 +101,7 @@ class Zygote:
     def _start(self) -> subprocess.Popen:
         if self.server is None or self.server.poll() is not None:
             self.server = subprocess.Popen([sys.executable, str(TESTS / "forkserver.py")], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, text=True, cwd=ROOT, env=CHECKOUT_ENV)
+                                           stdout=subprocess.PIPE, text=True, cwd=self.root, env=self.env)
             assert "ready" in json.loads(self.server.stdout.readline() or '{"died": 1}'), "the test zygote died"
         return self.server
 

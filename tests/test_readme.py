@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, compose_config, write_corpus
+from helpers import CHECKOUT_ENV, HANG_GUARD_S, ROOT, Zygote, compose_config, write_corpus
 
 from gptlab.config.suggest import compose_message
 from gptlab.config.validate import check as check_config
@@ -306,6 +306,14 @@ def run_in_order(commands: list[Command], repo: Path, out_dir: str) -> list[str]
     """Run `commands` one after another in the one checkout `repo` (the launch dir), as a user types them; each
     sees what the ones before it left. Returns a failure text per command that did not do what its page says."""
     env = {**CHECKOUT_ENV, "PYTHONPATH": str(repo / "src")}
+    zygote = Zygote(repo, env)  # the copy's gptlab imported once; each plain `python <script> ...` is a fork of it
+    try:
+        return _run_in_order(commands, repo, out_dir, env, zygote)
+    finally:
+        zygote.close()
+
+
+def _run_in_order(commands: list[Command], repo: Path, out_dir: str, env: dict[str, str], zygote: Zygote) -> list[str]:
     failures: list[str] = []
     already_run: dict[str, str] = {}  # a shell line run before (the README repeats some pages' commands)
     plain_run: str | None = None  # <run dir>: the dir of the plain `python src/train.py` run
@@ -325,8 +333,11 @@ def run_in_order(commands: list[Command], repo: Path, out_dir: str) -> list[str]
                                   timeout=HANG_GUARD_S)
         else:
             try:
-                proc = subprocess.run(["bash", "-c", shell.replace("python ", f"{sys.executable} ", 1)], cwd=repo,
-                                      env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+                if zygote.usable() and shell.startswith("python ") and not re.search(r"[|&;<>$`()\\]", shell):
+                    proc = zygote.run([sys.executable, *shlex.split(shell)[1:]], repo, env)  # the argv bash passes
+                else:
+                    proc = subprocess.run(["bash", "-c", shell.replace("python ", f"{sys.executable} ", 1)],
+                                          cwd=repo, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
             except subprocess.TimeoutExpired:
                 print(f"TIMEOUT  {where}: {cmd.text[:70]}", flush=True)
                 failures.append(f"{where}: {cmd.text}\ntook over {HANG_GUARD_S} s")
