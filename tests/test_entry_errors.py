@@ -166,11 +166,35 @@ def test_lm_eval_adapter_runs_on_the_device_the_machine_has(probe_dir: Path, mon
     have = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     seen: list[list[str]] = []
     monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: seen.append(list(lm_eval_adapter.sys.argv)))
-    lm_eval_adapter.main(["--model_args", "ckpt_path=x", "--tasks", "lambada_openai"])
-    lm_eval_adapter.main(["--model_args", "ckpt_path=x", "--tasks", "lambada_openai", "--device=cpu"])
+    ckpt = probe_dir / "run" / "checkpoints" / "last.ckpt"
+    lm_eval_adapter.main(["--model_args", f"ckpt_path={ckpt}", "--tasks", "lambada_openai"])
+    lm_eval_adapter.main(["--model_args", f"ckpt_path={ckpt}", "--tasks", "lambada_openai", "--device=cpu"])
     assert seen[0][-2:] == ["--device", have] and seen[1].count("--device=cpu") == 1 and "--device" not in seen[1]
-    lm = lm_eval_adapter.GptlabLM(ckpt_path=str(probe_dir / "run" / "checkpoints" / "last.ckpt"))
+    lm = lm_eval_adapter.GptlabLM(ckpt_path=str(ckpt))
     assert lm.device.type == have and next(lm.model.parameters()).device.type == have
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--model_args", "ckpt_path={ckpt}", "--device", NO_SUCH_GPU], "--device="),
+    (["--model_args", "ckpt_path={ckpt}.missing", "--device", "cpu"], "it does not exist"),
+    (["--model_args", "ckpt_path={root}/files", "--device", "cpu"], "without a readable checkpoint"),
+])
+def test_lm_eval_refuses_device_and_checkpoint_before_indexing_its_tasks(probe_dir: Path, monkeypatch, capsys, args,
+                                                                         named: str) -> None:
+    """lm-eval indexes its thousands of task files (half a minute) before it builds the model: a mistyped --device
+    or ckpt_path is refused before that, and with a task name lm-eval does not know."""
+    import lm_eval.__main__
+
+    from gptlab.eval import lm_eval_adapter
+
+    started: list[bool] = []
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: started.append(True))
+    argv = [a.format(ckpt=probe_dir / "run" / "checkpoints" / "last.ckpt", root=probe_dir) for a in args]
+    with pytest.raises(SystemExit) as stop:
+        lm_eval_adapter.main([*argv, "--tasks", "no_such_task"])
+    said = capsys.readouterr().err
+    assert stop.value.code == 2 and said.startswith("gptlab: error: ") and named in said, said
+    assert not started
 
 
 # A required argument left out, or one no entry point takes, for every entry point: (id, script, arguments, words

@@ -24,7 +24,13 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from gptlab.checkpoint.reader import check_tokenizer_fits, load_model, recorded_tokenizer, resolve_checkpoint
+from gptlab.checkpoint.reader import (
+    check_tokenizer_fits,
+    load_model,
+    read_checkpoint,
+    recorded_tokenizer,
+    resolve_checkpoint,
+)
 from gptlab.data.tokenizers import ByteTokenizer, TiktokenTokenizer, Tokenizer
 from gptlab.errors import ConfigError
 from gptlab.eval.scoring import score_pairs, score_texts
@@ -137,6 +143,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not any(a == "--device" or a.startswith("--device=") for a in args):
         args += ["--device", default_device()]  # lm-eval's own default is cuda:0, also on a machine without one
     sys.argv = [sys.argv[0], *args]
+    if option(args, "--model") == "gptlab":
+        check_before_tasks(args)
     try:
         cli_evaluate()
     except ValueError as err:  # lm-eval's user errors that are not its own message-and-exit: --tasks unknown or none
@@ -150,6 +158,26 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise ConfigError(f"--tasks: a task's dataset cannot be downloaded ({err}); without a network, run tasks "
                           "whose data is on this machine: --include_path <a dir of their YAML files> --tasks "
                           "<their names>.") from err
+
+
+def option(args: list[str], flag: str) -> Optional[str]:
+    """The last value given to `flag` (`--flag value` or `--flag=value`), as lm-eval's argparse reads it."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def check_before_tasks(args: list[str]) -> None:
+    """The device and the checkpoint, checked before lm-eval indexes its thousands of task files (half a minute):
+    a mistyped --device or ckpt_path is told at once. GptlabLM checks them again where lm-eval builds it."""
+    check_device("--device", option(args, "--device"))
+    model_args = dict(pair.split("=", 1) for pair in (option(args, "--model_args") or "").split(",") if "=" in pair)
+    if model_args.get("ckpt_path"):
+        read_checkpoint(resolve_checkpoint(model_args["ckpt_path"]), mmap=True)  # mapped: its weights stay on disk
 
 
 if __name__ == "__main__":
