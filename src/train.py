@@ -12,6 +12,7 @@ from omegaconf import DictConfig  # noqa: E402
 from gptlab.apps.train import train  # noqa: E402
 from gptlab.config.entry import main as gptlab_main  # noqa: E402
 from gptlab.launch.cli import user_errors_exit  # noqa: E402
+from gptlab.launch.death_watch import watching  # noqa: E402
 
 # conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
 # `hydra/launcher=submitit_slurm` maps devices and nodes to SLURM tasks; Hydra warns about the name match.
@@ -21,7 +22,8 @@ warnings.filterwarnings("ignore", message=".*validated against ConfigStore schem
 @gptlab_main(config_name="train")
 @user_errors_exit
 def main(cfg: DictConfig) -> Optional[float]:
-    return train(cfg)  # the best val/loss, for sweepers
+    with watching(cfg):  # a main process killed outright (the OOM killer) still says what happened
+        return train(cfg)  # the best val/loss, for sweepers
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from gptlab.launch.fused_groups import (
     plan_groups,
 )
 from gptlab.model import GPTConfig
+from gptlab.preflight.batch_fit import MEMORY_MARGIN
 from gptlab.preflight.planning import PROCESS_OVERHEAD_BYTES, estimate_memory
 from gptlab.report.runs import write_report
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE
@@ -179,18 +181,24 @@ def test_jobs_group_by_shape_up_to_max_members_and_say_why_they_split() -> None:
 
 def test_a_group_that_does_not_fit_is_refused_naming_the_group_size_that_does() -> None:
     """The group's bytes are k times one member's as train's own memory check counts them (one estimate), plus the
-    stacked copy; the size it names passes the same check."""
+    stacked copy; the size it names fits with the single-run refusal's margin, so it passes the same check typed
+    even when the free memory has shrunk by that margin meanwhile."""
     job = _job(0, "data.batch_size=8")
     group, member = group_bytes(job, 8)
     model = GPTConfig.for_tokenizer(OmegaConf.to_container(job.model, resolve=True), 257)
     alone = estimate_memory(model, 8, job.trainer, "cpu")
     assert member == alone.per_process - PROCESS_OVERHEAD_BYTES + STACKED_BYTES_PER_PARAM * alone.parameters
     assert group == PROCESS_OVERHEAD_BYTES + 8 * member
-    free = PROCESS_OVERHEAD_BYTES + 3.5 * member
-    with pytest.raises(ConfigError, match="set hydra.launcher.max_members=3 ") as refused:
-        check_group_memory([job] * 8, free=free)
+    free = group_bytes(job, 3)[0] / (1 - MEMORY_MARGIN) + member / 2  # 3 members fit with the margin spare
+    no_margin = int((free - PROCESS_OVERHEAD_BYTES) // member)  # what fits with nothing to spare
+    with pytest.raises(ConfigError, match=r"set hydra.launcher.max_members=(\d+) ") as refused:
+        check_group_memory([job] * (no_margin + 1), free=free)
+    named = int(re.search(r"max_members=(\d+) ", str(refused.value)).group(1))
+    assert group_bytes(job, named)[0] <= free * (1 - MEMORY_MARGIN) < group_bytes(job, named + 1)[0]
+    assert named < no_margin, "a size that only just fits is refused again once free memory moves"
+    assert f"leaving {MEMORY_MARGIN:.0%} of the free RAM spare" in str(refused.value)
     assert "\n" not in str(refused.value) and "or run the sweep without hydra/launcher=fused" in str(refused.value)
-    check_group_memory([job] * 3, free=free)
+    check_group_memory([job] * named, free=free * (1 - MEMORY_MARGIN))  # typed: passes with the margin gone
     with pytest.raises(ConfigError, match="not even one member fits"):
         check_group_memory([job] * 2, free=member / 2)
     with open_dict(job):

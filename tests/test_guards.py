@@ -149,7 +149,7 @@ def test_the_mission_command_without_gpus_fails_in_seconds(tmp_path) -> None:
 
 def batching(windows: int | None, global_batch_tokens: int | None = None, random: bool = True) -> Batching:
     return Batching(block_size=1024, ranks=2, accumulate=1, global_batch_tokens=global_batch_tokens,
-                    random_sampling=random, epoch_windows=lambda: windows)
+                    samples_per_epoch_lengthens=random, epoch_windows=lambda: windows)
 
 
 def test_the_suggested_batch_is_one_the_corpus_fills_and_the_step_divides() -> None:

@@ -552,17 +552,34 @@ def test_shards_prepared_with_other_settings_ways_out_work() -> None:
     assert data_refusal(other) is None
 
 
-def test_a_batch_too_large_for_memory_is_followed_to_one_the_corpus_fills(monkeypatch) -> None:
+def mixture(*extra: str) -> tuple[str, ...]:
+    """data=mixture_example over two sources of the JSONL corpus (weights 3 and 1), held in memory."""
+    def entry(name: str, weight: int) -> str:
+        return f"{name}:{{source:{{_target_:gptlab.data.sources.TextFiles,paths:['{GOOD}']}},weight:{weight}}}"
+
+    return ("data=mixture_example", "~data.source.sources", f"+data.source.sources={{{entry('a', 3)},{entry('b', 1)}}}",
+            "data.store=memory", *extra)
+
+
+@pytest.mark.parametrize("corpus", [
+    pytest.param(("trainer.max_steps=7",), id="builtin"),
+    pytest.param(mixture(), id="mixture"),
+    pytest.param(mixture("data.sampling=epoch"), id="mixture-epoch"),
+    pytest.param(("data=text_files", f"data.source.paths=[{GOOD}]", "data.store=streaming"), id="streaming"),
+])
+def test_a_batch_too_large_for_memory_is_followed_to_one_the_corpus_fills(corpus, monkeypatch) -> None:
     """Issue 46: data.batch_size=100000 was told 2420, refused again for 2384 (no margin), then for the corpus (an
     epoch of 1546 windows holds no step of 2384). Each way out that sets a batch now trains as typed, up to its first
     batch: memory with its margin, and an epoch that holds a step (tests/test_guards.py covers epoch sampling and
-    global_batch_tokens' step in-process)."""
+    global_batch_tokens' step in-process). A mixture's epoch is one pass over its sources, or data.samples_per_epoch
+    with either sampling; a stream repeats without end, so memory's batch is the one to follow."""
     monkeypatch.setattr(guards, "free_bytes", lambda accelerator: 24 * GB)
-    command = ("data.batch_size=100000", "trainer.accelerator=cpu", "trainer.max_steps=7")
+    command = (*corpus, "data.batch_size=100000", "trainer.accelerator=cpu")
     first = data_refusal(command)
     assert first is not None and "free RAM is 24.0 GB" in first.message, first
     typed = [way for way in ways_out.ways_out(first.message, command).ways
              if any(o.startswith("data.batch_size=") and o not in command for o in way.command)]
-    assert len(typed) == 2, first.message  # the corpus's largest, and memory's with a longer epoch
+    # the corpus's largest and memory's with a longer epoch; a stream, which repeats without end, fills memory's
+    assert typed and ("data.samples_per_epoch=" in first.message) == ("data.store=streaming" not in command), first
     for way in typed:
         assert data_refusal(way.command) is None, (way.said, data_refusal(way.command))

@@ -186,7 +186,8 @@ class Data:
     sampling: str = setting("random", "random (nanoGPT) | epoch (each non-overlapping window once per epoch); "
                             "memory, prepared", c.choice("random", "epoch"))
     samples_per_epoch: Optional[int] = setting(
-        None, "random sampling: windows per epoch; null = train tokens // block_size", c.optional(c.positive_int))
+        None, "random sampling (a mixture: either): windows per epoch; null = train tokens // block_size",
+        c.optional(c.positive_int))
     shard_tokens: int = setting(
         100_000_000, "prepared: train tokens per shard file (a shard is cut at the next task boundary)",
         c.positive_int)

@@ -15,6 +15,8 @@ from gptlab.data.tokenizers import fingerprint
 from gptlab.errors import ConfigError
 
 FIELD = "data.source.sources"
+TARGET = f"{__name__}.Mixture"  # data.source._target_ of a mixture: its epoch is data.samples_per_epoch with either
+# sampling (gptlab.data.mixture_store), which the checks before the run read from the config
 
 
 class Mixture:

@@ -59,15 +59,31 @@ class MixtureStore(TokenStore):
         for i, (name, part) in enumerate(self.parts.items()):
             tokens = part.tokens = part.load()  # kept on the part too: its identity() reads them
             seed = int(np.random.SeedSequence([s.seed, i]).generate_state(1)[0])  # each source its own draws
-            per_source = max(1, (len(tokens["train"]) - 1) // s.block_size)
             if s.sampling == "random":
-                trains.append(RandomWindows(tokens["train"], s.block_size, per_source, seed))
+                trains.append(RandomWindows(tokens["train"], s.block_size, self._source_windows(len(tokens["train"])),
+                                            seed))
             else:
                 trains.append(EpochWindows(tokens["train"], s.block_size, seed))
                 self.train_windows[name] = len(trains[-1])
             self.val_sets[name] = SequentialWindows(tokens["val"], s.block_size)
         per_epoch = s.samples_per_epoch or sum(len(t) for t in trains)
         self.train_set = MixedWindows(trains, list(self.mixture.weights.values()), per_epoch, s.seed)
+
+    def _source_windows(self, train_tokens: int) -> int:
+        """One pass over a source of `train_tokens` tokens: its whole non-overlapping windows (EpochWindows' count;
+        with random sampling at least 1)."""
+        windows = (train_tokens - 1) // self.settings.block_size
+        return max(1, windows) if self.settings.sampling == "random" else windows
+
+    def known_epoch_windows(self) -> Optional[int]:
+        """The mixture's epoch before training, as setup makes it: data.samples_per_epoch (with either sampling), or
+        one pass over every source (None where a source's count needs its shards prepared first)."""
+        if self.settings.samples_per_epoch:
+            return self.settings.samples_per_epoch
+        tokens = [part.train_tokens_before_setup() for part in self.parts.values()]
+        if any(t is None for t in tokens):
+            return None
+        return sum(self._source_windows(t) for t in tokens)  # type: ignore[arg-type]
 
     def train_dataloader(self, trainer: Any) -> DataLoader:
         workers = self.settings.num_workers

@@ -89,8 +89,8 @@ class TokenStore(ABC):
         return batch
 
     def known_epoch_windows(self) -> Optional[int]:
-        """The training windows of one epoch, where known before training (None: a stream, which has no epoch; a
-        mixture)."""
+        """The training windows of one epoch, where known before training (None: a stream, which repeats pass after
+        pass without an epoch, so any micro-batch fills its steps)."""
         return None
 
     def _refuse(self, state: dict[str, Any], saved_by: str) -> None:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
 from gptlab.preflight import guards
+from gptlab.preflight.batch_fit import MEMORY_MARGIN
 from gptlab.preflight.early_checks import build_model_config
 from gptlab.preflight.planning import GB, PROCESS_OVERHEAD_BYTES, estimate_memory
 from gptlab.runs.flat_config import flatten
@@ -109,7 +110,8 @@ def group_bytes(cfg: DictConfig, members: int) -> tuple[float, float]:
 
 def check_group_memory(group: list[DictConfig], free: Optional[float] = None) -> None:
     """Refuse a group whose members cannot all fit in one device's free memory (free RAM on a CPU), naming the
-    group size that fits; check_memory=false in every member skips it, as it skips a run's own check."""
+    group size that fits with MEMORY_MARGIN to spare (as a run's own refusal does: free memory moves between the
+    refusal and the launch it suggests); check_memory=false in every member skips it, as it skips a run's own check."""
     if not any(member.get("check_memory", True) for member in group):
         return
     for cfg in group:  # one shape: the first member whose own values build gives every member's bytes
@@ -125,14 +127,15 @@ def check_group_memory(group: list[DictConfig], free: Optional[float] = None) ->
     if need <= free:
         return
     where = "free RAM" if accelerator == "cpu" else "free memory on GPU 0"
-    fits = int((free - PROCESS_OVERHEAD_BYTES) // member)
+    fits = int((free * (1 - MEMORY_MARGIN) - PROCESS_OVERHEAD_BYTES) // member)
     said = (f"hydra/launcher=fused: a group of {len(group)} members (jobs {_ids(group)}) needs about {need / GB:,.1f} "
             f"GB but {where} is {free / GB:,.1f} GB: {len(group)} x {member / GB:,.2f} GB (each member's weights, "
             f"gradients, optimizer states and activations, and the fused step's stacked copy of its weights) + "
             f"runtime {PROCESS_OVERHEAD_BYTES / GB:.1f} GB")
     if fits >= 1:
         raise ConfigError(f"{said}; set hydra.launcher.max_members={fits} (groups of {fits} run one after "
-                          f"another), {WAY_OUT}; check_memory=false skips this check.")
+                          f"another, leaving {MEMORY_MARGIN:.0%} of the {where} spare), {WAY_OUT}; "
+                          "check_memory=false skips this check.")
     raise ConfigError(f"{said}; not even one member fits: {WAY_OUT[3:]}, whose memory check says what makes one "
                       "run fit; check_memory=false skips this check.")
 

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from gptlab.launch import death_watch
 from gptlab.launch.continuing import continue_words
+from gptlab.launch.out_of_memory import killed_for_memory
 from gptlab.signals import FLAG
 
 ORDERLY_EXIT_CODES = {1, 2, 128 + signal.SIGTERM, 128 + signal.SIGUSR1}  # gptlab's own agreed stops
@@ -68,12 +70,7 @@ class RankWatch:
         if code != -signal.SIGKILL:
             return ""
         batch = getattr(getattr(self.trainer, "datamodule", None), "batch_size", None)
-        smaller = f"data.batch_size={max(1, batch // 2)}" if isinstance(batch, int) and batch > 1 else \
-            "a smaller model.block_size or model"
-        return (", most likely by the kernel's OOM killer: the machine ran out of memory (`dmesg | grep -i oom` "
-                f"names the process). Give it less to hold: {smaller}, or runtime.activation_checkpointing=true, or "
-                "fewer ranks per machine (trainer.devices); with check_memory=true train refuses a run its estimate "
-                "does not fit")
+        return f", {killed_for_memory(batch, self.world_size())}"
 
     def how_to_continue(self) -> str:
         """Resume only where a checkpoint was written; a sweep's job continues with its sweep."""
@@ -88,6 +85,7 @@ class RankWatch:
         may be blocked in a collective that will never complete, so no unwinding)."""
         with self._lock:  # the watcher thread and the main thread may both get here; the second waits for exit
             print(f"gptlab: {message}", file=sys.stderr, flush=True)
+            death_watch.bye()  # this exit was said: the main process's watcher keeps quiet
             for child in self.children:
                 if child.poll() is None:
                     child.send_signal(signal.SIGKILL)

@@ -23,7 +23,7 @@ class Batching:
     ranks: int  # trainer.devices x trainer.num_nodes
     accumulate: int  # trainer.accumulate_grad_batches (ignored under global_batch_tokens, which derives it)
     global_batch_tokens: Optional[int]
-    random_sampling: bool  # data.sampling=random: data.samples_per_epoch may lengthen an epoch
+    samples_per_epoch_lengthens: bool  # data.samples_per_epoch sets the epoch (random sampling, or a mixture)
     epoch_windows: Callable[[], Optional[int]]  # asked only when refusing (a memory store tokenizes its corpus)
 
 
@@ -75,7 +75,7 @@ def suggested_batch(fits: Callable[[int], bool], micro_batch: int, batching: Opt
         step = per_rank * batching.ranks
         if windows >= step:
             return Suggestion(most, [f"data.batch_size={most} ({gb_of(most)})"])
-        also = f"data.samples_per_epoch={step}" if batching.random_sampling else ""
+        also = f"data.samples_per_epoch={step}" if batching.samples_per_epoch_lengthens else ""
         return Suggestion(most, [
             f"an epoch of {windows} training windows holds no optimizer step of global_batch_tokens="
             f"{batching.global_batch_tokens} ({step} windows) at any micro-batch: "
@@ -101,6 +101,6 @@ def _bigger_corpus(batching: Batching, step_windows: int) -> str:
 
 def _longer_epoch(batching: Batching, step_windows: int, batch: int) -> str:
     """How to give an epoch room for a step of `step_windows` windows at micro-batch `batch`."""
-    if batching.random_sampling:
+    if batching.samples_per_epoch_lengthens:
         return f"`data.batch_size={batch} data.samples_per_epoch={step_windows}` draws that many windows per epoch"
     return _bigger_corpus(batching, step_windows)

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.checkpoint.reader import check_resumable
 from gptlab.config.schemas import Runtime
 from gptlab.config.validate import Decided, check
+from gptlab.data import mixture
 from gptlab.errors import find_config_error
 from gptlab.execution.float8 import check_float8_here
 from gptlab.model import GPTConfig
@@ -95,15 +96,16 @@ def batching(cfg: DictConfig, model_cfg: GPTConfig, tokenizer: Any) -> Batching:
         ranks=(1 if devices == "auto" else int(devices)) * int(trainer.get("num_nodes", 1)),
         accumulate=int(trainer.get("accumulate_grad_batches", 1) or 1),
         global_batch_tokens=cfg.get("global_batch_tokens"),
-        random_sampling=cfg.data.get("sampling", "random") == "random",
+        samples_per_epoch_lengthens=cfg.data.get("sampling", "random") == "random" or OmegaConf.select(
+            cfg.data, "source._target_") == mixture.TARGET,
         epoch_windows=lambda: epoch_windows(cfg.data, tokenizer),
     )
 
 
 def epoch_windows(data: DictConfig, tokenizer: Any) -> Optional[int]:
     """The training windows of one epoch of the run's corpus, where its store can tell before training (None: a
-    stream, a mixture, shards not prepared yet). A data node that does not build is refused when the run builds it,
-    in gptlab.apps.build's words; here it only leaves the corpus unknown."""
+    stream, which repeats without end, so any batch fills it; shards not prepared yet). A data node that does not
+    build is refused when the run builds it, in gptlab.apps.build's words; here it only leaves the corpus unknown."""
     try:
         module = hydra.utils.instantiate(data, tokenizer=tokenizer)
     except Exception as err:

@@ -21,6 +21,7 @@ from gptlab.config.callbacks import TextSamples, ZeroShotEval
 from gptlab.config.copies import default_of
 from gptlab.config.fields import schema_fields
 from gptlab.config.schemas import Data, Runtime, Stages, Trainer
+from gptlab.data import mixture
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.model.generation import SamplingOptions
@@ -110,9 +111,9 @@ RULES: tuple[OnlyWhen, ...] = (
     OnlyWhen("data.val_windows", "data.store=streaming", lambda g: g("data.store") == "streaming", ("data.store",)),
     OnlyWhen("data.sampling", "data.store=memory or prepared (streaming reads its documents in order)",
              lambda g: g("data.store") != "streaming", ("data.store",)),
-    OnlyWhen("data.samples_per_epoch", "data.sampling=random",
-             lambda g: g("data.sampling") == "random" and g("data.store") != "streaming",
-             ("data.sampling", "data.store")),
+    OnlyWhen("data.samples_per_epoch", "data.sampling=random, or with either sampling in a mixture",
+             lambda g: (g("data.sampling") == "random" or g("data.source._target_") == mixture.TARGET)
+             and g("data.store") != "streaming", ("data.sampling", "data.store")),
     OnlyWhen("optimizer.nesterov", "optimizer.momentum > 0", _momentum, ("optimizer.momentum",)),
     OnlyWhen("scheduler.warmup_steps", f"scheduler.warmup_steps < trainer.max_steps (a run of more than "
              f"{SMOKE_RUN_STEPS} steps)", _warmup_ends,
