@@ -237,6 +237,18 @@ def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     return out
 
 
+def scalar_steps(run_dir: Path, tag: str) -> list[int]:
+    """The step of every `tag` event in the run's event files, repeats kept (scalars() keeps a step's last)."""
+    from gptlab.runs.run_dir import event_files
+
+    steps = []
+    for path in event_files(run_dir):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        steps += [e.step for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
+    return steps
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
