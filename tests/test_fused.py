@@ -36,8 +36,9 @@ MEMBERS = f"hydra.searchpath=[file://{TESTS / 'fixtures' / 'fused_conf'}]"  # fu
 # refused for its own value. Group 2, jobs 4 and 5: local attention and RoPE, one on a data mixture, 200 steps. The
 # fused sweep is preempted once (SIGTERM as job 0's step 3 begins: group 2 has not started) and launched again:
 # 0 and 1 continue, 2 and 3 are skipped, group 2 runs.
-SWEEP = [*TINY, *QUIET, MEMBERS, "+fused_member=a,b,c,d,e,f", "optimizer.lr=3e-3",
-         "+callbacks.kill._target_=helpers.KillSweepJobOnce",
+PER_MEMBER = ("trainer.log_every_n_steps=1",)  # set by each member file: group 2 logs every 10th of its 200 steps
+SWEEP = [*(o for o in TINY if o not in PER_MEMBER), *QUIET, MEMBERS, "+fused_member=a,b,c,d,e,f",
+         "optimizer.lr=3e-3", "+callbacks.kill._target_=helpers.KillSweepJobOnce",
          "+callbacks.kill.job=0", "+callbacks.kill.step=3", "+callbacks.kill.signal_name=SIGTERM"]
 JOBS, FAILING, OTHER_SHAPE = ("0", "1"), ("2", "3"), ("4", "5")
 SOME_FAILED = 1  # a sweep's exit code when some of its jobs failed (runs/sweep_failures.py)
@@ -105,12 +106,13 @@ def test_each_member_logs_what_its_run_alone_logs(sweeps) -> None:
 
 def test_members_with_local_attention_rope_and_a_mixture_log_what_their_runs_alone_log_over_200_steps(sweeps) -> None:
     """Group 2 (e.yaml, f.yaml): banded attention and rotary positions in the fused forward, and a member whose
-    batches come from a data mixture (its per-source val/loss too), at every logged step of 200."""
+    batches come from a data mixture (its per-source val/loss too), at every logged step of 200 (each 10th)."""
     fused, alone = sweeps
     for job in OTHER_SHAPE:
         got, want = scalars(fused / job), scalars(alone / job)
         assert sorted(got) == sorted(want)
-        assert sorted(want["train/loss"]) == list(range(1, 201)) and sorted(want["val/loss"]) == [50, 100, 150, 200]
+        assert sorted(want["train/loss"]) == list(range(10, 201, 10))
+        assert sorted(want["val/loss"]) == [50, 100, 150, 200]
         for tag in (t for t in want if t == "train/loss" or t.startswith("val/loss")):
             assert sorted(got[tag]) == sorted(want[tag]), (job, tag)
             bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
@@ -238,34 +240,33 @@ MORE = 12  # steps of the continuations: 4 past the end of group 1's jobs (group
 def continued(sweeps) -> tuple[Path, Path, Path]:
     """Job 0 continued past its end three ways: its fused member's checkpoint resumed alone (`resume=auto` in the
     member's own dir, with the job's overrides, as train.py runs it), the fused sweep launched again with more steps
-    (in its group), and the sweep alone launched again (never fused). The member's dir is set aside while it is
-    resumed alone and put back for its group. The shared sweeps end at step MORE: the tests that read them at step 8
-    come before this one in the file."""
+    (in its group), and the job of the sweep alone resumed as the first (never fused). The member's dir is set aside
+    while it is resumed alone and put back for its group. The shared sweeps end at step MORE: the tests that read
+    them at step 8 come before this one in the file."""
     fused, alone = sweeps
     member, kept, solo = fused / "0", fused.parent / "kept", fused.parent / "solo"
     shutil.copytree(member, kept)
     overrides = [str(o) for o in OmegaConf.load(member / ".hydra" / "overrides.yaml")]
     with pytest.MonkeyPatch.context() as patch:  # in this process: a launch costs ~10 s of Hydra and setup here
-        patch.chdir(fused.parent)  # the sweep's launch dir, where the data's cache_dir is
+        patch.chdir(fused.parent)  # the sweeps' launch dir, where the data's cache_dir is
         train(compose_config([MEMBERS, *overrides, "resume=auto", f"trainer.max_steps={MORE}"], member))
+        train(compose_config([MEMBERS, *overrides, "resume=auto", f"trainer.max_steps={MORE}"], alone / "0"))
     member.rename(solo)
     kept.rename(member)
     _sweep(fused.parent, "fused", FUSED, f"trainer.max_steps={MORE}")
-    _sweep(alone.parent, "alone", f"trainer.max_steps={MORE}")
-    return solo, fused, alone
+    return solo, fused / "0", alone / "0"
 
 
 def test_a_member_continued_alone_in_its_group_and_never_fused_logs_the_same_next_steps(continued) -> None:
     """Job 0 was preempted before step 8 (its step-4 validation cut, run again on its relaunch): each continuation
     logs every val/loss once, step 8's not again."""
-    solo, fused, alone = continued
-    ways = [("resumed alone", solo, "0"), *(("in its group", fused / job, job) for job in JOBS)]
-    for way, run_dir, job in ways:
-        got, want = scalars(run_dir), scalars(alone / job)
-        assert sorted(want["train/loss"])[-1] == MORE and sorted(want["val/loss"]) == [4, 8, 12]
+    want = scalars(continued[2])
+    assert sorted(want["train/loss"]) == list(range(1, MORE + 1)) and sorted(want["val/loss"]) == [4, 8, 12]
+    for way, run_dir in zip(("resumed alone", "in its group"), continued):
+        got = scalars(run_dir)
         for tag in ("train/loss", "val/loss"):
             assert sorted(got[tag]) == sorted(want[tag]), (way, tag)
             bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
             assert not bad, (way, tag, bad)
-    for run_dir in (solo, fused / "0", alone / "0"):
+    for run_dir in continued:
         assert scalar_steps(run_dir, "val/loss") == [4, 8, 12], run_dir
