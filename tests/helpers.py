@@ -247,6 +247,18 @@ def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     return out
 
 
+def scalar_steps(run_dir: Path, tag: str) -> list[int]:
+    """The step of every `tag` event in the run's event files, repeats kept (scalars() keeps a step's last)."""
+    from gptlab.runs.run_dir import event_files
+
+    steps = []
+    for path in event_files(run_dir):
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        steps += [e.step for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
+    return steps
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
@@ -372,7 +384,8 @@ class KillSweepJobOnce(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
 
-        if HydraConfig.get().job.num == self.job and trainer.global_step == self.step and not self.marker.exists():
+        # the marker first: a job resumed as a plain run (tests/test_fused.py) has no hydra.job.num
+        if not self.marker.exists() and trainer.global_step == self.step and HydraConfig.get().job.num == self.job:
             self.marker.touch()
             os.kill(os.getpid(), self.signum)
 

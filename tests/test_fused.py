@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TESTS, TINY, compose_config, load_checkpoint, run_train, scalars
+from helpers import TESTS, TINY, compose_config, load_checkpoint, run_train, scalar_steps, scalars
 from omegaconf import OmegaConf, open_dict
 
 import gptlab
+from gptlab.apps.train import train
 from gptlab.errors import ConfigError
 from gptlab.launch.fused_groups import (
     STACKED_BYTES_PER_PARAM,
@@ -29,23 +31,27 @@ from gptlab.runs.run_dir_lock import lock_run_dir, release
 
 FUSED = "hydra/launcher=fused"
 QUIET = ["callbacks.text_samples=null", "callbacks.stability_probes=null"]
-MEMBERS = f"hydra.searchpath=[file://{TESTS / 'fixtures' / 'fused_conf'}]"  # fused_member/a.yaml, b.yaml
-# 4 members of one shape (tests/fixtures/fused_conf/fused_member). Jobs 0 and 1 differ in every own value (AdamW
-# and Muon, 1 and 2 micro-batches a step, seed, dropout, z-loss, init scale, label smoothing, weight decay, schedule)
-# and are compared with their runs alone; job 2 diverges at step 2 and job 3 is refused for its own value. The fused
-# sweep is preempted once (SIGTERM as job 0's step 3 begins) and launched again: 0 and 1 continue, 2 and 3 are skipped.
-SWEEP = [*TINY, *QUIET, MEMBERS, "trainer.val_check_interval=4", "+fused_member=a,b,c,d", "optimizer.lr=3e-3",
-         "+callbacks.kill._target_=helpers.KillSweepJobOnce",
+MEMBERS = f"hydra.searchpath=[file://{TESTS / 'fixtures' / 'fused_conf'}]"  # fused_member/a.yaml, b.yaml, ...
+# Two groups (tests/fixtures/fused_conf/fused_member). Group 1, 4 members of one shape, 8 steps: jobs 0 and 1 differ
+# in every own value (AdamW and Muon, 1 and 2 micro-batches a step, seed, dropout, z-loss, init scale, label
+# smoothing, weight decay, schedule) and are compared with their runs alone; job 2 diverges at step 2 and job 3 is
+# refused for its own value. Group 2, jobs 4 and 5: local attention and RoPE, one on a data mixture, 200 steps. The
+# fused sweep is preempted once (SIGTERM as job 0's step 3 begins: group 2 has not started) and launched again:
+# 0 and 1 continue, 2 and 3 are skipped, group 2 runs.
+PER_MEMBER = ("trainer.log_every_n_steps=1",)  # set by each member file: group 2 logs every 10th of its 200 steps
+SWEEP = [*(o for o in TINY if o not in PER_MEMBER), *QUIET, MEMBERS, "+fused_member=a,b,c,d,e,f",
+         "optimizer.lr=3e-3", "+callbacks.kill._target_=helpers.KillSweepJobOnce",
          "+callbacks.kill.job=0", "+callbacks.kill.step=3", "+callbacks.kill.signal_name=SIGTERM"]
-JOBS, FAILING = ("0", "1"), ("2", "3")
+JOBS, FAILING, OTHER_SHAPE = ("0", "1"), ("2", "3"), ("4", "5")
 SOME_FAILED = 1  # a sweep's exit code when some of its jobs failed (runs/sweep_failures.py)
 
 
-def _sweep(root: Path, name: str, *extra: str, steps: int = 8, returncode: int = SOME_FAILED) -> tuple[Path, str]:
-    proc = run_train(["-m", *SWEEP, *extra, f"trainer.max_steps={steps}", f"+callbacks.kill.marker={root / 'signal'}",
+def _sweep(root: Path, name: str, *extra: str, returncode: int = SOME_FAILED) -> tuple[Path, str]:
+    """The sweep launched (again) into `root / name`, each job to its own trainer.max_steps unless `extra` says."""
+    proc = run_train(["-m", *SWEEP, *extra, f"+callbacks.kill.marker={root / 'signal'}",
                       f"hydra.sweep.dir={root / name}"], cwd=root, threads=1)
     assert proc.returncode == returncode, proc.stderr[-3000:]
-    return root / name, proc.stderr
+    return root / name, proc
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +59,13 @@ def preempted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict
     """The fused sweep stopped by one SIGTERM (exit 143), each member's saved step, then launched again to its
     end (the failed members' files untouched by the relaunch, which skips them)."""
     root = tmp_path_factory.mktemp("fused")
-    fused, stderr = _sweep(root, "fused", FUSED, returncode=143)
+    fused, proc = _sweep(root, "fused", FUSED, returncode=143)
     saved = {job: load_checkpoint(fused / job / "checkpoints" / "last.ckpt")["global_step"] for job in JOBS}
     failed = _files(fused, FAILING)
-    _sweep(root, "fused", FUSED)
+    relaunch = _sweep(root, "fused", FUSED)[1]
     assert _files(fused, FAILING) == failed
-    return fused, stderr, saved
+    assert "group 2: 2 members, jobs #4,#5" in relaunch.stdout  # local attention and RoPE: a group of their own
+    return fused, proc.stderr, saved
 
 
 def _files(sweep: Path, jobs: tuple[str, ...]) -> dict[Path, int]:
@@ -97,6 +104,22 @@ def test_each_member_logs_what_its_run_alone_logs(sweeps) -> None:
             bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
             assert not bad, (job, tag, bad)
         assert max(want["val/loss"]) == 8 and max(want["train/loss"]) == 8
+
+
+def test_members_with_local_attention_rope_and_a_mixture_log_what_their_runs_alone_log_over_200_steps(sweeps) -> None:
+    """Group 2 (e.yaml, f.yaml): banded attention and rotary positions in the fused forward, and a member whose
+    batches come from a data mixture (its per-source val/loss too), at every logged step of 200 (each 10th)."""
+    fused, alone = sweeps
+    for job in OTHER_SHAPE:
+        got, want = scalars(fused / job), scalars(alone / job)
+        assert sorted(got) == sorted(want)
+        assert sorted(want["train/loss"]) == list(range(10, 201, 10))
+        assert sorted(want["val/loss"]) == [50, 100, 150, 200]
+        for tag in (t for t in want if t == "train/loss" or t.startswith("val/loss")):
+            assert sorted(got[tag]) == sorted(want[tag]), (job, tag)
+            bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
+            assert not bad, (job, tag, bad)
+    assert {"val/loss/pydocs", "val/loss/python_stdlib"} <= set(scalars(fused / "4"))  # e.yaml read the mixture
 
 
 def test_each_member_writes_its_own_run_dir_and_checkpoint(sweeps) -> None:
@@ -218,18 +241,40 @@ def test_what_cannot_fuse_is_one_line_naming_the_key(override: str, says: str) -
     assert "\n" not in str(refused.value)
 
 
-@pytest.mark.slow
-def test_a_relaunch_continues_every_member_as_its_run_alone_continues(sweeps) -> None:
-    """Raising trainer.max_steps in a relaunch continues each member from its own last.ckpt, in a group, to the
-    steps the same job continued alone logs (the steps after 8: a continued run logs step 8's val/loss again, with
-    another value where the run was preempted before it, fused or not; the fused sweep here was). Last in this
-    file: it continues the shared sweeps in place."""
+MORE = 12  # steps of the continuations: 4 past the end of group 1's jobs (group 2's, at 200, are finished)
+
+
+@pytest.fixture(scope="module")
+def continued(sweeps) -> tuple[Path, Path, Path]:
+    """Job 0 continued past its end three ways: its fused member's checkpoint resumed alone (`resume=auto` in the
+    member's own dir, with the job's overrides, as train.py runs it), the fused sweep launched again with more steps
+    (in its group), and the job of the sweep alone resumed as the first (never fused). The member's dir is set aside
+    while it is resumed alone and put back for its group. The shared sweeps end at step MORE: the tests that read
+    them at step 8 come before this one in the file."""
     fused, alone = sweeps
-    _sweep(fused.parent, "fused", FUSED, steps=32)
-    _sweep(alone.parent, "alone", steps=32)
-    for job in JOBS:
-        got, want = scalars(fused / job), scalars(alone / job)
-        assert max(want["train/loss"]) == 32
+    member, kept, solo = fused / "0", fused.parent / "kept", fused.parent / "solo"
+    shutil.copytree(member, kept)
+    overrides = [str(o) for o in OmegaConf.load(member / ".hydra" / "overrides.yaml")]
+    with pytest.MonkeyPatch.context() as patch:  # in this process: a launch costs ~10 s of Hydra and setup here
+        patch.chdir(fused.parent)  # the sweeps' launch dir, where the data's cache_dir is
+        train(compose_config([MEMBERS, *overrides, "resume=auto", f"trainer.max_steps={MORE}"], member))
+        train(compose_config([MEMBERS, *overrides, "resume=auto", f"trainer.max_steps={MORE}"], alone / "0"))
+    member.rename(solo)
+    kept.rename(member)
+    _sweep(fused.parent, "fused", FUSED, f"trainer.max_steps={MORE}")
+    return solo, fused / "0", alone / "0"
+
+
+def test_a_member_continued_alone_in_its_group_and_never_fused_logs_the_same_next_steps(continued) -> None:
+    """Job 0 was preempted before step 8 (its step-4 validation cut, run again on its relaunch): each continuation
+    logs every val/loss once, step 8's not again."""
+    want = scalars(continued[2])
+    assert sorted(want["train/loss"]) == list(range(1, MORE + 1)) and sorted(want["val/loss"]) == [4, 8, 12]
+    for way, run_dir in zip(("resumed alone", "in its group"), continued):
+        got = scalars(run_dir)
         for tag in ("train/loss", "val/loss"):
-            bad = {s: (got[tag][s], v) for s, v in want[tag].items() if s > 8 and not _close(got[tag][s], v)}
-            assert not bad, (job, tag, bad)
+            assert sorted(got[tag]) == sorted(want[tag]), (way, tag)
+            bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
+            assert not bad, (way, tag, bad)
+    for run_dir in continued:
+        assert scalar_steps(run_dir, "val/loss") == [4, 8, 12], run_dir

@@ -23,12 +23,12 @@ MEMBERS = [dict(dropout=0.0, z_loss=0.0, smoothing=0.0, init_scale=None),
            dict(dropout=0.3, z_loss=0.0, smoothing=0.0, init_scale=1.0)]
 
 
-def _members(members: list[dict]) -> list[tuple[GPT, torch.Tensor, torch.Tensor, dict]]:
+def _members(members: list[dict], shape: dict = SHAPE) -> list[tuple[GPT, torch.Tensor, torch.Tensor, dict]]:
     out = []
     for seed, m in enumerate(members):
         torch.manual_seed(seed)
-        model = GPT(GPTConfig(**SHAPE, dropout=m["dropout"], init_scale=m["init_scale"])).train()
-        x, y = torch.randint(0, 64, (2, 2, 16)).unbind(0)
+        model = GPT(GPTConfig(**shape, dropout=m["dropout"], init_scale=m["init_scale"])).train()
+        x, y = torch.randint(0, 64, (2, 2, shape["block_size"])).unbind(0)
         out.append((model, x, y, m))
     return out
 
@@ -58,6 +58,14 @@ def test_each_member_steps_as_alone_with_its_own_dropout_z_loss_and_smoothing() 
     """The forward runs member 0's modules: its rate (0, then 0.3 reversed) must not become the others'."""
     _check(_members(MEMBERS))
     _check(_members(MEMBERS[::-1]))
+
+
+def test_local_attention_in_query_blocks_and_rope_step_as_alone() -> None:
+    """Banded attention computed in blocks of queries (a mask per block: one batch row of SDPA's each, which the
+    members' one kernel call repeats per member) and rotary positions."""
+    shape = {**SHAPE, "n_layer": 1, "block_size": 32, "attn_pattern": ["local"], "attn_window": 8,
+             "attn_impl": "chunked", "pos_emb": "rope"}
+    _check(_members(MEMBERS[:1] * 2, shape))
 
 
 def test_dropout_masks_differ_between_members_and_repeat_their_own_streams() -> None:

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from helpers import load_checkpoint, scalars, train_in_process
+from helpers import load_checkpoint, scalar_steps, scalars, train_in_process
 
 from gptlab.errors import PreemptedError, StoppedBySignal
 
@@ -65,6 +65,18 @@ def test_sigterm_in_the_final_validation_saves_the_last_step_and_its_resume_runs
     summaries = [json.loads((d / "run_summary.json").read_text()) for d in (tmp_path / "ref", run)]
     for key in ("best_val_loss", "final_val_loss", "global_step"):
         assert summaries[0][key] == summaries[1][key], key
+
+
+def test_a_validation_run_again_on_resume_leaves_later_checkpoints_whole(tmp_path: Path) -> None:
+    """Once a cut validation has run again, a later checkpoint of that epoch read as cut too (Lightning's restart
+    left its total counters one batch ahead): continuing the finished run validated its last step (an interval's) a
+    second time, and logged a second val/loss there."""
+    run, short = tmp_path / "run", [*RUN, "data.samples_per_epoch=48", "trainer.max_steps=6"]  # one epoch
+    with pytest.raises(PreemptedError, match="SIGTERM at step 3;"):
+        train_in_process(run, *short, *_in_validation(step=3))
+    train_in_process(run, *short, "resume=auto")
+    train_in_process(run, *short, "resume=auto", "trainer.max_steps=7")
+    assert scalar_steps(run, "val/loss") == [3, 6, 7]
 
 
 def test_sigterm_in_the_sanity_check_stops_before_training_and_saves_nothing(tmp_path: Path) -> None:

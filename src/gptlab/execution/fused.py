@@ -259,6 +259,9 @@ class _FusedForward:
         physical = [_physical(t, level) for t in (q, k, v)]
         members = next(p.shape[0] for p in physical if p is not None)
         physical = [p if p is not None else t.expand(members, *t.shape) for p, t in zip(physical, (q, k, v))]
+        if attn_mask is not None and attn_mask.dim() == q.dim() and attn_mask.shape[0] != 1:
+            # a mask of its own per batch row (local attention's query blocks): each member's rows get theirs
+            attn_mask = attn_mask.expand(members, *attn_mask.shape).reshape(-1, *attn_mask.shape[1:])
         out = _SDPA(*(p.reshape(-1, *p.shape[2:]) for p in physical), attn_mask=attn_mask, **kwargs)
         return add_batch_dim(out.reshape(members, -1, *out.shape[1:]), 0, level)
 

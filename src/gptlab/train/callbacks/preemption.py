@@ -115,6 +115,9 @@ class PreemptionCheckpoint(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._before_validation = None
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        settle_rerun_counters(checkpoint)  # before Lightning restores its loops from it
+
     def _save_and_stop(self, trainer: L.Trainer, signum: int) -> None:
         trainer.save_checkpoint(self.path, weights_only=False)  # all of it; collective: rank 0 writes
         FLAG.consume()
@@ -145,9 +148,24 @@ def _same_val_batches(trainer: L.Trainer) -> bool:
 
 
 def validation_cut(checkpoint: dict[str, Any]) -> bool:
-    """Whether `checkpoint` was saved by a preemption during a validation (see _one_batch_started)."""
-    total = checkpoint_val_batch_counters(checkpoint).get("total", {})
-    return bool(total) and total["started"] == total["processed"] + 1
+    """Whether `checkpoint` was saved by a preemption during a validation (see _one_batch_started): both scopes
+    one batch begun and none done (a validation run again on resume leaves only "total" so: settle_rerun_counters)."""
+    counters = checkpoint_val_batch_counters(checkpoint)
+    return all(_one_begun(counters.get(scope, {})) for scope in ("total", "current"))
+
+
+def _one_begun(counts: dict[str, Any]) -> bool:
+    return bool(counts) and counts["ready"] == counts["started"] == counts["processed"] + 1
+
+
+def settle_rerun_counters(checkpoint: dict[str, Any]) -> None:
+    """A validation cut by a preemption and run again on resume leaves the "total" validation counters one batch
+    ahead for the rest of the run (Lightning's restart resets only "current"), and every later checkpoint reads as
+    cut again: its resume would validate that step once more, logging a second val/loss at it. Such a checkpoint's
+    "total" is set back to the batches completed; one saved during a validation (validation_cut) is left as is."""
+    total = checkpoint_val_batch_counters(checkpoint).get("total")
+    if total and not validation_cut(checkpoint) and _one_begun(total):
+        total["ready"] = total["started"] = total["completed"]
 
 
 def _one_batch_started(progress: dict[str, Any]) -> dict[str, Any]:
