@@ -26,9 +26,15 @@ SLOW_TEST_TIMEOUT_S = 4 * 3600  # the full drills and every README command: hour
 # The files with the longest runs (multi-process DDP jobs, sweeps, drills), scheduled first: pytest-xdist hands files
 # to workers in collection order, and a long file collected last keeps one worker busy while the others idle.
 # Only the order changes; a file missing here runs in its alphabetical place.
-LONGEST_FIRST = ("test_sweeps.py", "test_preemption.py", "test_sweep_failures.py", "test_run_dir_safety.py",
-                 "test_fsdp.py", "test_resume_modes.py", "test_fault_drill.py", "test_first_view.py",
-                 "test_resume_world_size.py", "test_training.py", "test_run_dir_lock.py", "test_zeroshot.py")
+LONGEST_FIRST = (  # by their time in a full run on 2 cores (2026-11-28), longest first
+    "test_preemption.py", "test_sweeps.py", "test_ways_out.py", "test_ways_out_runs.py", "test_fused.py",
+    "test_config_check.py", "test_readme.py", "test_lm_eval_adapter.py", "test_ways_out_data.py", "test_gpu_check.py",
+    "test_prepare_kill.py", "test_option_relevance.py", "test_speedrun_choices.py", "test_gpu_launcher.py",
+    "test_ways_out_files.py", "test_attention_layout.py", "test_val_loss_batching.py", "test_walk.py",
+    "test_entry_errors.py", "test_hydra_habits.py", "test_presets.py", "test_report_stats.py",
+    "test_sweep_failures.py", "test_fsdp.py", "test_fault_drill.py", "test_resume_world_size.py",
+    "test_run_dir_safety.py", "test_resume_modes.py", "test_first_view.py", "test_training.py", "test_run_dir_lock.py",
+    "test_zeroshot.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
