@@ -64,6 +64,8 @@ def killed(proc: subprocess.Popen) -> str:
 def test_a_killed_parent_is_named_by_its_watcher(tmp_path: Path, bumped: bool) -> None:
     proc, watcher, counter = parent(tmp_path, tmp_path / "checkpoints")
     assert ignoring_signals(watcher)
+    # its spec came on stdin: a `pkill -f <words of the run's command>` (its resume line repeats them) spares it
+    assert "RESUME" not in Path(f"/proc/{watcher}/cmdline").read_text()
     for signum in death_watcher.IGNORED:  # a Ctrl-C or a scheduler's signal: the parent answers it, not the watcher
         os.kill(watcher, signum)
     if bumped:

@@ -34,10 +34,13 @@ class Watch:
         read, self.write = os.pipe()  # not inheritable: an exec'd child (a DDP rank) does not get the write end
         # Its own session: a Ctrl-C in the terminal, or a signal to the run's process group, reaches the training
         # process only (which answers it), also before the watcher has set its signals aside.
-        self.process = subprocess.Popen([sys.executable, "-S", "-I", WATCHER, str(read), json.dumps(spec)],
-                                        pass_fds=(read,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        start_new_session=True)
+        # The spec goes in on stdin, not argv: `ps` stays short, and a `pkill -f <the run's command>` (which the
+        # spec's resume line repeats) does not kill the watcher along with the run.
+        self.process = subprocess.Popen([sys.executable, "-S", "-I", WATCHER, str(read)], pass_fds=(read,),
+                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
         os.close(read)
+        with self.process.stdin as spec_in:
+            spec_in.write(json.dumps(spec).encode())
 
     def bye(self) -> None:
         """An orderly exit: the watcher ends without a word (and is reaped, no zombie in a long-lived process)."""

@@ -1,5 +1,5 @@
-"""The watcher process of gptlab.launch.death_watch (run as `python -S -I death_watcher.py <read fd> <spec>`): the
-standard library's os, sys, signal and json only, so that it starts in milliseconds and holds a few MB."""
+"""The watcher process of gptlab.launch.death_watch (run as `python -S -I death_watcher.py <read fd>`, its spec on
+stdin): the standard library's os, sys, signal and json only, so that it starts in milliseconds and holds a few MB."""
 
 from __future__ import annotations
 
@@ -72,4 +72,4 @@ def watch(read: int, spec: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), json.loads(sys.argv[2]))
+    watch(int(sys.argv[1]), json.loads(sys.stdin.read()))  # the spec on stdin (see death_watch.Watch)
