@@ -12,6 +12,10 @@ warnings printed while importing them are not in the run's stderr.
 Protocol, one JSON line each way on stdin/stdout: {script or module, args, cwd, env, out, err} -> {"pid"} when
 forked, then {"status"} (os.waitpid's) when it ended; out == err puts both streams in one file. The zygote ends when
 its stdin closes (the pytest worker ended).
+
+DDP ranks > 0 fork too: the zygote keeps a second, idle copy of itself (the rank zygote, tests/rank_zygote.py) and
+the runs it forks start their ranks through tests/rank_shim.py, a standard-library client that hands the rank's
+command, stdio, process group and signal mask to that copy and stands in for the rank (see rank_zygote.py).
 Set GPTLAB_TEST_FORKSERVER=0 to run every script in a fresh interpreter instead."""
 
 from __future__ import annotations
@@ -24,30 +28,41 @@ PRELOAD = ("torch", "lightning", "hydra", "omegaconf", "tensorboard", "gptlab.ap
            "gptlab.config.entry", "gptlab.launch.cli")
 
 
-def run_child(request: dict) -> None:
-    """In the forked child: become `python <script> args` and never return."""
+def run_child(request: dict, stdio: list[int] | None = None) -> None:
+    """In the forked child: become `python <script> args` and never return. `stdio`: the fds to take as 0, 1 and
+    2 (a DDP rank's, passed by its shim); otherwise /dev/null and the request's out and err files."""
     import atexit
     import runpy
     import signal
 
     code = 1
     try:
-        os.setpgid(0, 0)  # as subprocess.run's child would be its own leader for the client's kill on timeout
+        try:  # a rank joins its launcher's group, as Popen's child would; a run leads its own (the client's kill)
+            os.setpgid(0, request.get("pgid", 0))
+        except OSError:
+            os.setpgid(0, 0)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.dup2(os.open(request["out"], write, 0o644), 1)
-        if request["err"] == request["out"]:  # one log for both, as Popen(stderr=STDOUT) gives
-            os.dup2(1, 2)
+        if stdio is not None:
+            for target, fd in enumerate(stdio):
+                os.dup2(fd, target)
+                os.close(fd)
         else:
-            os.dup2(os.open(request["err"], write, 0o644), 2)
+            write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(os.open(request["out"], write, 0o644), 1)
+            if request["err"] == request["out"]:  # one log for both, as Popen(stderr=STDOUT) gives
+                os.dup2(1, 2)
+            else:
+                os.dup2(os.open(request["err"], write, 0o644), 2)
         import tempfile
 
         tempfile.tempdir = None  # the zygote's cached temp dir: the run's own $TMPDIR decides, as in a new process
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        # what the launcher held blocked while it started the rank (gptlab.signals' hold) stays blocked, as inherited
+        signal.pthread_sigmask(signal.SIG_SETMASK, request.get("sigmask", []))
         if "OMP_NUM_THREADS" in os.environ:
             import torch
 
@@ -88,6 +103,9 @@ def serve() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    import rank_zygote
+
+    ranks_dir = rank_zygote.start(run_child)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing a preloaded module prints can break the protocol
     replies.write(json.dumps({"ready": os.getpid()}) + "\n")
@@ -102,6 +120,9 @@ def serve() -> None:
         replies.write(json.dumps({"pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)
         replies.write(json.dumps({"status": status}) + "\n")
+    import shutil
+
+    shutil.rmtree(ranks_dir, ignore_errors=True)  # its server ends with this process
 
 
 # sys.path as a fresh interpreter has it but for the script's own dir and PYTHONPATH (both set per run).
