@@ -1,6 +1,6 @@
 """DDP ranks > 0 of the tests' runs, forked instead of started as fresh interpreters.
 
-Lightning starts a DDP rank > 0 as `python <script> args` (gptlab.launch.hydra_ddp's command); each one was ~10 s
+Lightning starts a DDP rank > 0 as `python <script> args` (train's from gptlab.launch.hydra_ddp); each one was ~10 s
 of imports, and the suite's DDP tests (the preemption drill, sweeps, FSDP on gloo) start dozens. In a run forked from
 the test zygote (tests/forkserver.py) that command starts tests/rank_shim.py instead: a standard-library client
 (milliseconds) that connects to this module's server, an idle copy of the zygote forked before it served anything,
@@ -35,8 +35,7 @@ MESSAGE_BYTES = 1 << 20  # one request: argv, cwd, the environment
 
 def start(run_child: Callable[[dict, list[int]], None]) -> str:
     """In the zygote, after its imports: fork the rank server, and route the DDP rank command of every run the
-    zygote forks through the shim (gptlab.lightning_internals.install is where a run sets that command). Returns
-    the server socket's temp dir, for the zygote to remove when it ends."""
+    zygote forks through the shim. Returns the server socket's temp dir, for the zygote to remove when it ends."""
     folder = tempfile.mkdtemp(prefix="gptlab-ranks-")
     path = os.path.join(folder, "socket")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -93,17 +92,22 @@ def _monitor(conn: socket.socket, run_child: Callable[[dict, list[int]], None]) 
 
 
 def _route_ranks(path: str) -> None:
-    import gptlab.lightning_internals as internals
+    """Lightning's launchers start each rank with `subprocess.Popen([sys.executable, ...])` (whichever command
+    function made the argv: gptlab's job command for train, Lightning's own for eval): their `subprocess` becomes
+    one whose Popen starts the shim instead."""
+    import subprocess
+    import types
 
-    install = internals.install
+    import lightning.fabric.strategies.launchers.subprocess_script as fabric_launcher
+    import lightning.pytorch.strategies.launchers.subprocess_script as trainer_launcher
 
-    def install_via_shim(trainer, *, rank_command, **kwargs):  # noqa: ANN001, ANN003, ANN202
-        def via_shim(local_rank: int):  # noqa: ANN202
-            command, cwd = rank_command(local_rank)
-            if command and command[0] == sys.executable:
-                command = [sys.executable, "-I", "-S", str(SHIM), path, *command[1:]]
-            return command, cwd
+    def popen(command, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if command and command[0] == sys.executable:
+            command = [sys.executable, "-I", "-S", str(SHIM), path, *command[1:]]
+        return subprocess.Popen(command, *args, **kwargs)
 
-        return install(trainer, rank_command=via_shim, **kwargs)
-
-    internals.install = install_via_shim
+    via_shim = types.SimpleNamespace(**{name: getattr(subprocess, name) for name in dir(subprocess)
+                                        if not name.startswith("__")})
+    via_shim.Popen = popen
+    for launcher in (trainer_launcher, fabric_launcher):
+        launcher.subprocess = via_shim
