@@ -91,7 +91,11 @@ def test_every_part_runs_at_toy_sizes_and_those_without_their_hardware_say_so(tm
         assert "skipped: runtime.float8=true needs a CUDA GPU" in float8[0]
         assert any(line.startswith("| bf16 | ") for line in float8)  # the bf16 halves ran
         assert any(line.startswith("| float8 | skipped: ") for line in float8)
-    assert found["fused_sweep"][0].startswith("`the fused sweep's GPU rows`: skipped: ")
+    fused = found["fused_sweep"]
+    if "timed out" not in fused[0]:
+        assert fused[0].startswith("`bench_fused.py --device cuda") and ": ok" in fused[0], fused
+        assert [line.split(" | ")[0] for line in fused if line.startswith("| 1 ") or line.startswith("| 2 ")] == \
+            ["| 1", "| 2"]
     doctor = found["doctor"]
     if doctor[0].startswith("`scripts/doctor.py`: ok"):
         assert "| check | result | detail |" in doctor and any("| skipped |" in line for line in doctor)
@@ -125,7 +129,7 @@ def test_on_a_gpu_each_part_is_a_fresh_interpreter_and_reports_the_same(monkeypa
     needs no GPU: its status comes back, and so does an injected crash's reason."""
     for key, value in child_env("", tiny=False).items():  # what the runner sets before its first part
         monkeypatch.setenv(key, value)
-    for fail, status, reason in (([], "skipped", "no fused-sweep benchmark"),
+    for fail, status, reason in (([], "skipped", "the fused sweep's GPU rows need a CUDA GPU"),
                                  (["fused_sweep"], "failed", "exited 1: RuntimeError: failure injected")):
         log = io.StringIO()
         args = argparse.Namespace(device="cpu", tiny=False, fail=fail)

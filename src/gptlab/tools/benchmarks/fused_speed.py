@@ -15,9 +15,10 @@ against the number of ops a step dispatches."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -26,10 +27,12 @@ from gptlab.lightning_internals import dispatch_mode
 from gptlab.model import GPT, GPTConfig
 from gptlab.model.accounting import training_flops_per_token
 from gptlab.model.loss import model_loss
-from gptlab.tools.benchmarks.fused_batched import batched_step
+from gptlab.tools.benchmarks.fused_batched import batched_step, supports
 from gptlab.train.optim import adamw, weight_decay_groups
 
 NANO = dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=257)  # conf/model/nano.yaml, bytes tokens
+GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, pad_vocab_to=64)
+SHAPES = {"nano": NANO, "gpt2_small": GPT2_SMALL}
 
 
 @dataclass
@@ -40,7 +43,7 @@ class Row:
     tokens: int
     alone_bytes: int
     fused_bytes: int
-    batched_s: float
+    batched_s: Optional[float]  # None: the batched-modules prototype does not write out this architecture
 
 
 class _Members:
@@ -57,6 +60,7 @@ class _Members:
                          torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen).to(device))
                         for _ in range(k)]
         self.tokens = k * batch * cfg.block_size
+        self.can_batch = supports(self.models[0])
 
     def _finish(self, i: int) -> None:
         torch.nn.utils.clip_grad_norm_(self.models[i].parameters(), 1.0, foreach=True)
@@ -115,21 +119,26 @@ def _timed(step: Callable[[], None], device: torch.device) -> float:
     return time.perf_counter() - started
 
 
-def measure(ks: list[int], batch: int, repeats: int, device: torch.device, shape: dict = NANO) -> list[Row]:
-    """One Row per k: the best of `repeats` interleaved timings of each side, after one warm-up step each."""
+def measure(ks: list[int], batch: int, repeats: int, device: torch.device, shape: dict = NANO,
+            bf16: bool = False) -> list[Row]:
+    """One Row per k: the best of `repeats` interleaved timings of each side, after one warm-up step each. `bf16`:
+    every side under bf16 autocast, as gptlab's GPU trainer (trainer=gpu, bf16-mixed) trains."""
     groups = {k: _Members(k, batch, shape, device) for k in ks}
     sides = ("alone", "fused", "batched")
     best = {(k, side): float("inf") for k in ks for side in sides}
     memory = {}
-    for k, members in groups.items():
-        cuda = device.type == "cuda"
-        memory[k] = tuple(_saved_bytes(step, device) + (0 if cuda else members.state_bytes())
-                          for step in (members.alone, members.fused))
-    for _ in range(repeats):
+    mixed = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with mixed:
         for k, members in groups.items():
-            for side in sides:
-                best[k, side] = min(best[k, side], _timed(getattr(members, side), device))
-    return [Row(k, best[k, "alone"], best[k, "fused"], groups[k].tokens, *memory[k], best[k, "batched"]) for k in ks]
+            cuda = device.type == "cuda"
+            memory[k] = tuple(_saved_bytes(step, device) + (0 if cuda else members.state_bytes())
+                              for step in (members.alone, members.fused))
+        for _ in range(repeats):
+            for k, members in groups.items():
+                for side in sides if members.can_batch else sides[:2]:
+                    best[k, side] = min(best[k, side], _timed(getattr(members, side), device))
+    return [Row(k, best[k, "alone"], best[k, "fused"], groups[k].tokens, *memory[k],
+                best[k, "batched"] if groups[k].can_batch else None) for k in ks]
 
 
 def table(rows: list[Row]) -> list[str]:
@@ -140,10 +149,12 @@ def table(rows: list[Row]) -> list[str]:
              "batched / alone | fused step | bound: k x fused k=1 | memory alone | memory fused |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        alone, fused, batched = r.tokens / r.alone_s, r.tokens / r.fused_s, r.tokens / r.batched_s
+        alone, fused = r.tokens / r.alone_s, r.tokens / r.fused_s
+        batched = "- | -" if r.batched_s is None else \
+            f"{r.tokens / r.batched_s:,.0f} | {r.tokens / r.batched_s / alone:.2f}x"
         bound = f"{r.k * one.fused_s * 1e3:,.0f} ms" if one else "-"
-        lines.append(f"| {r.k} | {alone:,.0f} | {fused:,.0f} | {fused / alone:.2f}x | {batched:,.0f} | "
-                     f"{batched / alone:.2f}x | {r.fused_s * 1e3:,.0f} ms | {bound} | "
+        lines.append(f"| {r.k} | {alone:,.0f} | {fused:,.0f} | {fused / alone:.2f}x | {batched} | "
+                     f"{r.fused_s * 1e3:,.0f} ms | {bound} | "
                      f"{r.alone_bytes / 2**20:,.0f} MiB | {r.fused_bytes / 2**20:,.0f} MiB |")
     return lines
 
@@ -187,7 +198,8 @@ def physics(batch: int, repeats: int, device: torch.device, shape: dict = NANO) 
     top = ", ".join(f"{name} {t / total:.0%}" for name, t in sorted(own.items(), key=lambda kv: -kv[1])[:4])
     step_flops = training_flops_per_token(cfg)["total"] * tokens
     overhead = counted.ops * per_op / step
-    return [f"physics (nano, micro-batch {batch}, one member's step of {step * 1e3:,.0f} ms, {step_flops / 1e9:,.2f} "
+    name = next((n for n, values in SHAPES.items() if values == shape), "this shape")
+    return [f"physics ({name}, micro-batch {batch}, one member's step of {step * 1e3:,.0f} ms, {step_flops / 1e9:,.2f} "
             f"GFLOP): fp32 matmul here {flops_mm / mm / 1e9:,.1f} GFLOP/s ({tokens}x{cfg.n_embd} @ "
             f"{cfg.n_embd}x{4 * cfg.n_embd}), {flops_mm / bmm / 1e9:,.1f} GFLOP/s per member as one bmm of 8; matmul "
             f"and attention kernels are {arithmetic:.0%} of the step's own time (torch.profiler: {top}); "

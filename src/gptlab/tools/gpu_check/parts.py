@@ -197,7 +197,19 @@ def doctor_part(device: torch.device, tiny: bool, emit: Emit) -> None:
 
 
 def fused_sweep_part(device: torch.device, tiny: bool, emit: Emit) -> None:
-    raise Skipped("no fused-sweep benchmark in this checkout yet: the fused-sweep issue adds its GPU rows as a part")
+    """bench_fused.py --device cuda: k fused sweep members against the same k steps one after another, bf16 autocast
+    as trainer=gpu trains: nano at k = 1, 4, 16 (micro-batch 32, nano's default), GPT-2 small at k = 1, 4 (B=8)."""
+    from gptlab.tools.benchmarks.fused_speed import GPT2_SMALL, NANO, measure, table
+
+    if tiny:
+        toy = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab_size=97)
+        return emit(["toy (L1 E32 T32), micro-batch 2, fp32", *table(measure([1, 2], 2, 1, device, toy))])
+    if device.type != "cuda":
+        raise Skipped("the fused sweep's GPU rows need a CUDA GPU (on a CPU: scripts/bench_fused.py)")
+    emit(["nano (L4 H4 E128 T256), micro-batch 32, bf16 autocast (goal: >= 8x at k=16)",
+          *table(measure([1, 4, 16], 32, 3, device, NANO, bf16=True))])
+    emit(["gpt2_small (L12 H12 E768 T1024), micro-batch 8, bf16 autocast (goal: >= 1.3x at k=4)",
+          *table(measure([1, 4], 8, 2, device, GPT2_SMALL, bf16=True))])
 
 
 # GPU order: the figures that have waited longest first. With --tiny the cheapest run first (tiny_limit_s), so a
@@ -205,19 +217,20 @@ def fused_sweep_part(device: torch.device, tiny: bool, emit: Emit) -> None:
 # (runner.TINY_BUDGET_S) keeps the run under 3 minutes. GPU limits: sized from the earlier measurements in
 # docs/benchmarks.md to sum to the 9 minutes; none measured as a whole yet.
 PARTS = {p.name: p for p in [
-    Part("fit", "bench_train.py --device cuda --parts fit --batches 32 --fit-steps 12 --fit-val-every 4", 100, 90,
+    Part("fused_sweep", "bench_fused.py --device cuda: nano k=1,4,16 B=32; gpt2_small k=1,4 B=8; bf16", 40, 30,
+         fused_sweep_part),
+    Part("fit", "bench_train.py --device cuda --parts fit --batches 32 --fit-steps 12 --fit-val-every 4", 90, 90,
          fit_part, needs_gpt2_ranks=True),
     Part("fsdp", "bench_train.py --device cuda --parts fsdp --fsdp-steps 12, selective checkpointing only", 75, 120,
          fsdp_part),
-    Part("float8", "runtime.float8 against bf16: loss parity (300 steps), step speed", 55, 60, float8_part),
-    Part("pytest", "pytest -m gpu", 95, 90, pytest_part),
+    Part("float8", "runtime.float8 against bf16: loss parity (300 steps), step speed", 50, 60, float8_part),
+    Part("pytest", "pytest -m gpu", 85, 90, pytest_part),
     Part("train_step", "bench_train.py --device cuda --parts step --batches 32 --steps 5 --repeats 2", 40, 60,
          train_step_part),
     Part("typed", "bench_train.py --device cuda --parts typed --typed-steps 40", 45, 120, typed_part,
          needs_gpt2_ranks=True),
-    Part("attention", "bench_attention.py --device cuda --repeats 10", 55, 60, attention_part),
-    Part("fused_sweep", "the fused sweep's GPU rows", 5, 20, fused_sweep_part),
-    Part("doctor", "scripts/doctor.py", 55, 60, doctor_part),
+    Part("attention", "bench_attention.py --device cuda --repeats 10", 50, 60, attention_part),
+    Part("doctor", "scripts/doctor.py", 50, 60, doctor_part),
 ]}
 
 
