@@ -147,8 +147,8 @@ def fused_step(requests: list[_Request]) -> list[tuple[LossParts, list[torch.Ten
         # slices, which vmap's default ("error") would refuse.
         logits = vmap(logits_of, in_dims=(0, 0, 0, 0 if with_docs else None), randomness="same")(
             params, buffers, idx, docs)
-        parts = [loss_parts(logits[i], r.targets, r.model.config.vocab_size, r.label_smoothing, r.z_loss)
-                 for i, r in enumerate(requests)]
+        parts = [loss_parts(member_logits, r.targets, r.model.config.vocab_size, r.label_smoothing, r.z_loss)
+                 for member_logits, r in zip(logits.unbind(0), requests)]
         torch.autograd.backward([p.objective for p in parts])
     detached = [LossParts(p.objective.detach(), p.ce.detach(), None if p.z is None else p.z.detach()) for p in parts]
     return [(d, [params[n].grad[i] for n in names]) for i, d in enumerate(detached)]
@@ -201,10 +201,17 @@ def _physical(t: Any, level: int) -> Any:
     return inner.movedim(dim, 0)
 
 
+def _per_member(t: Any, level: int) -> Optional[tuple[torch.Tensor, ...]]:
+    """A vmapped tensor as each member's slice (None: not vmapped). One unbind, whose backward stacks the k
+    gradients: indexing each member would make k gradients of the whole tensor, zeros but for one slice."""
+    physical = _physical(t, level)
+    return None if physical is None else physical.unbind(0)
+
+
 def _member_slices(values: tuple, level: int, members: int) -> list[tuple]:
     """`values` (the arguments of a call) as each member's: its slice of every vmapped tensor, the rest as given."""
-    physical = [_physical(v, level) for v in values]
-    return [tuple(v if p is None else p[i] for v, p in zip(values, physical)) for i in range(members)]
+    slices = [_per_member(v, level) for v in values]
+    return [tuple(v if s is None else s[i] for v, s in zip(values, slices)) for i in range(members)]
 
 
 def _with_streams(request: _Request, draw: Any) -> Any:
@@ -270,7 +277,7 @@ class _FusedForward:
             return _DROPOUT(x, p, training, inplace)
         self._rate(p)
         level = batch_level(x)
-        xs = _physical(x, level)
+        xs = _per_member(x, level)
         out = torch.stack([_with_streams(r, lambda i=i, rate=rate: _DROPOUT(xs[i], rate, training))
                            for i, (r, rate) in enumerate(zip(self.requests, self.rates))])
         return add_batch_dim(out, 0, level)
@@ -283,14 +290,14 @@ class _FusedForward:
             if not is_batched(x):
                 return norm(x, shape, weight, *args, **kwargs)
             level = batch_level(x)
-            xs = _physical(x, level)
+            xs = _per_member(x, level)
             rest = list(args)
             bias = rest.pop(0) if name == "layer_norm" and rest else kwargs.pop("bias", None)
-            gains, biases = _physical(weight, level), _physical(bias, level)
+            gains, biases = _per_member(weight, level), _per_member(bias, level)
             out = torch.stack([
                 norm(xs[i], shape, weight if gains is None else gains[i],
                      *([bias if biases is None else biases[i]] if name == "layer_norm" else []), *rest, **kwargs)
-                for i in range(xs.shape[0])])
+                for i in range(len(xs))])
             return add_batch_dim(out, 0, level)
 
         return per_member
