@@ -133,9 +133,10 @@ def measure(ks: list[int], batch: int, repeats: int, device: torch.device, shape
             cuda = device.type == "cuda"
             memory[k] = tuple(_saved_bytes(step, device) + (0 if cuda else members.state_bytes())
                               for step in (members.alone, members.fused))
-        for _ in range(repeats):
+        for repeat in range(repeats):
             for k, members in groups.items():
-                for side in sides if members.can_batch else sides[:2]:
+                mine = sides if members.can_batch else sides[:2]
+                for side in mine[repeat % len(mine):] + mine[:repeat % len(mine)]:  # each side first in turn
                     best[k, side] = min(best[k, side], _timed(getattr(members, side), device))
     return [Row(k, best[k, "alone"], best[k, "fused"], groups[k].tokens, *memory[k],
                 best[k, "batched"] if groups[k].can_batch else None) for k in ks]
