@@ -86,10 +86,18 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
                           ) from err.__cause__
 
 
+CHECKPOINTS_DIR = "checkpoints"  # where a run's checkpoint callbacks write (conf/callbacks: <run dir>/checkpoints)
+
+
 def checkpoints_newest_first(directory: Path) -> list[Path]:
-    """Every `*.ckpt` under `directory` (a file, or a sharded checkpoint's folder), newest first by the time it was
-    completed (every checkpoint is renamed into place whole, which sets a folder's mtime too)."""
-    found = (p for p in directory.rglob("*.ckpt") if p.is_file() or sharded.is_sharded(p))
+    """A run dir's checkpoints: every `*.ckpt` (a file, or a sharded checkpoint's folder) in its `checkpoints/` dir,
+    or, for a dir without one (a run's checkpoints/ dir itself, a dir of .ckpt files), in `directory`; newest first
+    by the time it was completed (every checkpoint is renamed into place whole, which sets a folder's mtime too).
+    Not searched deeper: a .ckpt a user keeps elsewhere in a run dir (mydata/pretrained.ckpt) is not the run's, so
+    resume=auto never continues it, a run dir given as ckpt_path never picks it, and resume=restart never deletes it."""
+    own = directory / CHECKPOINTS_DIR
+    where = own if own.is_dir() else directory
+    found = (p for p in where.glob("*.ckpt") if p.is_file() or sharded.is_sharded(p))
     # last.ckpt first among equals: a hard link of the best has the best's mtime, and a run resumed from the best's
     # name would keep that file forever (Lightning never deletes the checkpoint a run resumed from).
     return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt"), reverse=True)
@@ -123,7 +131,7 @@ def continue_problem(path: Path) -> Optional[str]:
 
 
 def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
-    """The newest `*.ckpt` under `directory` that loads; each newer one that does not is skipped with a warning that
+    """The newest of `directory`'s checkpoints (checkpoints_newest_first) that loads; each newer one that does not is skipped with a warning that
     names it and why."""
     for path in checkpoints_newest_first(directory):
         problem = checkpoint_problem(path)
