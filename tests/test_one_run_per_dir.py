@@ -132,3 +132,25 @@ def test_a_users_ckpt_elsewhere_in_the_run_dir_is_not_the_runs(tmp_path: Path) -
     (user_dir / "models").mkdir(parents=True)
     (user_dir / "models" / "a.ckpt").write_bytes(b"x")
     assert continuation(compose_config(RUN, tmp_path), user_dir, None, None, fsdp=False).ckpt_path is None
+
+
+@pytest.mark.parametrize("resume", ["null", "auto", "restart"])
+def test_a_run_dir_inside_a_runs_checkpoints_dir_is_refused(tmp_path: Path, resume: str) -> None:
+    """hydra.run.dir=<run>/checkpoints: resume=auto continued that run's last.ckpt as a new run nested in it,
+    resume=restart deleted its checkpoints, and resume=null's refusal offered resume=restart. Refused for every
+    resume, naming the run's own dir; a plain dir of the user's .ckpt files starts a new run and keeps them."""
+    run = job(tmp_path, "run")
+    before = tree(run)
+    cfg = compose_config([*RUN, f"resume={resume}"], tmp_path)
+    for inside in (run / "checkpoints", run / "checkpoints" / "sub"):
+        with pytest.raises(ConfigError, match="lies in the checkpoints/ dir of the run in") as err:
+            continuation(cfg, inside, None, None, fsdp=False)
+        assert f"hydra.run.dir={str(run)!r} resume=auto" in str(err.value) and "pass resume=restart" not in str(err.value)
+    with pytest.raises(ConfigError, match="lies in the checkpoints/ dir"):
+        start_over("restart", run / "checkpoints")
+    assert tree(run) == before
+    plain = tmp_path / "models"
+    plain.mkdir()
+    (plain / "a.ckpt").write_bytes(b"the user's own")
+    assert continuation(cfg, plain, None, None, fsdp=False).ckpt_path is None
+    assert start_over(resume, plain) == [] and (plain / "a.ckpt").exists()

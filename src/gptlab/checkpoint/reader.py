@@ -89,15 +89,25 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
 CHECKPOINTS_DIR = "checkpoints"  # where a run's checkpoint callbacks write (conf/callbacks: <run dir>/checkpoints)
 
 
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoints of the run in `run_dir`, newest first: every `*.ckpt` (a file, or a sharded checkpoint's
+    folder) in its `checkpoints/` dir, the one its checkpoint callbacks write. Nothing else is the run's: a .ckpt a
+    user keeps elsewhere in the dir (mydata/pretrained.ckpt, or .ckpt files of a plain dir given as hydra.run.dir)
+    is never continued by resume=auto nor deleted by resume=restart."""
+    return _newest_first(run_dir / CHECKPOINTS_DIR)
+
+
 def checkpoints_newest_first(directory: Path) -> list[Path]:
-    """A run dir's checkpoints: every `*.ckpt` (a file, or a sharded checkpoint's folder) in its `checkpoints/` dir,
-    or, for a dir without one (a run's checkpoints/ dir itself, a dir of .ckpt files), in `directory`; newest first
-    by the time it was completed (every checkpoint is renamed into place whole, which sets a folder's mtime too).
-    Not searched deeper: a .ckpt a user keeps elsewhere in a run dir (mydata/pretrained.ckpt) is not the run's, so
-    resume=auto never continues it, a run dir given as ckpt_path never picks it, and resume=restart never deletes it."""
+    """The checkpoints a dir given as ckpt_path offers, newest first: a run dir's (`run_checkpoints`), or for a dir
+    without a checkpoints/ dir (a run's checkpoints/ dir itself, a dir of .ckpt files) the `*.ckpt` in it."""
     own = directory / CHECKPOINTS_DIR
-    where = own if own.is_dir() else directory
-    found = (p for p in where.glob("*.ckpt") if p.is_file() or sharded.is_sharded(p))
+    return _newest_first(own if own.is_dir() else directory)
+
+
+def _newest_first(where: Path) -> list[Path]:
+    """The `*.ckpt` in `where` newest first by the time each was completed (every checkpoint is renamed into place
+    whole, which sets a folder's mtime too)."""
+    found = (p for p in where.glob("*.ckpt") if p.is_file() or sharded.is_sharded(p)) if where.is_dir() else ()
     # last.ckpt first among equals: a hard link of the best has the best's mtime, and a run resumed from the best's
     # name would keep that file forever (Lightning never deletes the checkpoint a run resumed from).
     return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt"), reverse=True)
