@@ -74,6 +74,19 @@ def _load(path: Path, mmap: bool) -> dict[str, Any]:
     return ckpt
 
 
+
+def named(what: str, path: PathLike) -> str:
+    """How a message names the path `what` gave: `ckpt_path='x'` for a config key, `the checkpoint argument 'x'`
+    for a script's positional argument (`what` with a space), which no `key=` typed on its command line sets."""
+    return f"{what} {str(path)!r}" if " " in what else f"{what}={str(path)!r}"
+
+
+def give(what: str, wanted: str) -> str:
+    """The way out that gives another path, as it is typed: `ckpt_path=<...>`, or `<...> as the checkpoint
+    argument` for a positional argument."""
+    return f"<{wanted}> as {what}" if " " in what else f"{what}=<{wanted}>"
+
+
 def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False) -> dict[str, Any]:
     """The checkpoint's contents; a missing, truncated, foreign or empty file is a ConfigError naming it.
     `mmap`: tensors stay on disk until touched (a cheap check that a file loads); for a sharded checkpoint folder,
@@ -81,8 +94,8 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
     try:
         return _load(Path(path), mmap)
     except UnreadableCheckpoint as err:
-        raise ConfigError(f"{what}={str(path)!r}: {err}; give {what}=<another checkpoint of the run: a .ckpt "
-                          "written by src/train.py, or its run dir to take the newest one that loads>."
+        raise ConfigError(f"{named(what, path)}: {err}; give " + give(what, "another checkpoint of the run: a .ckpt "
+                          "written by src/train.py, or its run dir to take the newest one that loads") + "."
                           ) from err.__cause__
 
 
@@ -158,8 +171,8 @@ def resolve_checkpoint(path: PathLike, what: str = "ckpt_path") -> Path:
     if path.is_dir() and not sharded.is_sharded(path):
         found = newest_loadable_checkpoint(path)
         if found is None:
-            raise ConfigError(f"{what}={str(path)!r} is a directory without a readable checkpoint (*.ckpt); give "
-                              f"{what}=<a run dir of src/train.py that has saved one, or a .ckpt file>.")
+            raise ConfigError(f"{named(what, path)} is a directory without a readable checkpoint (*.ckpt); give "
+                              + give(what, "a run dir of src/train.py that has saved one, or a .ckpt file") + ".")
         log.info("%s=%s: using its newest readable checkpoint, %s", what, path, found)
         return found
     return path
@@ -169,8 +182,8 @@ def checkpoint_model_config(ckpt: dict[str, Any], path: PathLike, what: str = "c
     """The GPTConfig a checkpoint was trained with."""
     values = (ckpt.get("hyper_parameters") or {}).get("model")
     if not isinstance(values, dict):
-        raise ConfigError(f"{what}={str(path)!r} has no model config (hyper_parameters/model): src/train.py did not "
-                          f"write it; give {what}=<a .ckpt written by src/train.py, or its run dir>.")
+        raise ConfigError(f"{named(what, path)} has no model config (hyper_parameters/model): src/train.py did not "
+                          "write it; give " + give(what, "a .ckpt written by src/train.py, or its run dir") + ".")
     return GPTConfig.from_dict(values)
 
 
@@ -187,7 +200,7 @@ def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, 
     check_recorded(recorded_tokenizer(ckpt.get("hyper_parameters") or {}), "tokenizer", str(path))
     model = GPT(checkpoint_model_config(ckpt, path, what))
     model.load_state_checked(checkpoint_model_state(ckpt), path, "Its weights are not those of the model it "
-                             f"records; pass {what}=<a checkpoint src/train.py wrote> (a run dir or its .ckpt).")
+                             "records; pass " + give(what, "a checkpoint src/train.py wrote") + " (a run dir or its .ckpt).")
     return model, ckpt.get("hyper_parameters") or {}
 
 
