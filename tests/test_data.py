@@ -142,3 +142,21 @@ def test_a_val_fraction_that_leaves_no_train_text_names_the_field(tmp_path) -> N
                                           r"data.val_fraction \(e.g. data.val_fraction=0.1\)"):
         _memory(TextFiles([str(path)]), 0.999999)
     assert len(_memory(TextFiles([str(path)]), 0.1)["train"]) > 0
+
+
+def test_an_empty_val_split_names_a_val_fraction_that_fills_it(tmp_path) -> None:
+    """The refusal's "raise data.val_fraction (e.g. 2x)" was followed and refused again: one document never splits
+    (it was told to raise the fraction forever), and three documents whose CRCs lie above 0.5 never reached val
+    under the 0.5 cap. Now one document is told to add documents, and the fraction named, typed, splits."""
+    (tmp_path / "one.txt").write_text("hi")
+    with pytest.raises(ConfigError, match=r"no val_fraction can split it: it holds 1 distinct document"):
+        _memory(TextFiles([str(tmp_path / "one.txt")]), 0.01)
+    docs = [t for t in (f"document number {i}" for i in range(200)) if not is_val(t, 0.55)][:3]
+    for i, text in enumerate(docs):
+        (tmp_path / f"d{i}.txt").write_text(text)
+    source = TextFiles([str(tmp_path / "d*.txt")])
+    with pytest.raises(ConfigError, match=r"e\.g\. data\.val_fraction=") as err:
+        _memory(source, 0.01)
+    typed = float(str(err.value).split("data.val_fraction=")[-1].split(")")[0])
+    tokens = _memory(source, typed)
+    assert len(tokens["val"]) > 0 and len(tokens["train"]) > 0

@@ -54,3 +54,17 @@ def test_hydras_own_flags_work_on_every_entry_point(script: str, habit: str, tmp
 def test_the_resolved_run_dir_is_the_one_a_run_gets(tmp_path: Path) -> None:
     printed = shown("src/train.py", ["--cfg", "job", "--resolve", "hydra.run.dir=somewhere"], tmp_path)
     assert "  output_dir: somewhere\n" in printed
+
+
+def test_shell_completion_without_a_subcommand_is_one_line(tmp_path: Path) -> None:
+    """`--shell-completion` alone was Hydra's ValueError traceback ("Expecting one subcommand"); its way out, typed
+    (`-sc install=bash`), prints the completion script."""
+    err = io.StringIO()
+    GlobalHydra.instance().clear()
+    with mock.patch.object(sys, "argv", ["src/eval.py", "--shell-completion"]), contextlib.redirect_stderr(err), \
+            contextlib.redirect_stdout(io.StringIO()), contextlib.chdir(tmp_path), pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(ROOT / "src/eval.py"), run_name="__main__")
+    assert stop.value.code == 2 and "Traceback" not in err.getvalue(), err.getvalue()[-2000:]
+    line = err.getvalue().strip()
+    assert line.startswith("gptlab: error: --shell-completion needs") and "\n" not in line, line
+    assert "complete" in shown("src/eval.py", ["-sc", "install=bash"], tmp_path)

@@ -110,3 +110,47 @@ def test_a_run_dir_beside_other_runs_is_its_own(tmp_path: Path) -> None:
     """Runs side by side (outputs/runs/<name>/<date>/<time>/) do not hold each other."""
     first, second = job(tmp_path, "10-00-00"), job(tmp_path, "11-00-00")
     assert other_run(first) is None and other_run(second) is None
+
+
+def test_a_users_ckpt_elsewhere_in_the_run_dir_is_not_the_runs(tmp_path: Path) -> None:
+    """A .ckpt a user keeps in a run dir outside checkpoints/ (mydata/pretrained.ckpt, newer than the run's) is not
+    the run's: resume=restart deleted it, and resume=auto or ckpt_path=<run dir> picked it as the newest."""
+    import os
+
+    from gptlab.checkpoint.reader import checkpoints_newest_first
+
+    run = job(tmp_path, "run")
+    (run / "mydata").mkdir()
+    mine = run / "mydata" / "pretrained.ckpt"
+    mine.write_bytes(b"the user's own")
+    os.utime(mine, (4e9, 4e9))  # newer than the run's checkpoints
+    assert sorted(p.name for p in checkpoints_newest_first(run)) == ["last.ckpt", "step=2.ckpt"]
+    assert sorted(p.name for p in checkpoints_newest_first(run / "checkpoints")) == ["last.ckpt", "step=2.ckpt"]
+    removed = start_over("restart", run)
+    assert mine.read_bytes() == b"the user's own" and mine not in removed
+    user_dir = tmp_path / "mine"  # no run, only a user's file below: not "already holds a run"
+    (user_dir / "models").mkdir(parents=True)
+    (user_dir / "models" / "a.ckpt").write_bytes(b"x")
+    assert continuation(compose_config(RUN, tmp_path), user_dir, None, None, fsdp=False).ckpt_path is None
+
+
+@pytest.mark.parametrize("resume", ["null", "auto", "restart"])
+def test_a_run_dir_inside_a_runs_checkpoints_dir_is_refused(tmp_path: Path, resume: str) -> None:
+    """hydra.run.dir=<run>/checkpoints: resume=auto continued that run's last.ckpt as a new run nested in it,
+    resume=restart deleted its checkpoints, and resume=null's refusal offered resume=restart. Refused for every
+    resume, naming the run's own dir; a plain dir of the user's .ckpt files starts a new run and keeps them."""
+    run = job(tmp_path, "run")
+    before = tree(run)
+    cfg = compose_config([*RUN, f"resume={resume}"], tmp_path)
+    for inside in (run / "checkpoints", run / "checkpoints" / "sub"):
+        with pytest.raises(ConfigError, match="lies in the checkpoints/ dir of the run in") as err:
+            continuation(cfg, inside, None, None, fsdp=False)
+        assert f"hydra.run.dir={str(run)!r} resume=auto" in str(err.value) and "pass resume=restart" not in str(err.value)
+    with pytest.raises(ConfigError, match="lies in the checkpoints/ dir"):
+        start_over("restart", run / "checkpoints")
+    assert tree(run) == before
+    plain = tmp_path / "models"
+    plain.mkdir()
+    (plain / "a.ckpt").write_bytes(b"the user's own")
+    assert continuation(cfg, plain, None, None, fsdp=False).ckpt_path is None
+    assert start_over(resume, plain) == [] and (plain / "a.ckpt").exists()

@@ -207,6 +207,19 @@ def empty_refusal() -> Refusal:
     return data_refusal(text_files(f"{DATA}/empty.jsonl"))
 
 
+def one_document_refusal() -> Refusal:
+    (DATA / "one.jsonl").write_text('{"text": "the only document"}\n' * 2)  # one distinct text, twice
+    return data_refusal(text_files(f"{DATA}/one.jsonl"))
+
+
+def test_a_source_of_one_document_is_told_to_add_documents() -> None:
+    """One document never splits: "raise data.val_fraction" was the way out, refused again at every value."""
+    refused = one_document_refusal()
+    assert refused is not None and "no val_fraction can split it" in refused.message, refused
+    assert "add documents" in refused.message and "raise data.val_fraction" not in refused.message
+    assert data_refusal(text_files(f"{DATA}/one.jsonl", GOOD)) is None
+
+
 def test_a_source_without_text_is_pointed_at_files_with_text() -> None:
     refused = empty_refusal()
     assert "holds no text; check its paths" in refused.message, refused
@@ -527,7 +540,7 @@ def reached_sites(monkeypatch, tmp_path) -> set:
     reached |= {fetch_refusal(monkeypatch, tmp_path / s.replace(" ", "_"), sdist).site for s, sdist in FETCHES.items()}
     reached.add(download_refusal(monkeypatch, tmp_path / "no-ranks").site)
     ways_out.refusal.cache_clear()
-    reached |= {format_refusal().site, empty_refusal().site, latin1_refusal().site, eot_refusal("true").site,
+    reached |= {format_refusal().site, empty_refusal().site, one_document_refusal().site, latin1_refusal().site, eot_refusal("true").site,
                 edited_refusal("memory")[3].site, *(record_refusal(bad)[2].site for bad, _ in BAD_RECORDS)}
     return reached
 

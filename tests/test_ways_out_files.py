@@ -386,9 +386,10 @@ def test_convert_checkpoints_ways_out_work(tmp_path: Path) -> None:
     """Each refusal of the converter, and what its words say to do."""
     files()
     sharded, out = f"{F}/sharded/last.ckpt", str(tmp_path / "model.ckpt")
-    for wrong in (f"{F}/nosuch.ckpt", f"{F}/empty_dir", f"{F}/notes.ckpt"):  # "give checkpoint=<...>"
-        refused = convert_refusal((wrong, out))
-        assert refused is not None and "give checkpoint=<" in refused.message, refused
+    for wrong in (f"{F}/nosuch.ckpt", f"{F}/empty_dir", f"{F}/notes.ckpt"):  # "give <...> as the checkpoint argument"
+        refused = convert_refusal((wrong, out))  # a positional argument: "checkpoint=<x>" typed was a path "checkpoint=x"
+        assert refused is not None and "> as the checkpoint argument" in refused.message, refused
+        assert "checkpoint=" not in refused.message, refused
     one_file = convert_refusal((CK[len("ckpt_path="):], out))  # "eval, sample and export read it as it is"
     assert one_file is not None and "read it as it is" in one_file.message
     assert eval_refusal((CK,)) is None

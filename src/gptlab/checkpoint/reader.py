@@ -74,6 +74,19 @@ def _load(path: Path, mmap: bool) -> dict[str, Any]:
     return ckpt
 
 
+
+def named(what: str, path: PathLike) -> str:
+    """How a message names the path `what` gave: `ckpt_path='x'` for a config key, `the checkpoint argument 'x'`
+    for a script's positional argument (`what` with a space), which no `key=` typed on its command line sets."""
+    return f"{what} {str(path)!r}" if " " in what else f"{what}={str(path)!r}"
+
+
+def give(what: str, wanted: str) -> str:
+    """The way out that gives another path, as it is typed: `ckpt_path=<...>`, or `<...> as the checkpoint
+    argument` for a positional argument."""
+    return f"<{wanted}> as {what}" if " " in what else f"{what}=<{wanted}>"
+
+
 def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False) -> dict[str, Any]:
     """The checkpoint's contents; a missing, truncated, foreign or empty file is a ConfigError naming it.
     `mmap`: tensors stay on disk until touched (a cheap check that a file loads); for a sharded checkpoint folder,
@@ -81,15 +94,33 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
     try:
         return _load(Path(path), mmap)
     except UnreadableCheckpoint as err:
-        raise ConfigError(f"{what}={str(path)!r}: {err}; give {what}=<another checkpoint of the run: a .ckpt "
-                          "written by src/train.py, or its run dir to take the newest one that loads>."
+        raise ConfigError(f"{named(what, path)}: {err}; give " + give(what, "another checkpoint of the run: a .ckpt "
+                          "written by src/train.py, or its run dir to take the newest one that loads") + "."
                           ) from err.__cause__
 
 
+CHECKPOINTS_DIR = "checkpoints"  # where a run's checkpoint callbacks write (conf/callbacks: <run dir>/checkpoints)
+
+
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoints of the run in `run_dir`, newest first: every `*.ckpt` (a file, or a sharded checkpoint's
+    folder) in its `checkpoints/` dir, the one its checkpoint callbacks write. Nothing else is the run's: a .ckpt a
+    user keeps elsewhere in the dir (mydata/pretrained.ckpt, or .ckpt files of a plain dir given as hydra.run.dir)
+    is never continued by resume=auto nor deleted by resume=restart."""
+    return _newest_first(run_dir / CHECKPOINTS_DIR)
+
+
 def checkpoints_newest_first(directory: Path) -> list[Path]:
-    """Every `*.ckpt` under `directory` (a file, or a sharded checkpoint's folder), newest first by the time it was
-    completed (every checkpoint is renamed into place whole, which sets a folder's mtime too)."""
-    found = (p for p in directory.rglob("*.ckpt") if p.is_file() or sharded.is_sharded(p))
+    """The checkpoints a dir given as ckpt_path offers, newest first: a run dir's (`run_checkpoints`), or for a dir
+    without a checkpoints/ dir (a run's checkpoints/ dir itself, a dir of .ckpt files) the `*.ckpt` in it."""
+    own = directory / CHECKPOINTS_DIR
+    return _newest_first(own if own.is_dir() else directory)
+
+
+def _newest_first(where: Path) -> list[Path]:
+    """The `*.ckpt` in `where` newest first by the time each was completed (every checkpoint is renamed into place
+    whole, which sets a folder's mtime too)."""
+    found = (p for p in where.glob("*.ckpt") if p.is_file() or sharded.is_sharded(p)) if where.is_dir() else ()
     # last.ckpt first among equals: a hard link of the best has the best's mtime, and a run resumed from the best's
     # name would keep that file forever (Lightning never deletes the checkpoint a run resumed from).
     return sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt"), reverse=True)
@@ -123,7 +154,7 @@ def continue_problem(path: Path) -> Optional[str]:
 
 
 def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
-    """The newest `*.ckpt` under `directory` that loads; each newer one that does not is skipped with a warning that
+    """The newest of `directory`'s checkpoints (checkpoints_newest_first) that loads; each newer one that does not is skipped with a warning that
     names it and why."""
     for path in checkpoints_newest_first(directory):
         problem = checkpoint_problem(path)
@@ -140,8 +171,8 @@ def resolve_checkpoint(path: PathLike, what: str = "ckpt_path") -> Path:
     if path.is_dir() and not sharded.is_sharded(path):
         found = newest_loadable_checkpoint(path)
         if found is None:
-            raise ConfigError(f"{what}={str(path)!r} is a directory without a readable checkpoint (*.ckpt); give "
-                              f"{what}=<a run dir of src/train.py that has saved one, or a .ckpt file>.")
+            raise ConfigError(f"{named(what, path)} is a directory without a readable checkpoint (*.ckpt); give "
+                              + give(what, "a run dir of src/train.py that has saved one, or a .ckpt file") + ".")
         log.info("%s=%s: using its newest readable checkpoint, %s", what, path, found)
         return found
     return path
@@ -151,8 +182,8 @@ def checkpoint_model_config(ckpt: dict[str, Any], path: PathLike, what: str = "c
     """The GPTConfig a checkpoint was trained with."""
     values = (ckpt.get("hyper_parameters") or {}).get("model")
     if not isinstance(values, dict):
-        raise ConfigError(f"{what}={str(path)!r} has no model config (hyper_parameters/model): src/train.py did not "
-                          f"write it; give {what}=<a .ckpt written by src/train.py, or its run dir>.")
+        raise ConfigError(f"{named(what, path)} has no model config (hyper_parameters/model): src/train.py did not "
+                          "write it; give " + give(what, "a .ckpt written by src/train.py, or its run dir") + ".")
     return GPTConfig.from_dict(values)
 
 
@@ -169,7 +200,7 @@ def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, 
     check_recorded(recorded_tokenizer(ckpt.get("hyper_parameters") or {}), "tokenizer", str(path))
     model = GPT(checkpoint_model_config(ckpt, path, what))
     model.load_state_checked(checkpoint_model_state(ckpt), path, "Its weights are not those of the model it "
-                             f"records; pass {what}=<a checkpoint src/train.py wrote> (a run dir or its .ckpt).")
+                             "records; pass " + give(what, "a checkpoint src/train.py wrote") + " (a run dir or its .ckpt).")
     return model, ckpt.get("hyper_parameters") or {}
 
 

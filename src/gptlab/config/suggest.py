@@ -135,10 +135,19 @@ def compose_message(err: BaseException) -> Optional[str]:
         return missing_option(err)
     if isinstance(err, ValueError) and "Config group override must be a string" in str(err):
         return group_set_to_null()
+    if isinstance(err, ValueError) and str(err).startswith("Expecting one subcommand from"):
+        return shell_completion_without_subcommand()
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return first_line(str(err)) + (f" ({first_line(str(cause))})" if cause is not None and cause is not err
                                        else "")
     return None
+
+
+def shell_completion_without_subcommand() -> str:
+    """`--shell-completion` (-sc) alone: Hydra raises a ValueError (a traceback) for the missing subcommand."""
+    script = Path(sys.argv[0]).as_posix() if sys.argv and sys.argv[0] else "src/train.py"
+    return (f"--shell-completion needs what to do: `eval \"$(python {script} -sc install=bash)\"` installs "
+            "completion in this bash shell (install=fish for fish; uninstall=bash removes it).")
 
 
 def replaced_node(err: BaseException, cause: ConfigTypeError) -> str:

@@ -202,7 +202,7 @@ def _remove_prepared(out: Path, manifest: dict[str, Any]) -> None:
 
 def _finish(out: Path, key: dict[str, Any], source: Any, state: dict) -> dict[str, Any]:
     tokens = {split: sum(s["tokens"] for s in state["shards"][split]) for split in SPLITS}
-    check_splits_filled(tokens, json.dumps(key["source"]), key["val_fraction"])
+    check_splits_filled(tokens, json.dumps(key["source"]), key["val_fraction"], source.documents)
     stats = source.stats
     if stats.replaced_chars:
         log.warning("%d characters that were not valid UTF-8 were replaced with U+FFFD, in: %s",

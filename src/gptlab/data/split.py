@@ -10,6 +10,7 @@ Documents are tokenized in batches of fixed composition, each followed by end-of
 from __future__ import annotations
 
 import ctypes
+import math
 import multiprocessing
 import os
 import signal
@@ -18,7 +19,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -146,8 +147,28 @@ def _end_pool(pool: Any, window: deque) -> None:
         raise
 
 
-def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float) -> None:
-    """Both splits must hold tokens: fail naming the source and the setting to change."""
+FILL_SCAN_DOCS = 100_000  # documents read again to find a val_fraction that fills the val split
+
+
+def val_fraction_that_fills(documents: Iterable[str]) -> tuple[float | None, int]:
+    """The smallest round data.val_fraction that puts at least one of `documents` (the first FILL_SCAN_DOCS) into
+    validation and leaves one in training (None: none does), and how many distinct documents were read."""
+    keys = sorted({zlib.crc32(t.encode("utf-8")) for _, t in zip(range(FILL_SCAN_DOCS), documents) if t})
+    if len(keys) < 2:
+        return None, len(keys)
+    low, high = keys[0] / 2**32, keys[-1] / 2**32  # a fraction in (low, high] holds out the first, keeps the last
+    for digits in range(1, 11):
+        step = 10.0 ** -digits
+        value = round(math.floor(low / step + 1) * step, digits)
+        if low < value <= high and value < 1.0:
+            return value, len(keys)
+    return None, len(keys)
+
+
+def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float,
+                        documents: Callable[[], Iterable[str]] | None = None) -> None:
+    """Both splits must hold tokens: fail naming the source and the setting to change. `documents`: the source's
+    documents read again, to name a val_fraction that does fill the val split (without it, a doubled one)."""
     if not tokens["train"] and tokens["val"]:
         raise ConfigError(
             f"no document of {what} fell into the train split: data.val_fraction={val_fraction} holds out "
@@ -157,8 +178,14 @@ def check_splits_filled(tokens: dict[str, int], what: str, val_fraction: float) 
     if not tokens["train"]:
         raise ConfigError(f"the source {what} holds no text; check its paths, split and text field.")
     if not tokens["val"]:
+        found, distinct = val_fraction_that_fills(documents()) if documents is not None else (None, None)
+        if documents is not None and found is None:
+            raise ConfigError(
+                f"no document of {what} fell into the val split (data.val_fraction={val_fraction}), and no "
+                f"val_fraction can split it: it holds {distinct} distinct document(s) and each split needs one "
+                "(a .txt file is one document, a .jsonl line or .parquet row one); add documents.")
+        value = found if found is not None else min(0.5, max(0.1, 2 * val_fraction))
         raise ConfigError(
             f"no document of {what} fell into the val split (data.val_fraction={val_fraction}); "
-            f"raise data.val_fraction (e.g. data.val_fraction={min(0.5, max(0.1, 2 * val_fraction)):g}) or add "
-            "documents."
+            f"raise data.val_fraction (e.g. data.val_fraction={value:g}) or add documents."
         )

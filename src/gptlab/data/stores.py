@@ -223,7 +223,7 @@ class MemoryStore(WindowStore):
         dtype = token_dtype(self.tokenizer.vocab_size)
         tokens = {split: np.concatenate(p or [np.empty(0, np.uint32)]).astype(dtype) for split, p in parts.items()}
         check_splits_filled({s: len(t) for s, t in tokens.items()}, repr(self.source.describe()),
-                            self.settings.val_fraction)
+                            self.settings.val_fraction, self.source.documents)
         return tokens
 
 

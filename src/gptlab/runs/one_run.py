@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from gptlab.checkpoint.reader import CHECKPOINTS_DIR
 from gptlab.errors import ConfigError
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SETUP_ENTRIES, SUMMARY_FILE, SWEEP_CONFIG
 
@@ -34,8 +35,24 @@ def other_run(run_dir: Path) -> Optional[Path]:
     return None
 
 
+def holding_run(run_dir: Path) -> Optional[Path]:
+    """The run whose `checkpoints/` dir `run_dir` is or lies in (None: none): a run there would take that run's
+    checkpoints for its own."""
+    for folder in (run_dir, *run_dir.parents):
+        if folder.name == CHECKPOINTS_DIR and any((folder.parent / name).exists() for name in RUN_FILES):
+            return folder.parent
+    return None
+
+
 def check_one_run(run_dir: Path, where: str) -> None:
-    """Refuses `run_dir` (named as `where`, e.g. hydra.run.dir='x') when it holds more than one run."""
+    """Refuses `run_dir` (named as `where`, e.g. hydra.run.dir='x') when it holds more than one run, or lies in
+    another run's checkpoints/ dir."""
+    holder = holding_run(Path(os.path.realpath(run_dir)))
+    if holder is not None:
+        raise ConfigError(f"{where} lies in the checkpoints/ dir of the run in {holder}, so no run starts in it (it "
+                          "would continue that run's checkpoints as its own, or with resume=restart delete them); to "
+                          f"continue that run, give its own dir: hydra.run.dir={str(holder)!r} resume=auto; for a "
+                          "new run, give a new hydra.run.dir (or leave it out).")
     found = other_run(run_dir) if run_dir.is_dir() else None
     if found is None:
         return

@@ -25,10 +25,10 @@ from omegaconf import DictConfig
 from gptlab.atomic import remove
 from gptlab.checkpoint.reader import (
     check_resumable,
-    checkpoints_newest_first,
     continue_problem,
     read_checkpoint,
     resolve_checkpoint,
+    run_checkpoints,
 )
 from gptlab.checkpoint.sharded import is_sharded
 from gptlab.errors import ConfigError
@@ -98,7 +98,7 @@ def checkpoint_in_run_dir(cfg: DictConfig, output_dir: Path, resume: Optional[st
             log.info("resume=%s: debug=fast_dev_run writes no run to continue or restart; one batch from step 0",
                      resume)
         return None
-    found = checkpoints_newest_first(output_dir) if output_dir.is_dir() else []
+    found = run_checkpoints(output_dir)
     if resume == "restart" or not found:
         return None
     if resume is None:
@@ -180,7 +180,7 @@ def start_over(mode: Optional[str], output_dir: Path) -> list[Path]:
     if mode != "restart" or not output_dir.is_dir():
         return []
     check_one_run(output_dir, named_run_dir(output_dir))
-    old = [*checkpoints_newest_first(output_dir), *event_files(output_dir), output_dir / SUMMARY_FILE]
+    old = [*run_checkpoints(output_dir), *event_files(output_dir), output_dir / SUMMARY_FILE]
     removed = [path for path in old if path.is_file() or is_sharded(path)]
     for path in removed:
         remove(path)  # a folder: a sharded checkpoint (trainer=fsdp)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from gptlab.checkpoint.reader import CHECKPOINTS_DIR
 from gptlab.errors import ConfigError
 from gptlab.runs.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
 
-CHECKPOINTS_DIR = "checkpoints"  # ModelCheckpoint's dirpath in conf/callbacks (<run dir>/checkpoints)
 RUN_MARKERS = (".hydra", RESOLVED_CONFIG, SUMMARY_FILE)
 
 
