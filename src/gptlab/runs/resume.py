@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -144,8 +145,6 @@ class Finished:
 
         from hydra.core.hydra_config import HydraConfig
 
-        from gptlab.launch.continuing import hydra_value
-
         further = [f"trainer.max_steps={2 * max(self.step, self.max_steps, 1)}", "resume=auto",
                    f"hydra.run.dir={hydra_value(str(output_dir))}"]
         if not HydraConfig.initialized():  # train() called without a command line: the keys alone
@@ -204,3 +203,11 @@ def start_over(mode: Optional[str], output_dir: Path) -> list[Path]:
     for path in removed:
         remove(path)  # a folder: a sharded checkpoint (trainer=fsdp)
     return removed
+
+
+def hydra_value(text: str) -> str:
+    """`text` as a Hydra override value: quoted where Hydra's grammar would read a character of it as syntax
+    (`=`, `,`, spaces, brackets, ...), e.g. a sweep job dir named `model.norm=post`."""
+    if re.fullmatch(r"[\w./@%+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
