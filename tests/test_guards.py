@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from helpers import compose_config, run_train
 
@@ -110,7 +112,31 @@ def test_the_suggested_batch_size_fits_by_the_same_estimate() -> None:
         check_memory(cfg, suggested + 1, two_cpu_ranks, free=24 * GB * (1 - MEMORY_MARGIN))  # the largest that does
     with pytest.raises(ConfigError) as err:
         check_memory(cfg, 32, two_cpu_ranks, free=4 * GB)  # weights and Adam alone do not fit
-    assert "data.batch_size=" not in str(err.value) and "a smaller model.block_size or model" in str(err.value)
+    assert "data.batch_size=" not in str(err.value)
+    assert "a smaller model.block_size" not in str(err.value)  # no block size fits: it used to send the user there
+
+
+def test_memory_refusal_where_no_block_size_fits_names_the_parameters_that_do() -> None:
+    """Issue 46 case: `model=gpt2_xl` on a 24 GB CPU was told "a smaller model.block_size or model"; typed,
+    `model.block_size=16 data.batch_size=1` was refused again, since the weights, gradients and Adam states alone
+    took 24.9 GB. The refusal now says no block size fits and how many parameters would, and that count passes."""
+    import re
+
+    xl = GPTConfig(vocab_size=50257, block_size=1024, n_layer=48, n_head=25, n_embd=1600)
+    cpu = trainer_cfg("trainer.accelerator=cpu")
+    with pytest.raises(ConfigError) as err:
+        check_memory(xl, 32, cpu, free=24 * GB)
+    message = str(err.value)
+    assert "a smaller model.block_size" not in message and "at any model.block_size" in message
+    fits = int(re.search(r"at most about ([\d,]+)M parameters", message).group(1).replace(",", "")) * 10**6
+    with pytest.raises(ConfigError):  # the old way out, typed
+        check_memory(replace(xl, block_size=16), 1, cpu, free=24 * GB)
+    small = GPTConfig(vocab_size=50257, block_size=16, n_layer=24, n_head=16, n_embd=1024)  # ~355M
+    assert estimate_memory(small, 1, cpu, "cpu").parameters <= fits
+    check_memory(small, 1, cpu, free=24 * GB)
+    with pytest.raises(ConfigError) as err:  # a run whose activations are what does not fit keeps the old words
+        check_memory(small, 4096, cpu, free=24 * GB)
+    assert "a smaller model.block_size or model" in str(err.value)
 
 
 def test_memory_guard_lets_a_fitting_run_through() -> None:

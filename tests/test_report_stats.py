@@ -309,3 +309,16 @@ def test_val_steps_of_old_and_new_event_files_read_alike(tmp_path: Path) -> None
         job = load_sweep(sweep.parent)[0]
         assert job.x_values("tokens") == [2 * TOKENS_PER_STEP, 4 * TOKENS_PER_STEP], sweep
         assert [p.loss for p in job.val_curve] == [4.0, 3.0], sweep
+
+
+def test_a_file_given_as_the_sweep_dir_is_named_a_file(tmp_path) -> None:
+    """Issue 46 case: `ablation_report.py <run>/run_summary.json` said the (existing) file "does not exist"."""
+    from gptlab.errors import ConfigError
+    from gptlab.report.runs import load_sweep
+
+    summary = tmp_path / "run_summary.json"
+    summary.write_text("{}")
+    with pytest.raises(ConfigError, match=rf"is a file, not a directory; .* \(this file's dir is {tmp_path}\)"):
+        load_sweep(summary)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_sweep(tmp_path / "missing")

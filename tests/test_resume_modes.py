@@ -46,6 +46,20 @@ def test_resume_auto_on_a_finished_run_changes_nothing(finished: Path) -> None:
     assert tree(finished) == before  # run_summary.json, .hydra/, the log: byte for byte
 
 
+def test_the_finished_runs_way_out_trains_it_further_when_typed(finished: Path) -> None:
+    """Issue 46 case: `resume=auto trainer.max_steps=1` on a run finished at step 2 suggested trainer.max_steps=2
+    (twice the asked, not past the step: typed, still finished) without the run's own overrides (typed, its model
+    did not match the checkpoint). The suggestion now keeps the overrides and names a max_steps past the step."""
+    import shlex
+
+    asked = [a for a in RUN if not a.startswith("trainer.max_steps=")]
+    proc = run_train([*asked, "trainer.max_steps=1", f"hydra.run.dir={finished}", "resume=auto"], cwd=finished.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    typed = shlex.split(proc.stdout.split("e.g. ", 1)[1].strip())
+    assert typed[0] == "python" and typed[1].endswith("train.py") and "trainer.max_steps=4" in typed, typed
+    assert set(asked) <= set(typed) and "trainer.max_steps=1" not in typed
+
+
 def test_resume_auto_on_a_finished_run_in_process_changes_nothing(finished: Path) -> None:
     """train() called without Hydra (a sweep's in-process job, a test) makes the same decision."""
     before = tree(finished)

@@ -85,18 +85,40 @@ def _train(cfg: DictConfig) -> Optional[float]:
         run = build_run(cfg, checked, start.ckpt_path)
         write_setup_files(cfg, output_dir, checked, run, start.mode)
         progress.started = lambda: run.trainer.global_step > 0
-        fit_seconds = _fit(run)
+        fit_seconds = _fit(run, output_dir)
     return _summarise(cfg, output_dir, run, fit_seconds)
 
 
-def _fit(run: Run) -> float:
+class FitInterrupted(KeyboardInterrupt):
+    """Ctrl-C during trainer.fit, which Lightning answers with its own sys.exit(1) and no word of how to go on
+    (issue 46: the run ended with exit 1 and Lightning's "attempting graceful shutdown" alone). `words`: how to go on,
+    as gptlab.launch.cli prints it."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(words)
+        self.words = words
+
+
+def _fit(run: Run, output_dir: Path) -> float:
     """trainer.fit, in seconds."""
     started = time.perf_counter()
     WATCH.start(run.trainer)  # the step a lost rank's message names (gptlab.launch.rank_watch)
     checkpoint_dirs = [c.dirpath for c in run.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
     with expected_warnings_silenced(run.ckpt_path, checkpoint_dirs):
         # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
-        run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
+        try:
+            run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
+        except SystemExit:
+            if not run.trainer.interrupted:
+                raise
+            from gptlab.checkpoint.reader import checkpoints_newest_first
+            from gptlab.launch.continuing import continue_words
+
+            saved = output_dir.is_dir() and bool(checkpoints_newest_first(output_dir))
+            then = continue_words(output_dir, saved) if saved or sweep_jobs.in_sweep_job() else \
+                "No checkpoint was written yet: run the same command again to start over."
+            raise FitInterrupted(f"at step {run.trainer.global_step}, without a save (Ctrl-C is not a preemption: "
+                                 f"docs/preemption.md). {then}") from None
         final = next((c for c in run.callbacks if isinstance(c, FinalValidation)), None)
         if final is not None:
             final.run_cut_validation(run.trainer, run.module, run.datamodule)

@@ -142,6 +142,20 @@ def describe(lay: dict[str, int]) -> str:
             f"accumulated = {step_windows(lay)} windows per step")
 
 
+def same_global_batch(saved: dict[str, int], now: dict[str, int], windows: int) -> str:
+    """The settings, typed, that give this run's ranks the checkpoint's global batch and can start where it stopped:
+    the largest data.batch_size up to this run's that divides it, with its accumulation (issue 46: with
+    data.batch_size=8 against a checkpoint of 4 windows a step, no accumulation reaches 4, and the words alone sent
+    the user to a global_batch_tokens that is refused)."""
+    target, ranks = step_windows(saved), now["world_size"]
+    for size in range(min(now["batch_size"], target), 0, -1):
+        if target % (ranks * size) == 0 and windows % (ranks * size) == 0:
+            return (f": e.g. data.batch_size={size} trainer.accumulate_grad_batches={target // (ranks * size)} "
+                    "(without global_batch_tokens)")
+    return (f": on {ranks} rank(s) none does; e.g. trainer.devices={saved['world_size']} "
+            f"data.batch_size={saved['batch_size']} trainer.accumulate_grad_batches={saved['accumulate']}")
+
+
 def check_step(saved: dict[str, int], now: dict[str, int], windows: int) -> None:
     """Refuses a resume whose global batch differs from the checkpoint's: its steps would cover other windows than
     the interrupted run's (and the epoch would end elsewhere). Another split of the same global batch is fine
@@ -151,7 +165,8 @@ def check_step(saved: dict[str, int], now: dict[str, int], windows: int) -> None
             f"the checkpoint was trained with {describe(saved)}, but this run has {describe(now)}. A resumed run may "
             "change the number of ranks (trainer.devices, trainer.num_nodes), data.batch_size and the accumulation, "
             "but not the global batch: set global_batch_tokens (or trainer.accumulate_grad_batches) so that ranks x "
-            f"data.batch_size x accumulated = {step_windows(saved)} windows, as the interrupted run had."
+            f"data.batch_size x accumulated = {step_windows(saved)} windows, as the interrupted run had"
+            f"{same_global_batch(saved, now, windows)}."
         )
     per_pass = now["world_size"] * now["batch_size"]
     if windows % per_pass:

@@ -54,10 +54,12 @@ def user_errors_exit(fn: F) -> F:
                 if err.signum == signal.SIGUSR1:
                     requeue_slurm_job()  # the same command again, by SLURM
             sys.exit(128 + err.signum)
-        except KeyboardInterrupt:  # Ctrl-C outside training (Lightning ends a fit on it by itself)
+        except KeyboardInterrupt as err:  # Ctrl-C; during a fit, gptlab.apps.train.FitInterrupted says how to go on
             if is_rank_zero():
-                print("gptlab: interrupted (Ctrl-C). What was finished is kept; run the same command again to "
-                      "continue.", file=sys.stderr)
+                words = getattr(err, "words", None) or \
+                    "What was finished is kept; run the same command again to continue."
+                print(f"gptlab: interrupted (Ctrl-C) {words}" if hasattr(err, "words") else
+                      f"gptlab: interrupted (Ctrl-C). {words}", file=sys.stderr)
             sys.exit(130)
         except NonFiniteLossError as err:  # a diverged run is not a bug in gptlab: no traceback either
             if is_rank_zero():

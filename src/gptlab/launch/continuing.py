@@ -5,13 +5,13 @@ from checkpoints that did not exist)."""
 
 from __future__ import annotations
 
-import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Optional
 
 from gptlab.errors import PreemptedError
+from gptlab.runs.resume import hydra_value  # noqa: F401  (one quoting for every continue line)
 
 
 def resume_command(err: PreemptedError) -> str:
@@ -70,11 +70,3 @@ def preempted_message(err: PreemptedError) -> str:
             "from its checkpoint and runs the others (a sweeper proposes its trials again in the same order, which a "
             "seeded sampler repeats; a job whose values differ from its dir's is refused, naming them). Continue the "
             f"sweep with: {sweep_resume_command()}")
-
-
-def hydra_value(text: str) -> str:
-    """`text` as a Hydra override value: quoted where Hydra's grammar would read a character of it as syntax
-    (`=`, `,`, spaces, brackets, ...), e.g. a sweep job dir named `model.norm=post`."""
-    if re.fullmatch(r"[\w./@%+-]+", text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

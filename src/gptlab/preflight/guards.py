@@ -159,5 +159,20 @@ def ways_to_fit(est: MemoryEstimate, model_cfg: GPTConfig, micro_batch: int, tra
     gpus = fsdp_gpus(est, accelerator, free)
     if gpus:
         ways.append(f"trainer=fsdp trainer.devices={gpus} (shards weights, gradients and Adam states over the GPUs)")
-    ways.append("a smaller model.block_size or model")
+    ways.append(smaller_model(est, room))
     return ways
+
+
+def smaller_model(est: MemoryEstimate, room: float) -> str:
+    """The last way out. Where the weights, gradients and Adam states alone (with the buffers and the process's own
+    memory) exceed the room, no model.block_size or batch fits: say so, and how many parameters would, instead of
+    sending the user to a block size that is refused again when typed (issue 46)."""
+    fixed = (est.states + est.buffers + est.runtime) * est.processes
+    if fixed <= room:
+        return "a smaller model.block_size or model"
+    per_param = (est.states + est.buffers) / max(est.parameters, 1)
+    fits = max(0.0, (room / est.processes - est.runtime) / per_param)
+    return (f"a smaller model: its weights, gradients and Adam states alone need {fixed / GB:,.1f} GB"
+            f"{f' over {est.processes} processes' if est.processes > 1 else ''} of the {room / GB:,.1f} GB that "
+            f"fit, at any model.block_size or data.batch_size; one of at most about {fits / 1e6:,.0f}M parameters "
+            "fits (scripts/count_params.py counts a model's)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -132,8 +133,25 @@ class Finished:
         best = "" if self.best_val_loss is None else f", best val/loss {self.best_val_loss:.4f}"
         return (f"{output_dir} is finished: its newest checkpoint ({self.checkpoint}) is at step {self.step} of "
                 f"trainer.max_steps={self.max_steps}{best}; nothing was run and its files were left as they were. "
-                f"To train it further, raise trainer.max_steps (e.g. trainer.max_steps={2 * self.max_steps} "
-                f"resume=auto hydra.run.dir={output_dir}).")
+                f"To train it further, raise trainer.max_steps past step {self.step}, e.g. "
+                f"{self.further_command(output_dir)}")
+
+    def further_command(self, output_dir: Path) -> str:
+        """The command that trains it further: the user's own overrides (its model, data, ... as typed), with a
+        trainer.max_steps past the checkpoint's step. Issue 46: the words used to suggest twice the max_steps asked
+        (a smaller one than done stayed finished) and dropped the overrides (typed, the model did not match)."""
+        import shlex
+        import sys
+
+        from hydra.core.hydra_config import HydraConfig
+
+        further = [f"trainer.max_steps={2 * max(self.step, self.max_steps, 1)}", "resume=auto",
+                   f"hydra.run.dir={hydra_value(str(output_dir))}"]
+        if not HydraConfig.initialized():  # train() called without a command line: the keys alone
+            return " ".join(further)
+        kept = [a for a in sys.argv[1:]
+                if not a.lstrip("+").startswith(("hydra.run.dir=", "resume=", "ckpt_path=", "trainer.max_steps="))]
+        return shlex.join(["python", sys.argv[0], *kept, *further])
 
 
 def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str],
@@ -185,3 +203,11 @@ def start_over(mode: Optional[str], output_dir: Path) -> list[Path]:
     for path in removed:
         remove(path)  # a folder: a sharded checkpoint (trainer=fsdp)
     return removed
+
+
+def hydra_value(text: str) -> str:
+    """`text` as a Hydra override value: quoted where Hydra's grammar would read a character of it as syntax
+    (`=`, `,`, spaces, brackets, ...), e.g. a sweep job dir named `model.norm=post`."""
+    if re.fullmatch(r"[\w./@%+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
