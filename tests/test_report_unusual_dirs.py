@@ -105,3 +105,14 @@ def test_a_second_report_of_one_sweep_waits_for_the_first(tmp_path: Path) -> Non
     holder.join(600)
     assert "## Verdicts" in result["second"][0]
     assert not (made / output_dir.LOCK_FILE).exists()
+
+
+def test_a_file_given_as_the_sweep_dir_is_named_as_a_file(tmp_path: Path) -> None:
+    """ablation_report.py <a run's run_summary.json> said the sweep dir "does not exist"."""
+    from gptlab.errors import ConfigError
+    from gptlab.report.runs import load_sweep
+
+    given = tmp_path / "run_summary.json"
+    given.write_text("{}")
+    with pytest.raises(ConfigError, match="is a file, not a dir; pass the dir"):
+        load_sweep(given)

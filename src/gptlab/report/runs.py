@@ -218,6 +218,8 @@ def read_job(job_dir: Path, overrides: dict[str, str], summary: dict) -> JobResu
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
     """The sweep's finished jobs; foreign and damaged dirs are left out (report.membership) and named in the
     report's closing section."""
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise ConfigError(f"sweep dir {sweep_dir} is a file, not a dir; pass the dir a `-m` run printed.")
     if not sweep_dir.is_dir():
         raise ConfigError(f"sweep dir {sweep_dir} does not exist; pass the dir a `-m` run printed.")
     screened = screen(sweep_dir)
