@@ -154,3 +154,28 @@ def test_a_run_dir_inside_a_runs_checkpoints_dir_is_refused(tmp_path: Path, resu
     (plain / "a.ckpt").write_bytes(b"the user's own")
     assert continuation(cfg, plain, None, None, fsdp=False).ckpt_path is None
     assert start_over(resume, plain) == [] and (plain / "a.ckpt").exists()
+
+
+def test_resume_auto_into_another_model_names_a_way_out_that_is_typed(tmp_path: Path) -> None:
+    """resume=auto model.n_layer=2 on a 4-layer run said "drop ckpt_path to start a new run": no ckpt_path was
+    typed. The checkpoint resume=auto found is refused with a new hydra.run.dir as the way out."""
+    import dataclasses
+    import json
+
+    import torch
+
+    from gptlab.checkpoint.reader import check_resumable
+    from gptlab.model import GPTConfig
+
+    from omegaconf import OmegaConf
+
+    trained = GPTConfig.from_dict(OmegaConf.to_container(compose_config(RUN, tmp_path).model, resolve=True))
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {}, "optimizer_states": [{}], "hyper_parameters": {"model": json.loads(json.dumps(trained.to_dict()))}},
+               path)
+    wanted = dataclasses.replace(trained, n_layer=trained.n_layer + 1)
+    with pytest.raises(ConfigError, match=r"or give a new hydra.run.dir \(without resume=auto\) to start") as err:
+        check_resumable(path, wanted, found_in_run_dir=True)
+    assert "drop ckpt_path" not in str(err.value)
+    with pytest.raises(ConfigError, match="or drop ckpt_path to start a new run"):
+        check_resumable(path, wanted)  # ckpt_path typed: dropping it is the way out

@@ -147,3 +147,16 @@ def test_a_real_sweep_whose_command_line_replaces_an_experiments_list_reports_ev
     out = run_script("scripts/ablation_report.py", [str(sweep)], check=True).stdout
     assert "2 jobs in 2 variants (grouped by model.attn_pattern" in out and "left out" not in out
     assert "- model.attn_pattern=[local,dense]: " in out
+
+
+def test_a_damaged_sweep_record_is_said_not_ignored(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A sweep_config.json cut or edited into bad JSON was ignored without a word (the report ran on the majority
+    rule); it is now named on stderr with what the report does instead."""
+    from gptlab.report.membership import launched
+
+    (tmp_path / "sweep_config.json").write_text("{not json")
+    assert launched(tmp_path) is None
+    err = capsys.readouterr().err
+    assert err.startswith(f"gptlab: warning: {tmp_path / 'sweep_config.json'} is unreadable (JSONDecodeError") and \
+        err.count("\n") == 1, err
+    assert launched(tmp_path / "no_record") is None and capsys.readouterr().err == ""  # an old sweep: nothing to say

@@ -243,25 +243,28 @@ def config_differences(trained: GPTConfig, wanted: GPTConfig) -> list[str]:
             for k in a if k not in runtime and a[k] != b[k]]
 
 
-def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False, optimizer: Optional[str] = None) -> None:
+def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False, optimizer: Optional[str] = None,
+                    found_in_run_dir: bool = False) -> None:
     """Fail before training starts if `path` is unreadable or holds a model of another shape than `wanted`, or is a
     sharded checkpoint and this run (`fsdp`: under trainer=fsdp) cannot load one, or was trained with another
     optimizer than `optimizer` (its _target_): one optimizer's state does not load into another's (Muon's), or
     loads and fails at the first step (SGD after AdamW: KeyError 'momentum')."""
+    # `found_in_run_dir`: resume=auto found `path` in the run dir; no ckpt_path was typed, so none is to drop
+    new_run = ("give a new hydra.run.dir (without resume=auto)" if found_in_run_dir else "drop ckpt_path")
     if sharded.is_sharded(Path(path)) and not fsdp:
         raise ConfigError(f"ckpt_path={str(path)!r} is a sharded checkpoint (a folder, written under trainer=fsdp); "
-                          "continue it with trainer=fsdp (on any number of ranks: trainer.devices=1 too), or drop "
-                          "ckpt_path to start a new run.")
+                          "continue it with trainer=fsdp (on any number of ranks: trainer.devices=1 too), or "
+                          f"{new_run} to start a new run.")
     ckpt = read_checkpoint(path, mmap=True)
     if _weights_only(Path(path), ckpt):
         raise ConfigError(f"ckpt_path={str(path)!r}: {WEIGHTS_ONLY}. Give ckpt_path=<the run's own checkpoint: its "
-                          "run dir, or the sharded folder the file was converted from>, or drop ckpt_path to start a "
-                          "new run.")
+                          "run dir, or the sharded folder the file was converted from>, or "
+                          f"{new_run} to start a new run.")
     differences = config_differences(checkpoint_model_config(ckpt, path), wanted)
     if differences:
         raise ConfigError(
             f"ckpt_path={str(path)!r} does not match this run's model: {'; '.join(differences)}. Continue with the "
-            "checkpoint's settings, or drop ckpt_path to start a new run."
+            f"checkpoint's settings, or {new_run} to start a new run."
         )
     trained_with = (((ckpt.get("hyper_parameters") or {}).get("run") or {}).get("optimizer") or {}).get("_target_")
     if optimizer is not None and trained_with is not None and trained_with != optimizer:
@@ -269,7 +272,7 @@ def check_resumable(path: PathLike, wanted: GPTConfig, fsdp: bool = False, optim
             f"ckpt_path={str(path)!r} was trained with optimizer={_option(trained_with)} ({trained_with}) and this "
             f"run asks for optimizer={_option(optimizer)} ({optimizer}): one's state does not carry over to the "
             f"other. Continue it with optimizer={_option(trained_with)}, or start a new run from step 0 with the "
-            "other optimizer (drop ckpt_path; for this run dir, resume=restart)."
+            f"other optimizer ({new_run}; for this run dir, resume=restart)."
         )
 
 

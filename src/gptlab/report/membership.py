@@ -17,6 +17,7 @@ Every report that reads a sweep (ablation, LR-tuned, ladder) takes its jobs from
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,15 +77,21 @@ class Launched:
 def launched(sweep_dir: Path) -> Launched | None:
     """What the launch recorded in sweep_config.json, merged as Hydra's sweeper merges it; None without a readable
     record."""
+    record = sweep_dir / SWEEP_CONFIG
     try:
-        identity = json.loads((sweep_dir / SWEEP_CONFIG).read_text())
+        identity = json.loads(record.read_text())
         params = identity.get("sweeper_params") or {}
         command = identity.get("task_overrides")
         lines = [f"{k}={v}" for k, v in params.items()]  # as the sweeper spells its params
         lines += command if command is not None else list((identity.get("swept") or {}).values())
         values = dict(launched_values(line) for line in lines)  # a later line of a key replaces an earlier one
         name = (identity.get("config") or {}).get("name")
-    except Exception:  # noqa: BLE001 - an unreadable identity: fall back to the jobs' majority
+    except Exception as err:  # noqa: BLE001 - an unreadable identity: fall back to the jobs' majority, said
+        if record.exists():  # damaged (a sweep from before the record has none: nothing to say)
+            print(f"gptlab: warning: {record} is unreadable ({type(err).__name__}: {str(err)[:120]}): this sweep's "
+                  "jobs are judged by the override keys and run name most of them have, as for a sweep launched "
+                  "before it was recorded; launch the same sweep again with -m to record it anew.",
+                  file=sys.stderr, flush=True)
         return None
     values = {k: v for k, v in values.items() if k.lstrip("+~") not in RELAUNCH_MAY_CHANGE}
     return Launched(values, command is not None, name)

@@ -188,7 +188,7 @@ def continuation(cfg: DictConfig, output_dir: Path, given: Optional[str], model_
         check_one_run(output_dir, named_run_dir(output_dir))
     ckpt_path = given if given is not None else checkpoint_in_run_dir(cfg, output_dir, mode, warn)
     if ckpt_path is not None and given is None:
-        check_resumable(ckpt_path, model_cfg, fsdp, cfg.optimizer.get("_target_"))
+        check_resumable(ckpt_path, model_cfg, fsdp, cfg.optimizer.get("_target_"), found_in_run_dir=True)
     return Continuation(mode, ckpt_path, finished_run(cfg, output_dir, ckpt_path, mode))
 
 
