@@ -145,7 +145,8 @@ def test_a_run_dir_inside_a_runs_checkpoints_dir_is_refused(tmp_path: Path, resu
     for inside in (run / "checkpoints", run / "checkpoints" / "sub"):
         with pytest.raises(ConfigError, match="lies in the checkpoints/ dir of the run in") as err:
             continuation(cfg, inside, None, None, fsdp=False)
-        assert f"hydra.run.dir={str(run)!r} resume=auto" in str(err.value) and "pass resume=restart" not in str(err.value)
+        said = str(err.value)
+        assert f"hydra.run.dir={str(run)!r} resume=auto" in said and "pass resume=restart" not in said
     with pytest.raises(ConfigError, match="lies in the checkpoints/ dir"):
         start_over("restart", run / "checkpoints")
     assert tree(run) == before
@@ -163,16 +164,15 @@ def test_resume_auto_into_another_model_names_a_way_out_that_is_typed(tmp_path: 
     import json
 
     import torch
+    from omegaconf import OmegaConf
 
     from gptlab.checkpoint.reader import check_resumable
     from gptlab.model import GPTConfig
 
-    from omegaconf import OmegaConf
-
     trained = GPTConfig.from_dict(OmegaConf.to_container(compose_config(RUN, tmp_path).model, resolve=True))
     path = tmp_path / "last.ckpt"
-    torch.save({"state_dict": {}, "optimizer_states": [{}], "hyper_parameters": {"model": json.loads(json.dumps(trained.to_dict()))}},
-               path)
+    recorded = {"model": json.loads(json.dumps(trained.to_dict()))}
+    torch.save({"state_dict": {}, "optimizer_states": [{}], "hyper_parameters": recorded}, path)
     wanted = dataclasses.replace(trained, n_layer=trained.n_layer + 1)
     with pytest.raises(ConfigError, match=r"or give a new hydra.run.dir \(without resume=auto\) to start") as err:
         check_resumable(path, wanted, found_in_run_dir=True)

@@ -540,8 +540,9 @@ def reached_sites(monkeypatch, tmp_path) -> set:
     reached |= {fetch_refusal(monkeypatch, tmp_path / s.replace(" ", "_"), sdist).site for s, sdist in FETCHES.items()}
     reached.add(download_refusal(monkeypatch, tmp_path / "no-ranks").site)
     ways_out.refusal.cache_clear()
-    reached |= {format_refusal().site, empty_refusal().site, one_document_refusal().site, latin1_refusal().site, eot_refusal("true").site,
-                edited_refusal("memory")[3].site, *(record_refusal(bad)[2].site for bad, _ in BAD_RECORDS)}
+    reached |= {format_refusal().site, empty_refusal().site, one_document_refusal().site, latin1_refusal().site,
+                eot_refusal("true").site, edited_refusal("memory")[3].site,
+                *(record_refusal(bad)[2].site for bad, _ in BAD_RECORDS)}
     return reached
 
 

@@ -386,8 +386,9 @@ def test_convert_checkpoints_ways_out_work(tmp_path: Path) -> None:
     """Each refusal of the converter, and what its words say to do."""
     files()
     sharded, out = f"{F}/sharded/last.ckpt", str(tmp_path / "model.ckpt")
-    for wrong in (f"{F}/nosuch.ckpt", f"{F}/empty_dir", f"{F}/notes.ckpt"):  # "give <...> as the checkpoint argument"
-        refused = convert_refusal((wrong, out))  # a positional argument: "checkpoint=<x>" typed was a path "checkpoint=x"
+    # each says "give <...> as the checkpoint argument": positional ("checkpoint=<x>" typed was a path "checkpoint=x")
+    for wrong in (f"{F}/nosuch.ckpt", f"{F}/empty_dir", f"{F}/notes.ckpt"):
+        refused = convert_refusal((wrong, out))
         assert refused is not None and "> as the checkpoint argument" in refused.message, refused
         assert "checkpoint=" not in refused.message, refused
     one_file = convert_refusal((CK[len("ckpt_path="):], out))  # "eval, sample and export read it as it is"

@@ -330,6 +330,14 @@ def empty(root: Path) -> Path:
     return root / "sweep"
 
 
+def a_summary(root: Path) -> Path:
+    """A job's run_summary.json, given where its sweep dir belongs (a user copying the path of a file)."""
+    summary = root / "sweep" / "0" / "run_summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text("{}")
+    return summary
+
+
 REPORT_CASES = {
     "no such sweep dir": lambda root: Case("ablation_report.py", (str(root / "nosuch"),), {}),
     "an empty dir": ablation(sweep=empty),
@@ -358,6 +366,7 @@ REPORT_CASES = {
                                                                     "config_resolved.yaml")),
     "mup: not a transfer sweep": mup(sweep=ablation_sweep),
     "mup: no such sweep dir": lambda root: Case("mup_transfer_plot.py", (str(root / "nosuch"),), {}),
+    "a run's run_summary.json as the sweep dir": lambda root: Case("ablation_report.py", (str(a_summary(root)),), {}),
     "mup: --out exists": mup(out=existing_file),
     "mup: --out a dir": mup(out=a_dir),
     "mup: --out in a run's checkpoints": mup(out=in_checkpoints),
@@ -594,6 +603,8 @@ def test_a_checkpoint_without_batch_counters_is_followed() -> None:
 
 # ---- which raises the cases reach ------------------------------------------------------------------------------
 UNREACHED = {
+    ("runs/one_run.py", "lies in the checkpoints/ dir of the run"): "a run dir inside a run's checkpoints/: "
+        "tests/test_one_run_per_dir.py checks, for each resume, that it names that run's own dir with resume=auto",
     ("runs/one_run.py", "holds other runs"): "a dir of several runs: tests/test_one_run_per_dir.py follows its ways "
                                              "out (a new hydra.run.dir, that run's own dir with resume=auto)",
     ("runs/write_targets.py", "is a file, not a directory"): "export_hf.py, its one caller, refuses a file as `out` "

@@ -154,8 +154,8 @@ def continue_problem(path: Path) -> Optional[str]:
 
 
 def newest_loadable_checkpoint(directory: Path) -> Optional[Path]:
-    """The newest of `directory`'s checkpoints (checkpoints_newest_first) that loads; each newer one that does not is skipped with a warning that
-    names it and why."""
+    """The newest of `directory`'s checkpoints (checkpoints_newest_first) that loads; each newer one that does not
+    is skipped with a warning that names it and why."""
     for path in checkpoints_newest_first(directory):
         problem = checkpoint_problem(path)
         if problem is None:
@@ -199,8 +199,8 @@ def load_model(path: PathLike, what: str = "ckpt_path") -> tuple[GPT, dict[str, 
     ckpt = read_checkpoint(path, what)
     check_recorded(recorded_tokenizer(ckpt.get("hyper_parameters") or {}), "tokenizer", str(path))
     model = GPT(checkpoint_model_config(ckpt, path, what))
-    model.load_state_checked(checkpoint_model_state(ckpt), path, "Its weights are not those of the model it "
-                             "records; pass " + give(what, "a checkpoint src/train.py wrote") + " (a run dir or its .ckpt).")
+    model.load_state_checked(checkpoint_model_state(ckpt), path, "Its weights are not those of the model it records; "
+                             "pass " + give(what, "a checkpoint src/train.py wrote") + " (a run dir or its .ckpt).")
     return model, ckpt.get("hyper_parameters") or {}
 
 
