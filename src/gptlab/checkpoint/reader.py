@@ -74,7 +74,6 @@ def _load(path: Path, mmap: bool) -> dict[str, Any]:
     return ckpt
 
 
-
 def named(what: str, path: PathLike) -> str:
     """How a message names the path `what` gave: `ckpt_path='x'` for a config key, `the checkpoint argument 'x'`
     for a script's positional argument (`what` with a space), which no `key=` typed on its command line sets."""
