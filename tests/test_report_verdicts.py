@@ -198,15 +198,20 @@ def test_tensorboard_gets_each_variants_seed_band(tmp_path) -> None:
     rope = next(v for v in group_variants(load_sweep(sweep)) if v.label == "model.pos_emb=rope")
     assert len(rope.jobs) == 5  # the bands' dir is not read as a job
     events = EventAccumulator(str(sweep / "seed_bands" / "model.pos_emb=rope")).Reload()
-    means = [e.value for e in events.Scalars("seeds/val_loss_mean")]
+    means = [e.value for e in events.Scalars("seeds/val_loss")]
     band = rope.curve("tokens")
     assert means == pytest.approx(band.mean.tolist(), rel=1e-6)
-    assert [e.value for e in events.Scalars("seeds/val_loss_low")] == pytest.approx(band.low.tolist(), rel=1e-6)
-    assert [e.step for e in events.Scalars("seeds/val_loss_high")] == [2, 4]  # steps done, as the val points read
+    assert [e.value for e in events.Scalars("x_seed_bands/val_loss_mean")] == pytest.approx(means, rel=1e-6)
+    assert [e.value for e in events.Scalars("x_seed_bands/val_loss_low")] == pytest.approx(band.low.tolist(), rel=1e-6)
+    assert [e.step for e in events.Scalars("x_seed_bands/val_loss_high")] == [2, 4]  # steps done, as val points read
+    for edge, values in (("~mean", band.mean), ("~low", band.low), ("~high", band.high)):  # rope's own card
+        card = EventAccumulator(str(sweep / "seed_bands" / edge)).Reload()
+        drawn = card.Scalars("seeds/val_loss · model.pos_emb=rope")
+        assert [e.value for e in drawn] == pytest.approx(values.tolist(), rel=1e-6)
     from tensorboard.plugins.custom_scalar import layout_pb2
 
     layout = layout_pb2.Layout()
     layout.ParseFromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
     series = layout.category[0].chart[0].margin.series[0]
-    assert (series.value, series.lower, series.upper) == ("seeds/val_loss_mean", "seeds/val_loss_low",
-                                                          "seeds/val_loss_high")
+    assert (series.value, series.lower, series.upper) == ("x_seed_bands/val_loss_mean", "x_seed_bands/val_loss_low",
+                                                          "x_seed_bands/val_loss_high")

@@ -591,7 +591,8 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
     band_text = "min–max over seeds" if band == "minmax" else "±1 std over seeds"
     text += f"\n![val/loss against {X_LABELS[x_axis]}, bands: {band_text}]({plot_path.name})\n"
     text += (f"\nThe same bands in TensorBoard: runs {BANDS_DIR}/<variant> of `tensorboard --logdir {out}` "
-             "(Custom Scalars: one margin chart per variant; Scalars: seeds/val_loss_mean, _low, _high).\n")
+             "(Time Series and Scalars open on them: card seeds/val_loss, one line per variant, then one card per "
+             "variant with its mean and band edges; Custom Scalars: the margin chart, one shaded band per variant).\n")
     atomic_write_text(table_path, text)
     plot_val_loss(variants, x_axis, band, name, plot_path, budget if x_axis == "flops" else None)
     write_seed_bands(out, variants, band)

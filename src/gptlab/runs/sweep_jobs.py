@@ -39,6 +39,21 @@ def sweep_job_name() -> str:
     return name
 
 
+def swept_overrides() -> dict[str, str]:
+    """A sweep job's overrides that differ between the sweep's jobs, key to value as typed (`model.norm: post`,
+    `seed: 2`; a group's choice as `model: gpt2_small`): those of sweep_job_name, which NameSweepJobs leaves out of
+    override_dirname's exclude_keys. Empty for a single run."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not in_sweep_job():
+        return {}
+    hydra = HydraConfig.get()
+    excluded = set(hydra.job.config.override_dirname.exclude_keys)
+    overrides = OverridesParser.create().parse_overrides(list(hydra.overrides.task))
+    return {o.key_or_group: o.value() for o in overrides if o.key_or_group not in excluded}
+
+
 # What may change between two launches of the same sweep job: a larger max_steps continues a finished job.
 RELAUNCH_MAY_CHANGE = {"trainer.max_steps", "ckpt_path", "resume", "print_config"}
 

@@ -1,5 +1,5 @@
 """The run's hyperparameters with `val-best/loss` and `val-best/bpb`, so TensorBoard's HParams tab lines up
-the runs of a sweep."""
+the runs of a sweep, its swept keys as the table's columns."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from gptlab.lightning_internals import tensorboard_file_writer
 from gptlab.runs.flat_config import flatten
+from gptlab.runs.sweep_jobs import swept_overrides
 from gptlab.train.tensorboard_summaries import hparams_summaries
 
 METRICS = ("val-best/loss", "val-best/bpb")  # bpb: at the best val/loss, comparable across tokenizers
@@ -27,7 +28,11 @@ class HParamsSummary(L.Callback):
         run = pl_module.hparams.get("run") or {}
         params = dict(flatten({k: v for k, v in run.items() if k in GROUPS or not isinstance(v, Mapping)}))
         params.pop("ckpt_path", None)
-        summaries = hparams_summaries(params, METRICS)  # names the metrics; their values are the logged scalars
+        swept = swept_overrides()
+        for key, value in swept.items():  # a group's choice (`model=gpt2_small`) is no flattened key: add it
+            params.setdefault(key, value if isinstance(value, (bool, int, float, str)) else str(value))
+        # names the metrics (their values are the logged scalars) and, in a sweep, the swept keys first and alone
+        summaries = hparams_summaries(params, METRICS, swept)
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 writer = tensorboard_file_writer(logger.experiment)  # as TensorBoardLogger.log_hyperparams does
