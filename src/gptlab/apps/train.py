@@ -44,9 +44,13 @@ warnings.filterwarnings("ignore", message="You're resuming from a checkpoint tha
 def train(cfg: DictConfig) -> Optional[float]:
     # From here a preemption signal is a flag that training acts on (callbacks/preemption.py).
     with FLAG.active(), ddp_job_scope():
-        if sweep_jobs.in_sweep_job():
-            return _sweep_job(cfg, Path(cfg.paths.output_dir))
-        return _train(cfg)
+        FLAG.setting_up()  # until the fit: nothing to save, a signal stops at once (gptlab.signals)
+        try:
+            if sweep_jobs.in_sweep_job():
+                return _sweep_job(cfg, Path(cfg.paths.output_dir))
+            return _train(cfg)
+        finally:
+            FLAG.training()
 
 
 def _sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[float]:
@@ -106,6 +110,7 @@ def _fit(run: Run, output_dir: Path) -> float:
     checkpoint_dirs = [c.dirpath for c in run.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
     with expected_warnings_silenced(run.ckpt_path, checkpoint_dirs):
         # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
+        FLAG.training()
         try:
             run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
         except SystemExit:
