@@ -11,6 +11,10 @@ checks the same rule from the event files without them (tests/test_first_view.py
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import shutil
 import socket
 import subprocess

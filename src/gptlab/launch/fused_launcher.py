@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -28,8 +30,9 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, PreemptedError, StoppedBySignal
 from gptlab.execution.fused import FusedGroup
+from gptlab.launch.continuing import sweep_resume_command
 from gptlab.launch.fused_groups import check_group_memory, describe, plan_groups
 from gptlab.signals import FLAG
 
@@ -91,14 +94,39 @@ class FusedLauncher(Launcher):
         threads = [threading.Thread(target=member, args=(i, cfg), name=f"fused-job-{cfg.hydra.job.num}")
                    for i, cfg in enumerate(members)]
         with FLAG.shared():  # a preemption signal is for every member: each saves its last.ckpt and stops
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            try:
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+            except KeyboardInterrupt:
+                stop_members(threads, exits)
         HydraConfig.instance().cfg = saved
         for err in exits:
             raise err
         return results
+
+
+def stop_members(threads: list[threading.Thread], exits: list[BaseException]) -> None:
+    """Ctrl-C reaches the main thread only, which waits for the members: each member is told as a preemption is
+    (the flag), so each saves its last.ckpt at its next step and stops, and this thread says so once, with the
+    sweep's continue-line (each member's entry keeps quiet on a Ctrl-C: gptlab.launch.cli). A second Ctrl-C stops
+    at once (a checkpoint being written is left as its temp file, which the next write of it removes)."""
+    FLAG.signum = signal.SIGINT
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        os.write(2, b"gptlab: interrupted again (Ctrl-C): stopped at once, the members' saves unfinished.\n")
+        os._exit(130)
+    stops = [err.__context__ for err in exits if isinstance(err.__context__, (PreemptedError, StoppedBySignal))]
+    saved = sorted({str(err.step) for err in stops if isinstance(err, PreemptedError)})
+    done = f"each member saved its last.ckpt at its next step (step{'s' * (len(saved) > 1)} {', '.join(saved)})" \
+        if saved else \
+        "no member had started training"
+    print(f"gptlab: interrupted (Ctrl-C): {done}. Continue the sweep with: {sweep_resume_command()}",
+          file=sys.stderr, flush=True)
+    exits[:] = [SystemExit(130)]
 
 
 def _set_hydra_config(cfg: Optional[DictConfig]) -> None:
