@@ -41,12 +41,12 @@ def _say(text: str) -> None:
     os.write(2, f"gptlab: {text}\n".encode(errors="replace"))  # no lock the interrupted code could hold
 
 
-def stop(signum: int, frame: Any, doing: str) -> NoReturn:
+def stop(signum: int, frame: Any, doing: str, before: str = "before any work") -> NoReturn:
     """Ends the process on `signum` now, with one line: at once inside an import, else by unwinding (Terminated)
-    from `frame`, the code the signal interrupted (`doing`: what that was)."""
+    from `frame`, the code the signal interrupted (`doing`: what that was; `before`: what had not begun)."""
     if _importing(frame):
-        _say(f"stopped: {_name(signum)} while starting up (importing), before any work: nothing was written; run "
-             "the same command again.")
+        _say(f"stopped: {_name(signum)} while starting up (importing), {before}: nothing was written; run the same "
+             "command again.")
         os._exit(128 + signum)
     _say(f"stopped: {_name(signum)} while {doing}. What was finished is kept (a file being written is removed); "
          "run the same command again to continue.")

@@ -63,7 +63,7 @@ class SignalFlag:
 
             if signum == signal.SIGUSR1:
                 requeue_slurm_job()
-            stop(signum, frame, "starting up, before training started (nothing to save)")
+            stop(signum, frame, "starting up, before training started (nothing to save)", "before training started")
 
     def consume(self) -> int:
         """The recorded signal, cleared: the next run in this process (a sweep's next job, a test) starts clean.

@@ -20,6 +20,7 @@ from gptlab.apps.run_files import write_setup_files
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
+from gptlab.entry_signals import Terminated
 from gptlab.launch import quiet
 from gptlab.launch.hydra_ddp import ddp_job_scope
 from gptlab.launch.rank_watch import WATCH
@@ -113,8 +114,8 @@ def _fit(run: Run, output_dir: Path) -> float:
         FLAG.training()
         try:
             run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
-        except SystemExit:
-            if not run.trainer.interrupted:
+        except SystemExit as stop:
+            if not run.trainer.interrupted or isinstance(stop, Terminated):  # SIGHUP: said, with its own exit code
                 raise
             from gptlab.checkpoint.reader import checkpoints_newest_first
             from gptlab.launch.continuing import continue_words
