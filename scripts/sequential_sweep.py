@@ -20,7 +20,6 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,16 +37,9 @@ def launch(overrides: list[str], seeds: range, sweep_dir: Path) -> None:
     command = [sys.executable, str(TRAIN), "-m", *overrides, "seed=" + ",".join(map(str, seeds)),
                f"hydra.sweep.dir={sweep_dir}"]
     print("+", " ".join(command), flush=True)
-    with subprocess.Popen(command, env={**os.environ, "HYDRA_FULL_ERROR": "0"}) as round_:
-        try:
-            code = round_.wait()
-        except BaseException as stop:  # the round stops as it would alone (not subprocess.run's SIGKILL): a
-            if not isinstance(stop, KeyboardInterrupt):  # Ctrl-C the terminal sent it too; a SIGTERM passed on,
-                round_.send_signal(signal.SIGTERM)  # so that it saves its checkpoints
-            round_.wait()
-            raise
-    if code != 0:
-        raise ConfigError(f"round {sweep_dir.name} failed (exit {code}); see its jobs' train.log, fix, and "
+    done = subprocess.run(command, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    if done.returncode != 0:
+        raise ConfigError(f"round {sweep_dir.name} failed (exit {done.returncode}); see its jobs' train.log, fix, and "
                           "run this command again to resume.")
 
 
