@@ -226,3 +226,25 @@ def test_ctrl_c_during_a_fused_sweep_stops_every_member_with_one_line(tmp_path: 
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
         assert not (sweep / job / "run_summary.json").exists()  # stopped, not finished
     assert os.path.isdir(sweep)
+
+
+FORKED_WORKER = textwrap.dedent("""
+    import gptlab.on_start
+    import os, signal, sys, time
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker (a Pool's, a DataLoader's): waits for its parent's SIGTERM
+        os.write(write, b"x")
+        while True:
+            time.sleep(0.05)
+    os.read(read, 1)
+    os.kill(pid, signal.SIGTERM)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+""")
+
+
+def test_a_forked_worker_dies_of_sigterm_in_silence() -> None:
+    """Pool.terminate() SIGTERMs its workers: each used to inherit the entry's handler and say a line of its own."""
+    done = subprocess.run([sys.executable, "-c", FORKED_WORKER], env=CHECKOUT_ENV, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    assert done.returncode == 0 and done.stdout == f"{-signal.SIGTERM}\n" and done.stderr == "", done

@@ -12,6 +12,7 @@ with the preemption flag (gptlab/signals.py), which saves a checkpoint first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -73,7 +74,25 @@ _previous_hook = sys.excepthook
 
 def answer_signals() -> None:
     """Installs the handlers (main thread only; where a signal is ignored, as under nohup, it stays ignored)."""
+    global _installed
     for signum in ANSWERED:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _on_signal)
     sys.excepthook = _excepthook
+    if not _installed:
+        os.register_at_fork(after_in_child=_forget_in_child)
+        _installed = True
+
+
+_installed = False
+
+
+def _forget_in_child() -> None:
+    """A forked worker (a tokenizing Pool's, a DataLoader's) is the entry script's, not the entry script: it dies of
+    SIGTERM as any process (Pool.terminate ends it so) and says nothing, so a stop is one line, the parent's."""
+    for signum in ANSWERED:
+        if signal.getsignal(signum) is _on_signal:
+            with contextlib.suppress(ValueError):  # not the main thread: a fork from another thread keeps ours
+                signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    if sys.excepthook is _excepthook:
+        sys.excepthook = _previous_hook
