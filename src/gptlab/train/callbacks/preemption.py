@@ -95,6 +95,8 @@ class PreemptionCheckpoint(L.Callback):
         return signum
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.world_size > 1:  # one rank leaving alone would leave the others in a collective: not yet
+            return
         FLAG.grace_s, FLAG.overdue = self.grace_seconds, functools.partial(_stop_overdue, self)
         FLAG.step_seconds, self._timed[0] = None, 0
 
