@@ -17,6 +17,10 @@ contexts=[...]` (context_report_<L>.md and loss_by_position.png).
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 from pathlib import Path
 

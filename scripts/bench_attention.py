@@ -21,6 +21,10 @@ D=768 cannot reach it on a CPU), and local memory growing linearly in T.
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 import time
 

@@ -7,6 +7,10 @@
 Usage: python scripts/bench_data.py [--steps 20] [--batches 300]
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 
 from gptlab.tools.benchmarks.data import main as run

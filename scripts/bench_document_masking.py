@@ -11,6 +11,10 @@ with "same document" in its block masks when masked).
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 
 import torch

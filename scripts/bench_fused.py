@@ -16,6 +16,10 @@ part runs the GPU rows.
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import platform
 import time
 

@@ -5,6 +5,10 @@
     python scripts/bench_generate.py device=cuda
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 from omegaconf import DictConfig
 
 from gptlab.config.entry import main as gptlab_main

@@ -6,6 +6,10 @@ Usage: python scripts/bench_prepare.py [1 2 8] [--mib 32] [--repeats 3] [--token
 (default counts: 1, 2 and all cores; gpt2 needs its ranks in data/cache/tiktoken: scripts/fetch_gpt2_ranks.py)
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 import os
 from pathlib import Path

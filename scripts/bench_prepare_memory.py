@@ -6,6 +6,10 @@ ru_maxrss; Linux only). Usage: python scripts/bench_prepare_memory.py 100 500 20
 [--tokenizer bytes|gpt2] [--num-proc 2] [--shard-tokens 100000000]
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 import os
 from pathlib import Path

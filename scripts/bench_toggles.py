@@ -15,6 +15,10 @@ callbacks.stability_probes.every_n_steps=N cost (probed - plain)/N of a step, to
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 
 import torch

@@ -29,6 +29,10 @@ Needs the GPT-2 ranks (scripts/fetch_gpt2_ranks.py) for the fit and typed parts.
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 import time
 from pathlib import Path

@@ -7,6 +7,10 @@ Runs each for 3 steps with check_memory=false; see gptlab.tools.benchmarks.train
 Linux only. Mind the machine's RAM: the check is off, so a config too large for it meets the OOM killer.
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import sys
 
 from gptlab.tools.benchmarks.train_memory import main

@@ -13,6 +13,10 @@ checks the run's rule from the event files without a browser.
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import shutil
 import socket
 import subprocess

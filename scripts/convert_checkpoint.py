@@ -7,6 +7,10 @@ so continue training from the folder (on any number of ranks), not from the file
 (--overwrite replaces it), and so is any path in a run's checkpoints/.
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 from pathlib import Path
 
 from gptlab.checkpoint.convert import to_one_file

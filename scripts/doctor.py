@@ -8,6 +8,10 @@ Exits 1 when a check fails (kernels that disagree, a non-finite loss), 0 otherwi
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import sys
 import time
 

@@ -8,6 +8,10 @@ fails (a full disk), none. A directory that already holds files is refused (over
 is one inside a run's checkpoints/.
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 from pathlib import Path
 
 import hydra

@@ -12,6 +12,10 @@ every kill resumed, nothing leaked and every step's loss equals the reference's 
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import sys
 from pathlib import Path
 

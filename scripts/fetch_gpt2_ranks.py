@@ -3,6 +3,10 @@
 Usage: python scripts/fetch_gpt2_ranks.py [--cache-dir DIR]   (default data/cache/tiktoken)
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 from pathlib import Path
 
 from gptlab.config.ranges import writable_dir

@@ -1,6 +1,10 @@
 """Write docs/reference/configuration.md from the config schemas (gptlab.config): `python scripts/gen_config_docs.py`.
 `--check` exits 1 when the committed page differs from what the schemas give (tests/test_config_schemas.py runs it)."""
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 import sys
 from pathlib import Path

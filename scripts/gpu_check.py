@@ -10,6 +10,10 @@ parts' output to gpu_check.log, and prints a short summary last; exits 1 when a 
 gives the device command line (gptlab.tools.gpu_check).
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import sys
 
 from gptlab.tools.gpu_check.runner import main

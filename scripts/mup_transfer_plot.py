@@ -10,6 +10,10 @@ mup_transfer.png, written again on each run as the other sweep reports are.
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 from pathlib import Path
 
 from gptlab.launch.cli import ArgumentParser, user_errors_exit

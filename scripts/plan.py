@@ -5,6 +5,10 @@ counts, at the run's data.batch_size and precision), and days on A100/H100/H200.
         data.batch_size=1 tokens=300e9
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import math
 
 import hydra

@@ -11,6 +11,10 @@ Prints one row per job; exits 1 unless every job passed.
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import sys
 import time
 

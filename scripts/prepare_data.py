@@ -5,6 +5,10 @@ writes <data.cache_dir>/<tokenizer>/{train,val}_*.bin and manifest.json. Re-runn
 and is a no-op when the shards are complete. See conf/prepare_data.yaml.
 """
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import logging
 
 from omegaconf import DictConfig

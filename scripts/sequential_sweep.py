@@ -13,6 +13,10 @@ jobs are skipped as in any sweep; the plan (the looks, alpha, margin, baseline a
 
 from __future__ import annotations
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 import argparse
 import json
 import os

@@ -1,6 +1,10 @@
 """Evaluate a checkpoint: `python src/eval.py ckpt_path=<file> [data=...] [tokenizer=...] [tasks=[lambada,hellaswag]]`.
 See conf/eval.yaml."""
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 from pathlib import Path
 from typing import Optional
 

@@ -1,5 +1,9 @@
 """Sample from a trained model: `python src/sample.py ckpt_path=<ckpt or HF dir> prompt="..."`. See conf/sample.yaml."""
 
+import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one line from here on)
+
+# isort: split
+
 from omegaconf import DictConfig
 
 from gptlab.config.entry import main as gptlab_main

@@ -1,8 +1,13 @@
 """Train a GPT: `python src/train.py [overrides]`; `-m` runs a sweep. See conf/train.yaml."""
 
-from gptlab.signals import FLAG
+from gptlab.entry_signals import answer_signals
 
-FLAG.install()  # first, before the slow imports: a preemption signal from here on is recorded, not fatal
+answer_signals()  # first, before the slow imports: Ctrl-C or SIGTERM from here on is one line, never a traceback
+
+from gptlab.signals import FLAG  # noqa: E402
+
+FLAG.install()  # a preemption signal from here on is recorded, and acted on at once until training starts
+FLAG.setting_up()
 
 import warnings  # noqa: E402
 from typing import Optional  # noqa: E402

@@ -458,3 +458,24 @@ class RecordPeakMemory(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.path.write_text(json.dumps({"peak_bytes": torch.cuda.max_memory_allocated()}))
+
+
+class PauseUntilSignalled(L.Callback):
+    """As optimizer step `step` begins, creates `paused` and waits (up to an hour) until this process has recorded a
+    signal (gptlab.signals.FLAG; a Ctrl-C passed on by the fused launcher too): a run held inside a step, signalled
+    there by the test, aimed by the event, never by the clock."""
+
+    def __init__(self, step: int, paused: str) -> None:
+        self.step, self.paused = step, Path(paused)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        import time
+
+        from gptlab.signals import FLAG
+
+        if trainer.global_step != self.step:
+            return
+        self.paused.touch()
+        deadline = time.monotonic() + 3600
+        while not FLAG.signum and time.monotonic() < deadline:
+            time.sleep(0.05)

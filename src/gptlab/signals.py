@@ -13,16 +13,24 @@ and lost, and the worker, waiting on the pool's queue lock that the parent holds
 A signal is answered at once, also while a step of minutes runs inside a kernel (when no Python handler runs): the
 C-level handler writes the signal's number to a pipe (signal.set_wakeup_fd), and a thread waiting on it writes one
 line to stderr (os.write: no lock that the interrupted code could hold) saying what will happen and when. The stop
-itself still comes at the next step boundary: a kernel cannot be cut, and a step cut midway has nothing to save."""
+itself still comes at the next step boundary: a kernel cannot be cut, and a step cut midway has nothing to save.
+Unless that boundary comes too late: a scheduler SIGKILLs a job its grace time (typically 30-120 s) after the signal,
+so a step still running `grace_s` after it (or one that, by the measured step time, cannot end within it) ends
+the process from that thread at once, without a save, naming the last checkpoint on disk (`overdue`).
+
+Before training starts (`at_once`: the entry's imports and setup, in one process) there is nothing to save, so the
+handler itself stops the process at once (gptlab.entry_signals.stop) rather than at the next check."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import threading
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: SLURM's `--signal=SIGUSR1@90` before requeue
 
@@ -39,9 +47,23 @@ class SignalFlag:
         self._wakeup: tuple[int, int] | None = None  # the pipe the C handler writes signal numbers to (read, write)
         self._sharers = 0  # `shared` bodies running: runs in threads of this process that each act on a signal
         self._taken_while_shared = False
+        self.at_once = False  # before training, in one process: the handler stops the process itself
+        # Set by training (callbacks/preemption.py) for the grace deadline: the seconds a scheduler waits before its
+        # SIGKILL (None: no deadline), when the step in progress began (None: between steps, e.g. saving), the
+        # measured seconds of a step, and what ends the process when the step is overdue (says why and exits).
+        self.grace_s: float | None = None
+        self.busy_since: float | None = None
+        self.step_seconds: float | None = None
+        self.overdue: Callable[[int, str], None] | None = None
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.signum = signum
+        if self.stops_at_once:
+            from gptlab.entry_signals import stop
+
+            if signum == signal.SIGUSR1:
+                requeue_slurm_job()
+            stop(signum, frame, "starting up, before training started (nothing to save)", "before training started")
 
     def consume(self) -> int:
         """The recorded signal, cleared: the next run in this process (a sweep's next job, a test) starts clean.
@@ -69,6 +91,21 @@ class SignalFlag:
     def installed(self) -> bool:
         return bool(self._previous)
 
+    def setting_up(self) -> None:
+        """Before training (imports, setup): a signal stops the process at once, where it is not a DDP rank > 0
+        (whose stop the ranks agree on) nor a fused sweep's member thread."""
+        self.at_once = self.main_process()
+        if self.stops_at_once and self.signum:  # one that came meanwhile (between a sweep's jobs)
+            self._handle(self.signum, None)
+
+    def training(self) -> None:
+        """From here a signal is a flag that training acts on at its next step boundary."""
+        self.at_once = False
+
+    @property
+    def stops_at_once(self) -> bool:
+        return self.at_once and not self._sharers
+
     def install(self) -> None:
         if not self.installed:
             self.signum = 0  # a signal from before (a finished job of this process) is not for this one
@@ -76,6 +113,12 @@ class SignalFlag:
             self._answer_at_once()
             # A DDP rank started with them blocked (hold_for_children): one sent while it started is taken now.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, PREEMPTION_SIGNALS)
+
+    @staticmethod
+    def main_process() -> bool:
+        """Not a DDP rank > 0 (whose stop the ranks agree on), and not a thread of a fused sweep's member."""
+        return all(os.environ.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK")) and \
+            threading.current_thread() is threading.main_thread()
 
     def hold_for_children(self) -> None:
         """In a launcher about to start processes whose first act is `install` (DDP ranks > 0, src/train.py): the
@@ -141,6 +184,7 @@ class SignalFlag:
             for signum in PREEMPTION_SIGNALS:
                 signal.signal(signum, signal.SIG_DFL)
             self._previous, self.signum = {}, 0
+        self.at_once, self.grace_s, self.busy_since, self.overdue = False, None, None, None
         self.unblock_after_fork()
 
     @contextlib.contextmanager
@@ -156,10 +200,15 @@ class SignalFlag:
 
 
 def _answer(read: int) -> None:
-    """The thread of `SignalFlag._answer_at_once`: one line per preemption signal, the moment it arrives."""
-    received = 0
+    """The thread of `SignalFlag._answer_at_once`: one line per preemption signal, the moment it arrives, and the
+    grace deadline of the step in progress (module docstring)."""
+    received, deadline, signalled = 0, None, (0, 0.0)
     while True:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
+            if not select.select([read], [], [], timeout)[0]:  # the deadline passed
+                deadline = _check_deadline(*signalled)
+                continue
             numbers = os.read(read, 64)
         except OSError:
             return
@@ -167,20 +216,56 @@ def _answer(read: int) -> None:
             os.close(read)
             return
         for signum in numbers:
-            if signum in PREEMPTION_SIGNALS:
+            if signum in PREEMPTION_SIGNALS and not FLAG.stops_at_once:  # at once: the handler says it
                 received += 1
-                os.write(2, answer(signum, received).encode())
+                if received == 1:
+                    signalled = (signum, time.monotonic())
+                    deadline = _start_deadline(*signalled)  # overdue at once: said, and the process ends
+                os.write(2, answer(signum, received, FLAG.grace_s if deadline is not None else None).encode())
 
 
-def answer(signum: int, received: int) -> str:
-    """What a process says the moment a preemption signal reaches it (`received`: how many so far)."""
+def _start_deadline(signum: int, at: float) -> float | None:
+    """When the step in progress will be overdue (None: no deadline). A step that cannot end within the grace (a
+    grace of 0, or by the measured step time) is overdue at once."""
+    grace, busy, per = FLAG.grace_s, FLAG.busy_since, FLAG.step_seconds
+    if grace is None or FLAG.overdue is None:
+        return None
+    if busy is not None and grace == 0:
+        _end_overdue(signum, "a step was in progress")
+    if busy is not None and per is not None and busy + per - at > grace:
+        _end_overdue(signum, f"a step takes ~{per:.0f} s here and the one in progress began {at - busy:.0f} s before "
+                             "the signal, so it cannot end in time")
+    return at + grace
+
+
+def _check_deadline(signum: int, at: float) -> float | None:
+    """At the deadline: overdue if still inside the step that was running at the signal (or a later one); between
+    steps (a save in progress) the save is let finish."""
+    if FLAG.busy_since is None:
+        return time.monotonic() + 1.0  # saving: look again
+    _end_overdue(signum, f"the step in progress had not ended {time.monotonic() - at:.0f} s after the signal")
+    return None
+
+
+def _end_overdue(signum: int, why: str) -> None:
+    overdue = FLAG.overdue
+    if overdue is not None:
+        overdue(signum, why)  # says so and ends the process
+
+
+def answer(signum: int, received: int, grace_s: float | None = None) -> str:
+    """What a process says the moment a preemption signal reaches it (`received`: how many so far; `grace_s`: the
+    grace deadline set for the step in progress, if any)."""
     name = signal.Signals(signum).name
     if received > 1:
         return (f"{name} received again (gptlab): still stopping at the end of the step in progress; SIGKILL stops "
                 "at once without saving.\n")
+    grace = "" if grace_s is None else \
+        f" (if the step has not ended {grace_s:g} s from now, callbacks.preemption_checkpoint.grace_seconds, the " \
+        "run stops then without a save)"
     return (f"{name} received (gptlab): stopping at the end of the step in progress, which a signal cannot cut "
-            "inside a kernel, and saving last.ckpt there (before training: at the next unit of data preparation, "
-            "nothing to save). SIGKILL stops at once without saving.\n")
+            f"inside a kernel, and saving last.ckpt there{grace} (before training: at the next unit of data "
+            "preparation, nothing to save). SIGKILL stops at once without saving.\n")
 
 
 FLAG = SignalFlag()  # one per process

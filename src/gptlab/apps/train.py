@@ -20,6 +20,7 @@ from gptlab.apps.run_files import write_setup_files
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
+from gptlab.entry_signals import Terminated
 from gptlab.launch import quiet
 from gptlab.launch.hydra_ddp import ddp_job_scope
 from gptlab.launch.rank_watch import WATCH
@@ -44,9 +45,13 @@ warnings.filterwarnings("ignore", message="You're resuming from a checkpoint tha
 def train(cfg: DictConfig) -> Optional[float]:
     # From here a preemption signal is a flag that training acts on (callbacks/preemption.py).
     with FLAG.active(), ddp_job_scope():
-        if sweep_jobs.in_sweep_job():
-            return _sweep_job(cfg, Path(cfg.paths.output_dir))
-        return _train(cfg)
+        FLAG.setting_up()  # until the fit: nothing to save, a signal stops at once (gptlab.signals)
+        try:
+            if sweep_jobs.in_sweep_job():
+                return _sweep_job(cfg, Path(cfg.paths.output_dir))
+            return _train(cfg)
+        finally:
+            FLAG.training()
 
 
 def _sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[float]:
@@ -106,10 +111,11 @@ def _fit(run: Run, output_dir: Path) -> float:
     checkpoint_dirs = [c.dirpath for c in run.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
     with expected_warnings_silenced(run.ckpt_path, checkpoint_dirs):
         # weights_only: a checkpoint is plain tensors and containers, so loading one runs no pickled code.
+        FLAG.training()
         try:
             run.trainer.fit(run.module, datamodule=run.datamodule, ckpt_path=run.ckpt_path, weights_only=True)
-        except SystemExit:
-            if not run.trainer.interrupted:
+        except SystemExit as stop:
+            if not run.trainer.interrupted or isinstance(stop, Terminated):  # SIGHUP: said, with its own exit code
                 raise
             from gptlab.checkpoint.reader import checkpoints_newest_first
             from gptlab.launch.continuing import continue_words

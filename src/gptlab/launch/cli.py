@@ -8,6 +8,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 from typing import Any, Callable, NoReturn, TypeVar
 
 from gptlab.errors import NonFiniteLossError, PreemptedError, StoppedBySignal, find_config_error
@@ -19,9 +20,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def global_rank() -> int:
     """This process's global rank (Lightning sets it when its strategy starts; the launcher's env vars before)."""
-    from lightning.pytorch.utilities import rank_zero_only
-
-    rank = getattr(rank_zero_only, "rank", None)
+    # Lightning's own record where it is imported; never imported here: a Ctrl-C that cut an import (numpy's)
+    # would make this import fail on the half-initialised module instead of saying the Ctrl-C (issue 54)
+    utilities = sys.modules.get("lightning.pytorch.utilities.rank_zero")
+    rank = getattr(getattr(utilities, "rank_zero_only", None), "rank", None)
     return int(rank if rank is not None else os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
 
 
@@ -38,17 +40,22 @@ class ArgumentParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _fused_member_interrupted(signum: int) -> bool:
+    """A fused sweep's member stopped by the Ctrl-C its launcher passed on: the launcher says it once for all."""
+    return signum == signal.SIGINT and threading.current_thread() is not threading.main_thread()
+
+
 def user_errors_exit(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except PreemptedError as err:  # every rank saw it at the same step; rank 0 speaks for them
-            if is_rank_zero():
+            if is_rank_zero() and not _fused_member_interrupted(err.signum):
                 print(f"gptlab: {preempted_message(err)}", file=sys.stderr)
             sys.exit(128 + err.signum)  # as if the signal had killed it: schedulers and sweepers see "not finished"
         except StoppedBySignal as err:  # before training: nothing to save, nothing to resume but a prepare
-            if is_rank_zero():
+            if is_rank_zero() and not _fused_member_interrupted(err.signum):
                 print(f"gptlab: stopped: {err}. What was finished is kept; run the same command again to continue.",
                       file=sys.stderr)
                 if err.signum == signal.SIGUSR1:

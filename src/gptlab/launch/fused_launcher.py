@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -28,8 +30,9 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from gptlab.errors import ConfigError
+from gptlab.errors import ConfigError, PreemptedError, StoppedBySignal
 from gptlab.execution.fused import FusedGroup
+from gptlab.launch.continuing import sweep_resume_command
 from gptlab.launch.fused_groups import check_group_memory, describe, plan_groups
 from gptlab.signals import FLAG
 
@@ -79,6 +82,8 @@ class FusedLauncher(Launcher):
         exits: list[BaseException] = []
         saved = HydraConfig.instance().cfg
 
+        ended = [threading.Event() for _ in members]  # waited on instead of join(): see stop_members
+
         def member(position: int, cfg: DictConfig) -> None:
             with group.member(position), member_log_file(cfg):
                 try:
@@ -87,18 +92,50 @@ class FusedLauncher(Launcher):
                         job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir", configure_logging=False)
                 except BaseException as err:  # SystemExit of a refusal, already said by the entry point
                     exits.append(err)
+                finally:
+                    ended[position].set()
 
         threads = [threading.Thread(target=member, args=(i, cfg), name=f"fused-job-{cfg.hydra.job.num}")
                    for i, cfg in enumerate(members)]
         with FLAG.shared():  # a preemption signal is for every member: each saves its last.ckpt and stops
-            for thread in threads:
-                thread.start()
+            try:
+                for thread in threads:
+                    thread.start()
+                for event in ended:
+                    event.wait()
+            except KeyboardInterrupt:
+                stop_members(ended, exits, self.config)
             for thread in threads:
                 thread.join()
         HydraConfig.instance().cfg = saved
         for err in exits:
             raise err
         return results
+
+
+def stop_members(ended: list[threading.Event], exits: list[BaseException], launcher_cfg: Any) -> None:
+    """Ctrl-C reaches the main thread only, which waits for the members: each member is told as a preemption is
+    (the flag), so each saves its last.ckpt at its next step and stops, and this thread says so once, with the
+    sweep's continue-line (each member's entry keeps quiet on a Ctrl-C: gptlab.launch.cli). A second Ctrl-C stops
+    at once (a checkpoint being written is left as its temp file, which the next write of it removes). The wait is
+    on events, not Thread.join: a join that a KeyboardInterrupt cut marks its thread as ended while it still runs
+    (CPython < 3.13), so every later join returned at once and the process aborted with the members running."""
+    FLAG.signum = signal.SIGINT
+    try:
+        for event in ended:
+            event.wait()
+    except KeyboardInterrupt:
+        os.write(2, b"gptlab: interrupted again (Ctrl-C): stopped at once, the members' saves unfinished.\n")
+        os._exit(130)
+    stops = [err.__context__ for err in exits if isinstance(err.__context__, (PreemptedError, StoppedBySignal))]
+    saved = sorted({str(err.step) for err in stops if isinstance(err, PreemptedError)})
+    done = f"each member saved its last.ckpt at its next step (step{'s' * (len(saved) > 1)} {', '.join(saved)})" \
+        if saved else \
+        "no member had started training"
+    HydraConfig.instance().set_config(launcher_cfg)  # the sweep's, whose dir the continue-line names
+    print(f"gptlab: interrupted (Ctrl-C): {done}. Continue the sweep with: {sweep_resume_command()}",
+          file=sys.stderr, flush=True)
+    exits[:] = [SystemExit(130)]
 
 
 def _set_hydra_config(cfg: Optional[DictConfig]) -> None:

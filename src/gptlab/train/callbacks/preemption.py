@@ -25,7 +25,10 @@ there anyway, so one blocking all-reduce costs nothing, and every rank saves and
 from __future__ import annotations
 
 import copy
+import functools
+import os
 import signal
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -35,7 +38,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
-from gptlab.errors import PreemptedError, StoppedBySignal
+from gptlab.errors import ConfigError, PreemptedError, StoppedBySignal, is_number
 from gptlab.lightning_internals import checkpoint_val_batch_counters, val_batch_progress, validation_follows_step
 from gptlab.signals import FLAG, agreed_signal, requeue_slurm_job
 
@@ -47,8 +50,14 @@ class PreemptionCheckpoint(L.Callback):
 
     keeps_one_named_file = True  # the disk planner (preflight/checkpoint_plan.py) counts <dirpath>/<filename>.ckpt once
 
-    def __init__(self, dirpath: str, filename: str = "last") -> None:
+    def __init__(self, dirpath: str, filename: str = "last", grace_seconds: Optional[float] = 30) -> None:
+        if grace_seconds is not None and not (is_number(grace_seconds) and grace_seconds >= 0):
+            raise ConfigError(f"callbacks.preemption_checkpoint.grace_seconds={grace_seconds!r} must be a number of "
+                              "seconds >= 0 (or null: no deadline); the default 30 is SLURM's and Kubernetes' grace.")
         self.path = Path(dirpath) / f"{filename}.ckpt"
+        self.grace_seconds = grace_seconds
+        self._timed = [0]  # steps ended in this fit (_step_ended)
+        self.saved_step: Optional[int] = None  # the step of the newest checkpoint this run saved or resumed from
         self._pending: Optional[tuple[torch.Tensor, Any]] = None  # an all-reduce in flight
         self._before_validation: Optional[tuple[dict[str, Any], dict[str, Any]]] = None  # counters, RNGs
 
@@ -85,10 +94,25 @@ class PreemptionCheckpoint(L.Callback):
                 FLAG.signum = signum
         return signum
 
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.world_size > 1:  # one rank leaving alone would leave the others in a collective: not yet
+            return
+        FLAG.grace_s, FLAG.overdue = self.grace_seconds, functools.partial(_stop_overdue, self)
+        FLAG.step_seconds, self._timed[0] = None, 0
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        FLAG.grace_s = FLAG.busy_since = FLAG.overdue = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if not batch_idx % trainer.accumulate_grad_batches:
+            FLAG.busy_since = time.monotonic()  # an optimizer step begins: the grace deadline applies to it
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if (batch_idx + 1) % trainer.accumulate_grad_batches:
             return  # mid-accumulation: not a point a checkpoint can resume from exactly
+        _step_ended(self._timed)
         signum = self._agreed_signal(trainer)
         if signum and not _validation_follows(trainer):  # else its first batch saves, and a resume runs it
             self._save_and_stop(trainer, signum)
@@ -103,6 +127,7 @@ class PreemptionCheckpoint(L.Callback):
             return  # ranks may validate unequal numbers of batches: the next step boundary agrees instead
         signum = self._agreed_signal(trainer)
         if not signum:
+            FLAG.busy_since = time.monotonic()  # a validation batch can outlast the grace too
             return
         if trainer.sanity_checking:  # before the first step of this process: the state on disk is this one
             raise StoppedBySignal(FLAG.consume(), "running the sanity-check validation (nothing to save)")
@@ -112,10 +137,18 @@ class PreemptionCheckpoint(L.Callback):
         set_rng_states(rngs)  # the run stops here: its RNGs may go back to where the validation found them
         self._save_and_stop(trainer, signum)
 
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any,
+                                **kwargs: Any) -> None:
+        FLAG.busy_since = None
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._before_validation = None
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self.saved_step = trainer.global_step
+
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self.saved_step = checkpoint.get("global_step")
         settle_rerun_counters(checkpoint)  # before Lightning restores its loops from it
 
     def _save_and_stop(self, trainer: L.Trainer, signum: int) -> None:
@@ -127,6 +160,39 @@ class PreemptionCheckpoint(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._pending = None
+        FLAG.grace_s = FLAG.busy_since = FLAG.overdue = None
+
+
+def _step_ended(timed: list[int]) -> None:
+    """Between steps now. The step time measured is the latest step's, from the second on (the first compiles and
+    warms up); `timed` counts the steps ended in this fit."""
+    began, FLAG.busy_since = FLAG.busy_since, None
+    timed[0] += 1
+    if began is not None and timed[0] > 1:
+        FLAG.step_seconds = time.monotonic() - began
+
+
+def _stop_overdue(callback: PreemptionCheckpoint, signum: int, why: str) -> None:
+    """The step in progress cannot end within the scheduler's grace (gptlab.signals): one line with the last
+    checkpoint on disk and how to go on, then the exit a preemption gives, before the scheduler's SIGKILL."""
+    from gptlab.checkpoint.reader import checkpoints_newest_first
+    from gptlab.launch.continuing import continue_words
+    from gptlab.launch.death_watch import bye
+
+    run_dir = callback.path.parent.parent
+    try:
+        saved = checkpoints_newest_first(run_dir) if run_dir.is_dir() else []
+        step = "" if callback.saved_step is None else f" (step {callback.saved_step})"
+        last = f"The last checkpoint on disk is {saved[0]}{step}." if saved else "No checkpoint was written yet."
+        then = continue_words(run_dir, bool(saved))
+    except Exception as err:  # noqa: BLE001  (the line and the exit matter more than the words)
+        last, then = f"The checkpoints are in {callback.path.parent} ({err}).", ""
+    line = (f"gptlab: preempted ({signal.Signals(signum).name}) without a save: {why}, beyond "
+            f"callbacks.preemption_checkpoint.grace_seconds={callback.grace_seconds:g} (the scheduler's grace before "
+            f"its SIGKILL), so the run stops now. {last} {then}\n")
+    bye()  # the death watcher stays quiet: this process said why it ends
+    os.write(2, line.encode(errors="replace"))
+    os._exit(128 + signum)
 
 
 def _validation_follows(trainer: L.Trainer) -> bool:
