@@ -24,9 +24,13 @@ class Arg:
     message names it; argparse's own types see the text alone. Text that does not convert is refused by the check
     in its own words ("use an integer >= 1"), not as argparse's "invalid int value"."""
 
-    def __init__(self, convert: Callable[[str], Any], check: Check) -> None:
-        self.convert, self.check = convert, check
+    def __init__(self, convert: Callable[[str], Any], check: Check, example: Optional[str] = None) -> None:
+        self.convert, self.check, self.example = convert, check, example
         self.__name__ = getattr(convert, "__name__", "value")  # argparse's help and errors name a type by it
+
+    def e_g(self, example: str) -> Arg:
+        """The same argument with a value to offer in its refusal, for an option whose default is None."""
+        return Arg(self.convert, self.check, example)
 
     def __call__(self, text: str) -> str:
         return text
@@ -84,6 +88,20 @@ def _writable_dir(field: str, value: Any) -> None:
     fields.writable_dir(field, str(value))
 
 
+def _tokenizer(field: str, value: Any) -> None:
+    """bytes, or a tiktoken encoding whose ranks are here or can be downloaded: refused before a corpus is made."""
+    from gptlab.data.tokenizers import ENCODINGS, TiktokenTokenizer
+
+    fields.choice("bytes", *ENCODINGS)(field, value)
+    if value != "bytes":
+        try:
+            TiktokenTokenizer(value)
+        except ConfigError as err:
+            raise ConfigError(f"{field}={value!r} needs its BPE ranks, which are not in data/cache/tiktoken and could "
+                              "not be downloaded; `python scripts/fetch_gpt2_ranks.py` fetches gpt2's (and "
+                              f"r50k_base's) there, or use {field}=bytes.") from err
+
+
 def _device(field: str, value: Any) -> None:
     from gptlab.preflight.devices import check_device  # torch: imported only when a device is named
 
@@ -94,6 +112,7 @@ existing_dir = Arg(Path, _existing_dir)  # a dir the script reads from or puts i
 existing_path = Arg(Path, _exists)  # a file or a dir that must be there (a checkpoint, a run dir)
 writable_dir = Arg(Path, _writable_dir)  # a dir that exists and is writable, or can be created
 device = Arg(str, _device)  # a torch device this machine has: cpu, cuda, cuda:<i>, mps
+tokenizer = Arg(str, _tokenizer)  # bytes, or a tiktoken encoding with its ranks at hand
 
 
 def option_name(action: argparse.Action) -> str:
@@ -104,9 +123,12 @@ def option_name(action: argparse.Action) -> str:
 
 def with_example(message: str, action: argparse.Action) -> str:
     """A range refusal completed by the option's default, a value that works when typed."""
-    default = action.default
-    if " is invalid: " not in message or not action.option_strings or default is None or isinstance(default, bool):
+    default, example = action.default, getattr(action.type, "example", None)
+    if " is invalid: " not in message or not action.option_strings or isinstance(default, bool) or \
+            default is None and example is None:
         return message
+    if default is None:
+        return f"{message.rstrip('.')}, e.g. {option_name(action)}={example}."
     shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
     joiner = " " if isinstance(default, (list, tuple)) else "="
     return f"{message.rstrip('.')}, e.g. {option_name(action)}{joiner}{shown} (the default)."
