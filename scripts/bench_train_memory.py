@@ -7,12 +7,25 @@ Runs each for 3 steps with check_memory=false; see gptlab.tools.benchmarks.train
 Linux only. Mind the machine's RAM: the check is off, so a config too large for it meets the OOM killer.
 """
 
-import sys
+import argparse
 
-from gptlab.tools.benchmarks.train_memory import main
+from gptlab.launch.arguments import ArgumentParser
+from gptlab.launch.cli import user_errors_exit
+
+
+@user_errors_exit
+def main() -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", nargs="+", help="one config per argument: its overrides of conf/train.yaml, "
+                        "separated by spaces (quote each config)")
+    configs = [config.split() for config in parser.parse_args().configs]
+    if not all(configs) or not all("=" in word or word.startswith("~") for words in configs for word in words):
+        parser.refuse(f"{parser.parse_args().configs!r}: give each config as its train.py overrides (key=value), "
+                      "e.g. \"trainer.accelerator=cpu model=nano\".")
+    from gptlab.tools.benchmarks.train_memory import main as run
+
+    run(configs)
+
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-        print(__doc__)
-        sys.exit(0 if len(sys.argv) > 1 else 2)
-    main([arg.split() for arg in sys.argv[1:]])
+    main()

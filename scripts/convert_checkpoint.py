@@ -10,7 +10,8 @@ so continue training from the folder (on any number of ranks), not from the file
 from pathlib import Path
 
 from gptlab.checkpoint.convert import to_one_file
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser
+from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.write_targets import check_new_file
 
 

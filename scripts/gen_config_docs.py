@@ -1,18 +1,18 @@
 """Write docs/reference/configuration.md from the config schemas (gptlab.config): `python scripts/gen_config_docs.py`.
 `--check` exits 1 when the committed page differs from what the schemas give (tests/test_config_schemas.py runs it)."""
 
-import argparse
 import sys
 from pathlib import Path
 
 from gptlab.atomic import atomic_write_text
 from gptlab.config.reference import page
+from gptlab.launch.arguments import ArgumentParser
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "configuration.md"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args()
     text = page()

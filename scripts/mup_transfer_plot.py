@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser
+from gptlab.launch.cli import user_errors_exit
 from gptlab.report.mup_transfer import plot_transfer, transfer_table, transfer_verdicts, width_curves
 from gptlab.report.output_dir import report_dir
 from gptlab.runs.write_targets import check_new_file

@@ -82,6 +82,7 @@ def integer(low: Optional[int] = None, high: Optional[int] = None) -> Check:
 
 positive_int = integer(1)
 non_negative_int = integer(0)
+seed = integer(0, 2**32 - 1)  # what numpy's and torch's seeding take
 
 
 def number(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False) -> Check:

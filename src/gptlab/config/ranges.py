@@ -21,6 +21,7 @@ from gptlab.fields import (  # noqa: F401  (at the base: GPTConfig's checks and 
     number,
     optional,
     positive_int,
+    seed,
     text,
     writable_dir,
 )
@@ -86,7 +87,6 @@ def list_of_text(field: str, value: Any) -> None:
         raise fail(field, value, "use a list of strings")
 
 
-seed = integer(0, 2**32 - 1)
 
 
 def check_table(prefix: str, node: Any, table: dict[str, Check]) -> None:

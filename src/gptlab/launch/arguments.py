@@ -63,6 +63,7 @@ def number(low: float, high: float = math.inf, low_open: bool = False, high_open
 
 positive_int = integer(1)
 non_negative_int = integer(0)
+seed = Arg(int, fields.seed)
 positive_number = number(0.0, low_open=True)
 probability = number(0.0, 1.0, low_open=True, high_open=True)  # a significance level, a share
 
