@@ -79,12 +79,6 @@ def _existing_dir(field: str, value: Any) -> None:
                       "directory.")
 
 
-def _exists(field: str, value: Any) -> None:
-    path = Path(value)
-    if not path.exists():
-        raise ConfigError(f"{field}={str(value)!r} does not exist; give the path of an existing file.")
-
-
 def _writable_dir(field: str, value: Any) -> None:
     fields.writable_dir(field, str(value))
 
@@ -110,7 +104,6 @@ def _device(field: str, value: Any) -> None:
 
 
 existing_dir = Arg(Path, _existing_dir)  # a dir the script reads from or puts its runs in
-existing_path = Arg(Path, _exists)  # a file or a dir that must be there (a checkpoint, a run dir)
 writable_dir = Arg(Path, _writable_dir)  # a dir that exists and is writable, or can be created
 device = Arg(str, _device)  # a torch device this machine has: cpu, cuda, cuda:<i>, mps
 tokenizer = Arg(str, _tokenizer)  # bytes, or a tiktoken encoding with its ranks at hand
@@ -123,8 +116,10 @@ def option_name(action: argparse.Action) -> str:
 
 
 def with_example(message: str, action: argparse.Action) -> str:
-    """A range refusal completed by the option's default, a value that works when typed."""
-    default, example = action.default, getattr(action.type, "example", None)
+    """A range refusal completed by the option's default (else its Arg's example, or its first choice): a value
+    that works when typed."""
+    default = action.default
+    example = getattr(action.type, "example", None) or (str(list(action.choices)[0]) if action.choices else None)
     if " is invalid: " not in message or not action.option_strings or isinstance(default, bool) or \
             default is None and example is None:
         return message
