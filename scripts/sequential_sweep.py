@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.start > args.budget:
         parser.refuse(f"--start {args.start} --budget {args.budget}: the first look cannot have more seeds than the "
-                      f"budget; use --start <= --budget, e.g. --start {args.budget} or --budget {args.start}.")
+                      "budget; use --start <= --budget, e.g. --start 3 --step 2 --budget 9.")
     check_plan(args)
     counts = looks(args.start, args.step, args.budget)
     shares = look_alphas(counts, args.alpha)

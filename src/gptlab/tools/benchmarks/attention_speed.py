@@ -45,8 +45,9 @@ def relative_error(got: list[torch.Tensor], reference: list[torch.Tensor]) -> fl
     reference is ~0 is judged against ZERO_SCALE x the largest reference value of them all: its rounding noise
     comes from the values it was computed from, not from its own size (at w >= T a strided layer attends to the
     diagonal only; the true q and k gradients are 0, and any kernel's are ~1e-6 of noise)."""
-    scale = max(float(b.float().abs().max()) for b in reference)
-    return max(float((a.float() - b.float()).abs().max()) / max(float(b.float().abs().max()), ZERO_SCALE * scale, 1e-12)
+    got, reference = [t.detach().float() for t in got], [t.detach().float() for t in reference]
+    scale = max(float(b.abs().max()) for b in reference)
+    return max(float((a - b).abs().max()) / max(float(b.abs().max()), ZERO_SCALE * scale, 1e-12)
                for a, b in zip(got, reference))
 
 
