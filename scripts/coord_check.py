@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gptlab.fields import must
-from gptlab.launch.arguments import Arg, ArgumentParser, positive_int, positive_number
+from gptlab.launch.arguments import Arg, ArgumentParser, positive_int, positive_number, writable_file
 from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.write_targets import check_new_file
 
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--steps", type=positive_int, default=3, help="Adam steps before measuring")
     parser.add_argument("--lr", type=positive_number, default=3e-3, help="Adam's lr (mup's hidden matrices get lr / r)")
     parser.add_argument("--seeds", type=positive_int, default=2, help="seeds averaged (geometric mean) per width")
-    parser.add_argument("--out", type=Path, default=Path("coord_check.png"), help="where the plot goes")
+    parser.add_argument("--out", type=writable_file, default=Path("coord_check.png"), help="where the plot goes")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args()
     if len(set(args.widths)) < 2:

@@ -43,7 +43,8 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
                               (["nokey"], "train.py overrides")],
     "check_tensorboard_view.py": [(["{missing}"], "logdir"), (["{file}"], "logdir")],
     "convert_checkpoint.py": [(["{tmp}", "{file}"], "out")],
-    "coord_check.py": [(["--steps", "-1"], "--steps"), (["--widths", "64"], "--widths"), (["--lr", "inf"], "--lr"),
+    "coord_check.py": [(["--steps", "-1"], "--steps"), (["--out", "{file}/plot.png"], "--out"),
+                       (["--widths", "64"], "--widths"), (["--lr", "inf"], "--lr"),
                        (["--widths", "6", "8"], "--widths")],
     "count_params.py": [(["model.n_layer=0"], "model.n_layer"), (["model=nope"], "model=nope")],
     "doctor.py": [(["--device", "cpu", "--attention-T", "-5"], "--attention-T"), (["--repeats", "0"], "--repeats"),
@@ -113,6 +114,7 @@ def test_every_refusal_of_the_scripts_modules_is_reached(tmp_path: Path, monkeyp
     (tmp_path / "a_file").write_text("x")
     assert "mkdir -p" in reach(arguments.existing_dir.value, "--workdir", str(tmp_path / "missing"))
     assert "--workdir=" in reach(arguments.existing_dir.value, "--workdir", str(tmp_path / "a_file"))
+    assert "--out=" in reach(arguments.writable_file.value, "--out", str(tmp_path / "a_file" / "plot.png"))
 
     def no_ranks(self, encoding: str = "gpt2", ranks_file=None) -> None:  # type: ignore[no-untyped-def]
         raise ConfigError("tiktoken could not download the ranks")

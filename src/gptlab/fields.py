@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import tempfile
 from dataclasses import Field, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -117,12 +118,23 @@ def text(field: str, value: Any) -> None:
         raise fail(field, value, "use a non-empty string")
 
 
+def _takes_files(directory: Path) -> bool:
+    """Whether a file can be made in `directory`: for root, os.access says yes to /proc and /sys, which take none."""
+    if os.geteuid() != 0:
+        return True
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
 def writable_dir(field: str, value: Any) -> None:
     """A directory that exists and is writable, or can be created (its nearest existing parent is writable)."""
     text(field, value)
     path = Path(value).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK) or not _takes_files(existing):
         problem = "not writable for this user" if existing.is_dir() else "not a directory"
         instead = Path.home() / path.name
         if instead.exists() and not instead.is_dir():  # e.g. the very file refused: a new name beside it

@@ -83,6 +83,16 @@ def _writable_dir(field: str, value: Any) -> None:
     fields.writable_dir(field, str(value))
 
 
+def _writable_file(field: str, value: Any) -> None:
+    """A file to write: its dir must exist or be creatable, and take files; checked before the work that fills it."""
+    path = Path(value).absolute()
+    try:
+        fields.writable_dir(field, str(path.parent))
+    except ConfigError:
+        raise ConfigError(f"{field}={str(value)!r} cannot be written: {path.parent} is not a directory this user can "
+                          f"write to; give a path in one, e.g. {field}={Path.home() / path.name}.") from None
+
+
 def _tokenizer(field: str, value: Any) -> None:
     """bytes, or a tiktoken encoding whose ranks are here or can be downloaded: refused before a corpus is made."""
     from gptlab.data.tokenizers import ENCODINGS, TiktokenTokenizer
@@ -105,6 +115,7 @@ def _device(field: str, value: Any) -> None:
 
 existing_dir = Arg(Path, _existing_dir)  # a dir the script reads from or puts its runs in
 writable_dir = Arg(Path, _writable_dir)  # a dir that exists and is writable, or can be created
+writable_file = Arg(Path, _writable_file)  # a file to write (whether one may be replaced: runs.write_targets)
 device = Arg(str, _device)  # a torch device this machine has: cpu, cuda, cuda:<i>, mps
 tokenizer = Arg(str, _tokenizer)  # bytes, or a tiktoken encoding with its ranks at hand
 
