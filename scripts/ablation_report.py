@@ -24,8 +24,8 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 import argparse
 from pathlib import Path
 
-from gptlab.errors import ConfigError
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser, integer, positive_int, positive_number, probability
+from gptlab.launch.cli import user_errors_exit
 from gptlab.report.context_report import write_context_report
 from gptlab.report.output_dir import one_report_writer
 from gptlab.report.runs import BANDS, X_AXES
@@ -38,7 +38,7 @@ def main() -> None:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path, help="a multirun dir, e.g. outputs/multiruns/ablate_norm/<date>/<time>")
     parser.add_argument("--baseline", help="the variant compared against, k=v[,k2=v2] (default: the first variant)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")
+    parser.add_argument("--alpha", type=probability, default=0.05, help="significance level of the test (default 0.05)")
     parser.add_argument("--x", choices=X_AXES, default=None,
                         help="plot's x axis (default: flops when the variants' FLOPs per token differ, else tokens)")
     parser.add_argument("--band", choices=BANDS, default="minmax", help="shaded band: min–max over seeds or ±1 std")
@@ -48,10 +48,10 @@ def main() -> None:
     parser.add_argument("--correction", choices=CORRECTIONS, default="holm",
                         help="with several variants: holm holds the family-wise error at alpha (default); none tests "
                              "each alone")
-    parser.add_argument("--margin", type=float, default=None,
+    parser.add_argument("--margin", type=positive_number.e_g("0.005"), default=None,
                         help="equivalence margin in val/loss, e.g. 0.005: each verdict says equivalent (TOST), not "
                              "equivalent, or undecided with the seeds needed")
-    parser.add_argument("--effect", type=float, default=None,
+    parser.add_argument("--effect", type=positive_number.e_g("0.002"), default=None,
                         help="a val/loss difference worth finding, e.g. 0.002: the seeds per arm it needs, paired and "
                              "unpaired, from the sweep's own seed sigma")
     parser.add_argument("--lr-key", default="optimizer.lr",
@@ -59,18 +59,15 @@ def main() -> None:
     parser.add_argument("--size-key", default="+ladder",
                         help="the override whose values are a scaling ladder's sizes (default +ladder; none: no "
                              "ladder)")
-    parser.add_argument("--target-flops", type=float, default=None,
+    parser.add_argument("--target-flops", type=positive_number.e_g("1e15"), default=None,
                         help="ladder: the compute to extrapolate the multiplier to (default 10x the largest rung; "
                              "beyond that it is marked EXTRAPOLATED)")
-    parser.add_argument("--boot", type=int, default=1000, help="ladder: bootstrap resamples (default 1000)")
-    parser.add_argument("--context", type=int, default=None,
+    parser.add_argument("--boot", type=integer(10), default=1000,
+                        help="ladder: bootstrap resamples, at least 10 (default 1000, for a 95% interval)")
+    parser.add_argument("--context", type=positive_int.e_g("1024"), default=None,
                         help="compare the loss at this context length (from src/eval.py contexts=[...] on the sweep) "
                              "instead of the final val/loss at the trained one")
     args = parser.parse_args()
-    if args.boot < 10:
-        raise ConfigError(f"--boot {args.boot}: use at least 10 bootstrap resamples (1000 for a 95% interval).")
-    if args.target_flops is not None and not args.target_flops > 0:
-        raise ConfigError(f"--target-flops {args.target_flops}: use a positive number of FLOPs, e.g. 1e15.")
     with one_report_writer(args.sweep_dir):  # a second report of this sweep waits for this one
         if args.context is not None:
             table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha, args.test,

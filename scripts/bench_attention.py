@@ -28,35 +28,52 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 import argparse
 import time
 
-import torch
+from gptlab.fields import must
+from gptlab.launch.arguments import Arg, ArgumentParser, device, non_negative_int, positive_int
+from gptlab.launch.cli import user_errors_exit
 
-from gptlab.tools.benchmarks.attention import Case, measure
+
+def heads_width(field: str, value: object) -> None:
+    must(lambda v: isinstance(v, int) and v >= 64 and v % 64 == 0, "a multiple of 64 (64 per head), e.g. 768",
+         number=True)(field, value)
 
 
+@user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
-    parser.add_argument("--window", type=int, default=256, help="band width w (GPT-Neo's 256)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed forward+backward runs per case")
-    parser.add_argument("--kinds", nargs="+", default=["local", "strided"], help="sparse kinds to compare")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores)")
-    parser.add_argument("--layer-lengths", type=int, nargs="*", default=[8192], help="T for the whole-layer rows")
-    device = parser.add_argument_group("--device mode (the GPU table)")
-    device.add_argument("--device", default=None, help="cuda | cpu: the kernel table and whole-model steps there")
-    device.add_argument("--T", type=int, default=8192, help="sequence length of the kernel rows")
-    device.add_argument("--batch", type=int, default=1, help="batch of the kernel rows")
-    device.add_argument("--heads", type=int, default=12, help="heads of the kernel rows (D_K = 64)")
-    device.add_argument("--model-T", type=int, default=None, help="sequence length of the model rows (default --T)")
-    device.add_argument("--model-batch", type=int, default=2, help="batch of the model rows")
-    device.add_argument("--model-layers", type=int, default=12, help="layers of the model rows (GPT-3 Small: 12)")
-    device.add_argument("--model-width", type=int, default=768, help="n_embd of the model rows (64 per head)")
-    device.add_argument("--model-vocab", type=int, default=50257, help="vocabulary of the model rows (GPT-2's BPE)")
-    device.add_argument("--no-compile", action="store_true", help="skip torch.compile (the compiled column, and "
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--window", type=positive_int, default=256, help="band width w (GPT-Neo's 256)")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed forward+backward runs per case")
+    parser.add_argument("--kinds", nargs="+", default=["local", "strided"], choices=["local", "strided"],
+                        help="sparse kinds to compare")
+    parser.add_argument("--threads", type=non_negative_int, default=0,
+                        help="torch threads; 0 = torch's default (all cores)")
+    parser.add_argument("--layer-lengths", type=positive_int, nargs="*", default=[8192],
+                        help="T for the whole-layer rows")
+    gpu = parser.add_argument_group("--device mode (the GPU table)")
+    gpu.add_argument("--device", type=device, default=None,
+                     help="cuda | cpu: the kernel table and whole-model steps there")
+    gpu.add_argument("--T", type=positive_int, default=8192, help="sequence length of the kernel rows")
+    gpu.add_argument("--batch", type=positive_int, default=1, help="batch of the kernel rows")
+    gpu.add_argument("--heads", type=positive_int, default=12, help="heads of the kernel rows (D_K = 64)")
+    gpu.add_argument("--model-T", type=positive_int, default=None,
+                     help="sequence length of the model rows (default --T)")
+    gpu.add_argument("--model-batch", type=positive_int, default=2, help="batch of the model rows")
+    gpu.add_argument("--model-layers", type=positive_int, default=12, help="layers of the model rows (GPT-3 Small: 12)")
+    gpu.add_argument("--model-width", type=Arg(int, heads_width), default=768,
+                     help="n_embd of the model rows (64 per head)")
+    gpu.add_argument("--model-vocab", type=positive_int, default=50257,
+                     help="vocabulary of the model rows (GPT-2's BPE)")
+    gpu.add_argument("--no-compile", action="store_true", help="skip torch.compile (the compiled column, and "
                         "per-block compile of the models)")
-    device.add_argument("--parts", nargs="+", default=["kernels", "model"], choices=["kernels", "model"])
+    gpu.add_argument("--parts", nargs="+", default=["kernels", "model"], choices=["kernels", "model"])
     args = parser.parse_args()
     if args.device:
         return on_device(args)
+    import torch
+
+    from gptlab.tools.benchmarks.attention import Case, measure
+
 
     threads = args.threads or torch.get_num_threads()
     print(f"torch {torch.__version__}, {threads} threads; B=1 H=12 D_K=64 fp32, w={args.window}")
@@ -87,13 +104,12 @@ def main() -> None:
 
 
 def on_device(args: argparse.Namespace) -> None:
+    import torch
+
     from gptlab.tools.benchmarks.attention_speed import KERNEL_HEADER, Shape, format_row, kernel_rows, model_rows
 
     start = time.perf_counter()
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"gptlab: error: --device {args.device}: torch {torch.__version__} sees no CUDA device; "
-                         "use --device cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     repeats = args.repeats if args.repeats != 3 or device.type == "cpu" else 20
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"

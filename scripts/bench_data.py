@@ -11,16 +11,16 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-import argparse
-
-from gptlab.tools.benchmarks.data import main as run
+from gptlab.launch.arguments import ArgumentParser, positive_int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=20, help="training steps timed for the consumption rate")
-    parser.add_argument("--batches", type=int, default=300, help="batches timed per loader")
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=positive_int, default=20, help="training steps timed for the consumption rate")
+    parser.add_argument("--batches", type=positive_int, default=300, help="batches timed per loader")
     args = parser.parse_args()
+    from gptlab.tools.benchmarks.data import main as run
+
     run(args.steps, args.batches)
 
 

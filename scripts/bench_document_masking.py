@@ -15,22 +15,23 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-import argparse
-
-import torch
-
-from gptlab.tools.benchmarks.document_masking import MaskingCase, time_steps
+from gptlab.launch.arguments import ArgumentParser, non_negative_int, positive_int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024])
-    parser.add_argument("--patterns", nargs="+", default=["dense", "local"])
-    parser.add_argument("--pos-embs", nargs="+", default=["learned", "rope", "alibi"])
-    parser.add_argument("--doc-len", type=int, default=128, help="mean document length in tokens")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps of each kind (best is kept)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--patterns", nargs="+", default=["dense", "local"], choices=["dense", "local", "strided"])
+    parser.add_argument("--pos-embs", nargs="+", default=["learned", "rope", "alibi"],
+                        choices=["learned", "rope", "alibi"])
+    parser.add_argument("--doc-len", type=positive_int, default=128, help="mean document length in tokens")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed steps of each kind (best is kept)")
+    parser.add_argument("--threads", type=non_negative_int, default=0, help="torch threads; 0 = torch's default")
     args = parser.parse_args()
+    import torch
+
+    from gptlab.tools.benchmarks.document_masking import MaskingCase, time_steps
+
     if args.threads:
         torch.set_num_threads(args.threads)
 

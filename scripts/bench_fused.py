@@ -25,21 +25,21 @@ import time
 
 import torch
 
-from gptlab.launch.cli import ArgumentParser
+from gptlab.launch.arguments import ArgumentParser, positive_int
+from gptlab.launch.arguments import device as device_arg
 from gptlab.tools.benchmarks.fused_speed import SHAPES, measure, physics, table
 
 
 def main() -> None:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="group sizes to measure")
-    parser.add_argument("--batch", type=int, default=8, help="micro-batch of each member (windows of 256 tokens)")
-    parser.add_argument("--repeats", type=int, default=5,
+    parser.add_argument("--ks", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16], help="group sizes to measure")
+    parser.add_argument("--batch", type=positive_int, default=8,
+                        help="micro-batch of each member (windows of 256 tokens)")
+    parser.add_argument("--repeats", type=positive_int, default=5,
                         help="interleaved timings of each side, each side first in turn; the best is kept")
-    parser.add_argument("--device", default="cpu", help="cpu | cuda")
+    parser.add_argument("--device", type=device_arg, default="cpu", help="cpu | cuda")
     parser.add_argument("--model", choices=list(SHAPES), default="nano", help="the members' shape")
     args = parser.parse_args()
-    if min(args.ks) < 1 or args.batch < 1 or args.repeats < 1:
-        parser.error("--ks, --batch and --repeats take positive integers")
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"

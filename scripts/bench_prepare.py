@@ -10,21 +10,25 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-import argparse
 import os
 from pathlib import Path
 
-from gptlab.tools.benchmarks.prepare import main as run
+from gptlab.launch.arguments import ArgumentParser, positive_int, tokenizer, writable_dir
+from gptlab.launch.cli import user_errors_exit
 
 
+@user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("counts", nargs="*", type=int, help="process counts (data.num_proc); first is the reference")
-    parser.add_argument("--mib", type=int, default=32, help="corpus size in MiB of JSONL text")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best of them is kept")
-    parser.add_argument("--tokenizer", default="gpt2", help="a tiktoken encoding, or bytes")
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/gptlab_bench_prepare"), help="corpus and caches")
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("counts", nargs="*", type=positive_int,
+                        help="process counts (data.num_proc); first is the reference")
+    parser.add_argument("--mib", type=positive_int, default=32, help="corpus size in MiB of JSONL text")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="interleaved rounds; the best of them is kept")
+    parser.add_argument("--tokenizer", type=tokenizer, default="gpt2", help="a tiktoken encoding, or bytes")
+    parser.add_argument("--dir", type=writable_dir, default=Path("/tmp/gptlab_bench_prepare"), help="corpus and caches")
     args = parser.parse_args()
+    from gptlab.tools.benchmarks.prepare import main as run
+
     counts = args.counts or sorted({1, 2, os.cpu_count() or 1})
     run(counts, args.mib, args.repeats, args.tokenizer, args.dir)
 

@@ -19,22 +19,22 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-import argparse
-
 import torch
 
+from gptlab.launch.arguments import ArgumentParser, non_negative_int, positive_int
 from gptlab.tools.benchmarks.toggles import VARIANTS, measure, measure_attention_layer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch", type=int, default=8, help="sequences per step")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps per variant (best is kept)")
-    parser.add_argument("--every", type=int, default=50, help="probe interval to report the amortised cost at")
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=positive_int, default=8, help="sequences per step")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed steps per variant (best is kept)")
+    parser.add_argument("--every", type=positive_int, default=50, help="probe interval to report the amortised cost at")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="NAME",
                         help=f"which of: {', '.join(VARIANTS)} (the baseline is always run)")
-    parser.add_argument("--layer-repeats", type=int, default=60, help="timed runs of one attention layer per variant")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    parser.add_argument("--layer-repeats", type=positive_int, default=60,
+                        help="timed runs of one attention layer per variant")
+    parser.add_argument("--threads", type=non_negative_int, default=0, help="torch threads; 0 = torch's default")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -39,6 +39,9 @@ from pathlib import Path
 
 import torch
 
+from gptlab.launch.arguments import ArgumentParser, non_negative_int, positive_int
+from gptlab.launch.arguments import device as device_arg
+from gptlab.launch.cli import user_errors_exit
 from gptlab.tools.benchmarks.fit import compare_fit, step_cost
 from gptlab.tools.benchmarks.train_step import SHAPES, build, compare, library_kernel_share
 
@@ -99,28 +102,34 @@ def main_gpu(args: argparse.Namespace) -> None:
     print(f"\nbench_train took {time.perf_counter() - started:.0f} s")
 
 
+@user_errors_exit
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", type=device_arg, default="cpu", help="cpu | cuda")
     parser.add_argument("--parts", nargs="+", default=None,
                         choices=["step", "compile", "fit", "overhead", "bound", "typed", "fsdp"],
                         help="CPU: step compile fit overhead (default all); cuda: step compile bound fit typed "
                         "(default), fsdp (gpt3_xl under trainer=fsdp by checkpointing mode: MFU, HFU, peak vs plan)")
-    parser.add_argument("--batches", nargs="+", type=int, default=[8, 32], help="cuda: micro-batches of the steps")
-    parser.add_argument("--fit-val-every", type=int, default=8, help="cuda fit: optimizer steps between validations")
-    parser.add_argument("--typed-steps", type=int, default=200, help="cuda: max_steps of the typed run")
-    parser.add_argument("--fsdp-steps", type=int, default=12, help="cuda: max_steps of each gpt3_xl FSDP run")
+    parser.add_argument("--batches", nargs="+", type=positive_int, default=[8, 32],
+                        help="cuda: micro-batches of the steps")
+    parser.add_argument("--fit-val-every", type=positive_int, default=8,
+                        help="cuda fit: optimizer steps between validations")
+    parser.add_argument("--typed-steps", type=positive_int, default=200, help="cuda: max_steps of the typed run")
+    parser.add_argument("--fsdp-steps", type=positive_int, default=12, help="cuda: max_steps of each gpt3_xl FSDP run")
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--steps", type=int, default=5, help="train steps per timed round")
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")
-    parser.add_argument("--fit-steps", type=int, default=240, help="max_steps of both fits (the default run: 240)")
-    parser.add_argument("--fit-repeats", type=int, default=2, help="interleaved fits of each; the best is kept")
-    parser.add_argument("--overhead-steps", type=int, default=1000, help="steps of each tiny-model fit")
-    parser.add_argument("--overhead-repeats", type=int, default=3, help="interleaved tiny-model fits of each")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default (all cores). "
+    parser.add_argument("--steps", type=positive_int, default=5, help="train steps per timed round")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="interleaved rounds; the best is kept")
+    parser.add_argument("--fit-steps", type=positive_int, default=240,
+                        help="max_steps of both fits (the default run: 240)")
+    parser.add_argument("--fit-repeats", type=positive_int, default=2,
+                        help="interleaved fits of each; the best is kept")
+    parser.add_argument("--overhead-steps", type=positive_int, default=1000, help="steps of each tiny-model fit")
+    parser.add_argument("--overhead-repeats", type=positive_int, default=3, help="interleaved tiny-model fits of each")
+    parser.add_argument("--threads", type=non_negative_int, default=0,
+                        help="torch threads; 0 = torch's default (all cores). "
                         "On a machine shared with other jobs 1 thread gives steadier ratios")
     args = parser.parse_args()
-    if args.device == "cuda":
+    if torch.device(args.device).type == "cuda":
         if args.fit_steps == 240:  # the CPU default; a GPU fit of 0.5M-token steps needs far fewer
             args.fit_steps = 24
         main_gpu(args)

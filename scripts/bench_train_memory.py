@@ -11,12 +11,25 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-import sys
+import argparse
 
-from gptlab.tools.benchmarks.train_memory import main
+from gptlab.launch.arguments import ArgumentParser
+from gptlab.launch.cli import user_errors_exit
+
+
+@user_errors_exit
+def main() -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", nargs="+", help="one config per argument: its overrides of conf/train.yaml, "
+                        "separated by spaces (quote each config)")
+    configs = [config.split() for config in parser.parse_args().configs]
+    if not all(configs) or not all("=" in word or word.startswith("~") for words in configs for word in words):
+        parser.refuse(f"{parser.parse_args().configs!r}: give each config as its train.py overrides (key=value), "
+                      "e.g. \"trainer.accelerator=cpu model=nano\".")
+    from gptlab.tools.benchmarks.train_memory import main as run
+
+    run(configs)
+
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-        print(__doc__)
-        sys.exit(0 if len(sys.argv) > 1 else 2)
-    main([arg.split() for arg in sys.argv[1:]])
+    main()

@@ -27,7 +27,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from gptlab.errors import ConfigError
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser, existing_dir, writable_dir
+from gptlab.launch.cli import user_errors_exit
 from gptlab.report.tensorboard_bands import BANDS_DIR
 
 DOCUMENTED = ["train", "val"]  # docs/run-outputs.md#tensorboard: a run's first two groups, expanded, in both tabs
@@ -231,8 +232,9 @@ def first_groups_ok(groups: list[dict], expected: list[str]) -> bool:
 @user_errors_exit
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("logdir", type=Path, help="a run dir or a sweep dir (what you pass to tensorboard --logdir)")
-    parser.add_argument("--screenshots", type=Path, help="write a PNG of each tab into this dir")
+    parser.add_argument("logdir", type=existing_dir,
+                        help="a run dir or a sweep dir (what you pass to tensorboard --logdir)")
+    parser.add_argument("--screenshots", type=writable_dir, help="write a PNG of each tab into this dir")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium",
                         help="the Chromium executable; default: chromium on PATH")
     args = parser.parse_args()

@@ -14,7 +14,8 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 from pathlib import Path
 
 from gptlab.checkpoint.convert import to_one_file
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser
+from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.write_targets import check_new_file
 
 

@@ -16,23 +16,33 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 from pathlib import Path
 
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.fields import must
+from gptlab.launch.arguments import Arg, ArgumentParser, positive_int, positive_number, writable_file
+from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.write_targets import check_new_file
-from gptlab.tools.coord_check import CoordSetup, coord_check, plot, slopes
+
+# n_embd split over the 4 heads (gptlab.tools.coord_check.CoordSetup.n_head)
+WIDTH = Arg(int, must(lambda v: isinstance(v, int) and v >= 4 and v % 4 == 0, "a multiple of 4 (n_head is 4), e.g. 64",
+                      number=True))
 
 
 @user_errors_exit
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512, 1024], help="n_embd values")
-    parser.add_argument("--steps", type=int, default=3, help="Adam steps before measuring")
-    parser.add_argument("--lr", type=float, default=3e-3, help="Adam's lr (mup's hidden matrices get lr / r)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds averaged (geometric mean) per width")
-    parser.add_argument("--out", type=Path, default=Path("coord_check.png"), help="where the plot goes")
+    parser.add_argument("--widths", type=WIDTH, nargs="+", default=[64, 128, 256, 512, 1024], help="n_embd values")
+    parser.add_argument("--steps", type=positive_int, default=3, help="Adam steps before measuring")
+    parser.add_argument("--lr", type=positive_number, default=3e-3, help="Adam's lr (mup's hidden matrices get lr / r)")
+    parser.add_argument("--seeds", type=positive_int, default=2, help="seeds averaged (geometric mean) per width")
+    parser.add_argument("--out", type=writable_file, default=Path("coord_check.png"), help="where the plot goes")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args()
+    if len(set(args.widths)) < 2:
+        parser.refuse(f"--widths {' '.join(map(str, args.widths))}: a slope needs at least two widths, e.g. "
+                      "--widths 64 128 256.")
     check_new_file("--out", args.out, args.overwrite, "--overwrite")
-    widths = sorted(args.widths)
+    from gptlab.tools.coord_check import CoordSetup, coord_check, plot, slopes
+
+    widths = sorted(set(args.widths))
     setup = CoordSetup(widths=tuple(widths), base_width=widths[0], steps=args.steps, lr=args.lr,
                        seeds=tuple(range(args.seeds)))
     tables = {name: coord_check(setup, name) for name in ("standard", "mup")}

@@ -15,17 +15,20 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 import sys
 import time
 
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
-from gptlab.tools.doctor import run
+from gptlab.launch.arguments import ArgumentParser, device, positive_int
+from gptlab.launch.cli import user_errors_exit
 
 
 @user_errors_exit
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default=None, help="cuda | cpu; default: cuda when available")
-    parser.add_argument("--attention-T", type=int, default=None, help="sequence length of the attention checks")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (best is kept)")
+    parser.add_argument("--device", type=device, default=None, help="cuda | cpu; default: cuda when available")
+    parser.add_argument("--attention-T", type=positive_int.e_g("2048"), default=None,
+                        help="sequence length of the attention checks")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed repeats per measurement (best is kept)")
     args = parser.parse_args()
+    from gptlab.tools.doctor import run
+
     start = time.perf_counter()
     report = run(args.device, args.attention_T, args.repeats)
     print(report.table())

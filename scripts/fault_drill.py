@@ -17,22 +17,24 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 # isort: split
 
 import sys
-from pathlib import Path
 
+from gptlab.launch.arguments import number, positive_int, seed, writable_dir
 from gptlab.tools.drill_cli import drill_parser
-from gptlab.tools.fault_drill import run_drill
 
 
 def main() -> None:
     parser = drill_parser(__doc__)
-    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs before the run may finish")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the kill moments and the training run")
-    parser.add_argument("--aimed", type=float, default=0.4, help="share of kills aimed at checkpoint writes")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: enough for the kills)")
-    parser.add_argument("--checkpoint-every", type=int, default=4, help="optimizer steps between checkpoints")
-    parser.add_argument("--tmpdir", type=Path, default=None,
+    parser.add_argument("--kills", type=positive_int, default=20, help="SIGKILLs before the run may finish")
+    parser.add_argument("--seed", type=seed, default=0, help="seeds the kill moments and the training run")
+    parser.add_argument("--aimed", type=number(0.0, 1.0), default=0.4, help="share of kills aimed at checkpoint writes")
+    parser.add_argument("--steps", type=positive_int.e_g("200"), default=None,
+                        help="training steps (default: enough for the kills)")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=4, help="optimizer steps between checkpoints")
+    parser.add_argument("--tmpdir", type=writable_dir, default=None,
                         help="$TMPDIR of the runs (default: a tmpfs mounted as root, else /dev/shm)")
     args = parser.parse_args()
+    from gptlab.tools.fault_drill import run_drill
+
     result, seconds = run_drill(args.kills, args.seed, args.steps, args.checkpoint_every, args.aimed, args.workdir,
                                 args.tmpdir, args.keep)
     print(result.table(seconds))

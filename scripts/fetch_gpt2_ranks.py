@@ -7,20 +7,17 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-from pathlib import Path
 
-from gptlab.config.ranges import writable_dir
 from gptlab.data.ranks import DEFAULT_CACHE, fetch_gpt2_ranks
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser, writable_dir
+from gptlab.launch.cli import user_errors_exit
 
 
 @user_errors_exit
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where gpt2.tiktoken is written")
-    cache_dir = parser.parse_args().cache_dir
-    writable_dir("--cache-dir", str(cache_dir))  # a file in the way is one message, not a FileExistsError
-    print(fetch_gpt2_ranks(cache_dir))
+    parser.add_argument("--cache-dir", type=writable_dir, default=DEFAULT_CACHE, help="where gpt2.tiktoken is written")
+    print(fetch_gpt2_ranks(parser.parse_args().cache_dir))  # a file in the way is refused by --cache-dir's type
 
 
 if __name__ == "__main__":

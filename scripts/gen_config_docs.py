@@ -5,18 +5,18 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-import argparse
 import sys
 from pathlib import Path
 
 from gptlab.atomic import atomic_write_text
 from gptlab.config.reference import page
+from gptlab.launch.arguments import ArgumentParser
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "configuration.md"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args()
     text = page()

@@ -16,7 +16,8 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 from pathlib import Path
 
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser, writable_file
+from gptlab.launch.cli import user_errors_exit
 from gptlab.report.mup_transfer import plot_transfer, transfer_table, transfer_verdicts, width_curves
 from gptlab.report.output_dir import report_dir
 from gptlab.runs.write_targets import check_new_file
@@ -26,7 +27,8 @@ from gptlab.runs.write_targets import check_new_file
 def main() -> None:
     parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sweep_dir", type=Path, help="the sweep dir `train.py -m experiment=mup_transfer` printed")
-    parser.add_argument("--out", type=Path, default=None, help="the plot; default <sweep_dir>/mup_transfer.png")
+    parser.add_argument("--out", type=writable_file, default=None,
+                        help="the plot; default <sweep_dir>/mup_transfer.png")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args()
     if args.out is not None:

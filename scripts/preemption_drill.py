@@ -18,16 +18,19 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 import sys
 import time
 
+from gptlab.launch.arguments import positive_int, positive_number, seed
 from gptlab.tools.drill_cli import drill_parser
-from gptlab.tools.preemption_drill import drill_cases, outcome_row, run_preemption_drill
 
 
 def main() -> None:
     parser = drill_parser(__doc__)
-    parser.add_argument("--repeats", type=int, default=10, help="SIGTERMs to rank 0, and as many to rank 1")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the aimed steps and the random moments")
-    parser.add_argument("--deadline", type=float, default=60.0, help="seconds from a signal to the end of all ranks")
+    parser.add_argument("--repeats", type=positive_int, default=10, help="SIGTERMs to rank 0, and as many to rank 1")
+    parser.add_argument("--seed", type=seed, default=0, help="seeds the aimed steps and the random moments")
+    parser.add_argument("--deadline", type=positive_number, default=60.0,
+                        help="seconds from a signal to the end of all ranks")
     args = parser.parse_args()
+    from gptlab.tools.preemption_drill import drill_cases, outcome_row, run_preemption_drill
+
     started = time.perf_counter()
     outcomes = run_preemption_drill(drill_cases(args.repeats, args.seed), args.seed, args.deadline, args.workdir,
                                     args.keep, report=lambda o: print(outcome_row(o), flush=True))

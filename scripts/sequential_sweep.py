@@ -26,7 +26,8 @@ from pathlib import Path
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
-from gptlab.launch.cli import ArgumentParser, user_errors_exit
+from gptlab.launch.arguments import ArgumentParser, integer, positive_int, positive_number, probability
+from gptlab.launch.cli import user_errors_exit
 from gptlab.report.sequential import PLAN_FILE, look_alphas, look_verdicts, looks, plan_refusal
 from gptlab.report.stats import verdict
 
@@ -66,17 +67,19 @@ def check_plan(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", type=Path, help="the sequential sweep's dir: one sweep dir per round inside")
-    parser.add_argument("--start", type=int, default=3, help="seeds per arm at the first look (default 3)")
-    parser.add_argument("--step", type=int, default=2, help="seeds per arm each round adds (default 2)")
-    parser.add_argument("--budget", type=int, default=9, help="the most seeds per arm (default 9)")
+    parser.add_argument("--start", type=integer(2), default=3, help="seeds per arm at the first look (default 3)")
+    parser.add_argument("--step", type=positive_int, default=2, help="seeds per arm each round adds (default 2)")
+    parser.add_argument("--budget", type=integer(2), default=9, help="the most seeds per arm (default 9)")
     parser.add_argument("--baseline", help="the variant compared against, k=v (default: the first variant)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="family-wise error over all looks (default 0.05)")
-    parser.add_argument("--margin", type=float, default=None, help="equivalence margin: equivalent also decides")
+    parser.add_argument("--alpha", type=probability, default=0.05,
+                        help="family-wise error over all looks (default 0.05)")
+    parser.add_argument("--margin", type=positive_number.e_g("0.005"), default=None,
+                        help="equivalence margin: equivalent also decides")
     parser.add_argument("overrides", nargs="+", help="train.py's overrides after --, without seed")
     args = parser.parse_args()
-    if not 2 <= args.start <= args.budget or args.step < 1:
-        raise ConfigError(f"--start {args.start} --step {args.step} --budget {args.budget}: use 2 <= --start <= "
-                          "--budget and --step >= 1, e.g. --start 3 --step 2 --budget 9.")
+    if args.start > args.budget:
+        parser.refuse(f"--start {args.start} --budget {args.budget}: the first look cannot have more seeds than the "
+                      "budget; use --start <= --budget, e.g. --start 3 --step 2 --budget 9.")
     check_plan(args)
     counts = looks(args.start, args.step, args.budget)
     shares = look_alphas(counts, args.alpha)

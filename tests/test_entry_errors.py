@@ -211,7 +211,7 @@ MISSING_PROBES = [
     ("convert_checkpoint", "scripts/convert_checkpoint.py", [], ["checkpoint, out", "--help"]),
     ("fetch_gpt2_ranks", "scripts/fetch_gpt2_ranks.py", ["--cache_dir", "x"], ["--cache_dir", "--help"]),
     ("doctor", "scripts/doctor.py", ["--devices", "cpu"], ["--devices", "--help"]),
-    ("fault_drill", "scripts/fault_drill.py", ["--kills", "many"], ["--kills", "'many'", "--help"]),
+    ("fault_drill", "scripts/fault_drill.py", ["--kills", "many"], ["--kills", "'many'", "e.g. --kills=20"]),
     ("preemption_drill", "scripts/preemption_drill.py", ["--repeats"], ["--repeats", "--help"]),
     # a `+key` the entry point would not read (train's own: test_config_check.py)
     ("eval-appended", "src/eval.py", ["ckpt_path=nosuch.ckpt", "+val_los=1"], ["val_loss?"]),

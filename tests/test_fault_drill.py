@@ -49,6 +49,24 @@ def test_a_failed_drill_keeps_the_logs_its_message_names(tmp_path: Path, monkeyp
     assert named.read_text() == "what went wrong"
 
 
+def test_a_drill_that_raises_leaves_nothing_of_its_own(tmp_path: Path, monkeypatch) -> None:
+    """An error or Ctrl-C inside the drill removes its run dirs (issue 54: nothing left behind); --keep keeps them."""
+    from gptlab.tools import fault_drill
+
+    def interrupted(self, kills, aimed_share):  # type: ignore[no-untyped-def]
+        (self.root / "attempt001.log").write_text("half a drill")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fault_drill.Drill, "run", interrupted)
+    (tmp_path / "tmp").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        run_drill(kills=2, workdir=tmp_path, tmpdir=tmp_path / "tmp")
+    assert [p.name for p in tmp_path.iterdir()] == ["tmp"]
+    with pytest.raises(KeyboardInterrupt):
+        run_drill(kills=2, workdir=tmp_path, tmpdir=tmp_path / "tmp", keep=True)
+    assert len(list(tmp_path.glob("fault-drill-*/attempt001.log"))) == 1
+
+
 def test_kill_steps_are_drawn_from_the_steps_left_not_from_the_clock(tmp_path: Path) -> None:
     """Each kill's step follows the one the attempt resumes from and leaves room for the kills still to come."""
     from gptlab.tools.fault_drill import Drill

@@ -120,7 +120,7 @@ def test_a_spent_budget_starts_nothing_and_says_so(tmp_path: Path) -> None:
 
 def test_cpu_runs_only_at_toy_sizes(tmp_path: Path) -> None:
     proc = gpu_check("--device", "cpu", out=tmp_path)
-    assert proc.returncode == 1 and "--device cpu runs only at toy sizes: add --tiny" in proc.stderr
+    assert proc.returncode == 2 and "--device cpu runs only at toy sizes: add --tiny" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

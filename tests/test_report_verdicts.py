@@ -9,7 +9,6 @@ import pytest
 from scipy import stats
 from test_report_stats import make_job, make_sweep, verdict_line
 
-from gptlab.errors import ConfigError
 from gptlab.report.equivalence import EQUIVALENT, equivalence, tost_seeds
 from gptlab.report.family import holm
 from gptlab.report.power import detectable_effect, pooled_sigma, power, seeds_needed
@@ -182,9 +181,19 @@ def test_margin_and_effect_give_equivalence_and_seeds(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("option", ["margin", "effect"])
-def test_a_margin_or_effect_that_is_not_positive_is_refused(tmp_path, option) -> None:
-    with pytest.raises(ConfigError, match=f"--{option} -0.1: give a positive loss difference"):
-        write_report(seeded_sweep(tmp_path, {"learned": BASE, "rope": BASE}), **{option: -0.1})
+def test_a_margin_or_effect_that_is_not_positive_is_refused(tmp_path, option, capsys) -> None:
+    import runpy
+    import sys
+    from unittest import mock
+
+    from helpers import ROOT
+
+    sweep = seeded_sweep(tmp_path, {"learned": BASE, "rope": BASE})
+    with mock.patch.object(sys, "argv", ["scripts/ablation_report.py", str(sweep), f"--{option}", "-0.1"]), \
+            pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "ablation_report.py"), run_name="__main__")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith(f"gptlab: error: --{option}='-0.1' is invalid: use a number in (0, inf)")
 
 
 def test_tensorboard_gets_each_variants_seed_band(tmp_path) -> None:

@@ -189,8 +189,9 @@ def read(message: str, case: Case, root: Path) -> list[tuple[str, Callable[[], t
                 and not value.startswith(("<", "{")):
             add(found.group(0), functools.partial(with_flag, argv, flag, value))
     if refused and refused not in SWITCHES and not refused.startswith("--out"):
-        described = re.search(r"is not one of ([\w, ]+)\.|choose from ([^)]*)\)", message)
-        values = re.findall(r"[\w.]+", (described.group(1) or described.group(2)) if described else "")
+        described = re.search(r"is not one of ([\w, ]+)\.|choose from ([^)]*)\)|use one of ([^.]*?)(?:, e\.g\.|\.)",
+                              message)
+        values = re.findall(r"[\w.]+", next(filter(None, described.groups())) if described else "")
         values += [v.rstrip(".") for v in re.findall(r"e\.g\. (?!--)([-\w.]+)", message)]
         values += re.findall(r"at least (\d+)", message)
         for value in values:
@@ -655,7 +656,7 @@ def test_a_bad_argument_of_a_report_is_one_line_and_writes_nothing(script: str, 
         runpy.run_path(str(ROOT / "scripts" / script), run_name="__main__")
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith("gptlab: error: ") and len(err.splitlines()) == 1, err
-    assert "--help" in err, err
+    assert "--help" in err or "e.g. --" in err, err  # the script's options, or a value that works
     assert sorted(p for p in tmp_path.rglob("*")) == before
 
 

@@ -7,55 +7,25 @@ OmegaConf has no validators and pydantic would be a second schema system beside 
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from gptlab.errors import ConfigError, is_int, is_number
-from gptlab.fields import Check, boolean, fail  # noqa: F401  (at the base: GPTConfig's checks use them too)
+from gptlab.fields import (  # noqa: F401  (at the base: GPTConfig's checks and scripts' arguments use them too)
+    Check,
+    boolean,
+    choice,
+    fail,
+    integer,
+    non_negative_int,
+    number,
+    optional,
+    positive_int,
+    seed,
+    text,
+    writable_dir,
+)
 from gptlab.metrics import LOGGED, PER_SOURCE, is_logged
-
-
-def integer(low: Optional[int] = None, high: Optional[int] = None) -> Check:
-    def check(field: str, value: Any) -> None:
-        if not is_int(value) or (low is not None and value < low) or (high is not None and value > high):
-            bounds = f" >= {low}" if high is None else f" in [{low}, {high}]"
-            raise fail(field, value, f"use an integer{bounds if low is not None else ''}")
-
-    return check
-
-
-positive_int = integer(1)
-non_negative_int = integer(0)
-
-
-def number(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False) -> Check:
-    def check(field: str, value: Any) -> None:
-        ok = is_number(value) and (value > low if low_open else value >= low)
-        ok = ok and (value < high if high_open else value <= high)
-        if not ok:
-            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
-            raise fail(field, value, f"use a number in {interval}")
-
-    return check
-
-
-def choice(*allowed: Any) -> Check:
-    def check(field: str, value: Any) -> None:
-        if not any(type(value) is type(a) and value == a for a in allowed):  # 1 is not True, "1" is not 1
-            raise fail(field, value, f"use one of {', '.join(repr(a) for a in allowed)}")
-
-    return check
-
-
-def optional(inner: Check) -> Check:
-    def check(field: str, value: Any) -> None:
-        if value is not None:
-            inner(field, value)
-
-    return check
 
 
 def either(*checks: Check, wanted: str) -> Check:
@@ -69,25 +39,6 @@ def either(*checks: Check, wanted: str) -> Check:
         raise fail(field, value, wanted)
 
     return check
-
-
-def text(field: str, value: Any) -> None:
-    if not isinstance(value, str) or not value:
-        raise fail(field, value, "use a non-empty string")
-
-
-def writable_dir(field: str, value: Any) -> None:
-    """A directory that exists and is writable, or can be created (its nearest existing parent is writable)."""
-    text(field, value)
-    path = Path(value).absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        problem = "not writable for this user" if existing.is_dir() else "not a directory"
-        instead = Path.home() / path.name
-        if instead.exists() and not instead.is_dir():  # e.g. the very file refused: a new name beside it
-            instead = instead.with_name(f"{instead.stem}-dir")
-        raise ConfigError(f"{field}={value!r} cannot be written: {existing} is {problem}; choose a directory you can "
-                          f"write to, e.g. {field}={instead}.")
 
 
 def logged_metric(field: str, value: Any) -> None:
@@ -136,9 +87,6 @@ def list_of_text(field: str, value: Any) -> None:
         raise fail(field, value, "use a list of strings")
 
 
-positive_int = integer(1)
-non_negative_int = integer(0)
-seed = integer(0, 2**32 - 1)
 
 
 def check_table(prefix: str, node: Any, table: dict[str, Check]) -> None:

@@ -3,15 +3,15 @@ traceback."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, NoReturn, TypeVar
+from typing import Any, Callable, TypeVar
 
 from gptlab.errors import NonFiniteLossError, PreemptedError, StoppedBySignal, find_config_error
+from gptlab.launch.arguments import ArgumentParser  # noqa: F401  (the scripts' parser, re-exported)
 from gptlab.launch.continuing import preempted_message
 from gptlab.signals import requeue_slurm_job
 
@@ -29,15 +29,6 @@ def global_rank() -> int:
 
 def is_rank_zero() -> bool:
     return global_rank() == 0
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser whose refusals are gptlab's one line (`gptlab: error: ...`, exit 2) with the way to the
-    script's options, instead of argparse's usage block and `<prog>: error:` line."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"gptlab: error: {message}; see `python {sys.argv[0]} --help`.", file=sys.stderr)
-        sys.exit(2)
 
 
 def _fused_member_interrupted(signum: int) -> bool:

@@ -120,8 +120,8 @@ def write_context_report(sweep_dir: Path, context: int, baseline: str | None = N
                          test: str = "paired", correction: str = "holm", margin: float | None = None,
                          effect: float | None = None) -> tuple[Path, Path]:
     """Writes context_report_<L>.md and loss_by_position.png into the sweep dir and returns both paths."""
-    check_options(None, "minmax", alpha)
-    check_verdict_options(test, correction, margin, effect)
+    check_options(None, "minmax")
+    check_verdict_options(test, correction)
     if context < 1:
         raise ConfigError(f"--context {context}: give a context length in tokens, e.g. --context 256.")
     jobs, _ = drop_repeats(load_sweep(sweep_dir))

@@ -51,7 +51,7 @@ def write_sweep_report(sweep_dir: Path, baseline: str | None = None, alpha: floa
                        correction: str = "holm", margin: float | None = None,
                        effect: float | None = None) -> tuple[Path, Path]:
     """Writes the sweep's report (markdown) and its plot into the sweep dir and returns both paths."""
-    check_options(x, band, alpha)
+    check_options(x, band)
     check_axis_keys(lr_key, size_key)
     jobs, _ = drop_repeats(load_sweep(sweep_dir))
     swept = differing_keys(jobs)

@@ -125,7 +125,10 @@ class SeparateTmpdir:
 
     def __exit__(self, *exc: object) -> None:
         if self.mounted is not None:
-            subprocess.run(["umount", "-l", str(self.mounted)], capture_output=True)
+            done = subprocess.run(["umount", "-l", str(self.mounted)], capture_output=True, text=True)
+            if done.returncode != 0:  # said, not hidden: a tmpfs left mounted in the user's workdir
+                print(f"gptlab: the drill's tmpfs at {self.mounted} could not be unmounted ({done.stderr.strip()}); "
+                      f"`umount -l {self.mounted}` removes it.", file=sys.stderr)
         elif self.given is None and self.path.parent == Path("/dev/shm"):
             shutil.rmtree(self.path, ignore_errors=True)
 
@@ -350,6 +353,7 @@ def run_drill(kills: int = 20, seed: int = 0, steps: Optional[int] = None, check
                              + ("; the SAME filesystem: pass tmpdir=<dir on another one>" if same else
                                 ", another filesystem"))
     finally:
-        if not keep and result is not None and result.passed:  # a failed drill keeps the logs its message names
+        # A failed drill keeps the logs its table names; one that raised or was interrupted leaves nothing of its own.
+        if not keep and (result is None or result.passed):
             shutil.rmtree(root, ignore_errors=True)
     return result, time.perf_counter() - started

@@ -12,9 +12,15 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.ranges import check_table, optional, positive_int, seed
+from gptlab.errors import ConfigError
 from gptlab.interop import save_pretrained
 from gptlab.model import GPT, GPTConfig
 from gptlab.preflight.devices import check_device
+
+# conf/bench_generate.yaml's own keys (the model's are GPTConfig's checks)
+CHECKS = {"prompt_len": positive_int, "new_tokens": positive_int, "batch": positive_int, "repeats": positive_int,
+          "seed": seed, "threads": optional(positive_int)}
 
 
 def _timed(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[float, torch.Tensor]:
@@ -29,15 +35,18 @@ def _timed(fn: Callable[[], torch.Tensor], device: torch.device) -> tuple[float,
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Tokens/s per contender and the cache's speed-up; decodes cfg.new_tokens greedy tokens per row."""
+    check_table("", cfg, CHECKS)
+    device = check_device("device", cfg.device)
+    model_cfg = GPTConfig.from_dict(OmegaConf.to_container(cfg.model, resolve=True))
+    if cfg.prompt_len + cfg.new_tokens > model_cfg.block_size:
+        raise ConfigError(f"prompt_len={cfg.prompt_len} + new_tokens={cfg.new_tokens} must fit "
+                          f"model.block_size={model_cfg.block_size}; use e.g. "
+                          f"new_tokens={max(1, model_cfg.block_size - cfg.prompt_len)}.")
     from transformers import AutoModelForCausalLM  # optional dependency, only for the reference
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = check_device("device", cfg.device)
     torch.manual_seed(cfg.seed)
-    model_cfg = GPTConfig.from_dict(OmegaConf.to_container(cfg.model, resolve=True))
-    if cfg.prompt_len + cfg.new_tokens > model_cfg.block_size:
-        raise ValueError(f"prompt_len + new_tokens must fit model.block_size={model_cfg.block_size}.")
     model = GPT(model_cfg).eval()
     with tempfile.TemporaryDirectory() as tmp:  # the same weights, through the export path
         save_pretrained(model, tmp)

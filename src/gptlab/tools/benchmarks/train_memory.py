@@ -20,7 +20,9 @@ import hydra
 from hydra import compose, initialize_config_dir
 
 from gptlab.config import ladder_steps  # noqa: F401  (registers ${gptlab.ladder_steps:r}, as train does)
+from gptlab.config.suggest import compose_message
 from gptlab.config.validate import check
+from gptlab.errors import ConfigError
 from gptlab.preflight.early_checks import build_model_config
 from gptlab.preflight.guards import resolve_accelerator
 from gptlab.preflight.planning import estimate_memory
@@ -66,8 +68,8 @@ def _ranks(root: int) -> dict[int, int]:
     return peaks
 
 
-def measure(overrides: list[str]) -> dict[str, Any]:
-    """Runs the config and returns its peaks, its estimate and its exit code."""
+def measure(overrides: list[str], est: Any) -> dict[str, Any]:
+    """Runs the config and returns its peaks, its estimate `est` and its exit code."""
     with tempfile.TemporaryDirectory(prefix="gptlab-train-memory-") as run_dir:
         before = mem_available()
         proc = subprocess.Popen([sys.executable, str(ROOT / "src" / "train.py"), *overrides, *STEPS,
@@ -81,7 +83,6 @@ def measure(overrides: list[str]) -> dict[str, Any]:
             used = max(used, before - mem_available())
             time.sleep(0.05)
         err = proc.stderr.read() if proc.stderr else ""
-    est = estimate(overrides)
     return {"overrides": overrides, "code": proc.returncode, "rank_peaks": sorted(peaks.values(), reverse=True),
             "machine_peak": used, "estimate_per_process": est.per_process, "estimate_total": est.total,
             "error": err.strip().splitlines()[-1] if proc.returncode and err.strip() else ""}
@@ -89,8 +90,14 @@ def measure(overrides: list[str]) -> dict[str, Any]:
 
 def estimate(overrides: list[str]) -> Any:
     """What train's memory check estimates for the same config (its own composition of train.yaml)."""
-    with initialize_config_dir(str(ROOT / "conf"), version_base=None):
-        cfg = compose("train", overrides=[*overrides, *STEPS, "paths.output_dir=/tmp"])
+    try:
+        with initialize_config_dir(str(ROOT / "conf"), version_base=None):
+            cfg = compose("train", overrides=[*overrides, *STEPS, "paths.output_dir=/tmp"])
+    except Exception as err:  # Hydra's compose errors, as train.py words them
+        said = compose_message(err)
+        if said is None:
+            raise
+        raise ConfigError(f"{' '.join(overrides)!r}: {said}") from err
     decided = check(cfg)
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
@@ -109,8 +116,9 @@ def row(result: dict[str, Any]) -> str:
 
 
 def main(configs: list[list[str]]) -> None:
+    estimates = [estimate(overrides) for overrides in configs]  # composed and checked before any is run
     print("| config | peak RSS per rank (GB) | machine peak in use (GB) | estimate per process (GB) | "
           "estimate total (GB) | estimate / largest rank | exit |")
     print("|---|---|---|---|---|---|---|")
-    for overrides in configs:
-        print(row(measure(overrides)), flush=True)
+    for overrides, est in zip(configs, estimates):
+        print(row(measure(overrides, est)), flush=True)

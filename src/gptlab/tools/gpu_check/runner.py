@@ -24,6 +24,7 @@ from typing import Optional
 
 import torch
 
+from gptlab.launch.arguments import ArgumentParser, number, writable_dir
 from gptlab.tools.gpu_check.carry import RANKS, install_missing, prepare
 from gptlab.tools.gpu_check.parts import PARTS, ROOT, Part
 
@@ -176,19 +177,29 @@ def write_report(out: Path, results: list[Result], line: str, took: str, setup: 
 
 
 def parse(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="gpu_check.py", description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--tiny", action="store_true", help="toy sizes (with --device cpu: under 3 minutes)")
     parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="default: all, in order")
     parser.add_argument("--fail", nargs="+", choices=list(PARTS), default=[],
                         help="make these parts fail at their start (checks that a failing part stops nothing)")
-    parser.add_argument("--budget", type=float, default=None, help="seconds for the whole run (default 540 on "
+    parser.add_argument("--budget", type=number(0.0).e_g("540"), default=None,
+                        help="seconds for the whole run (default 540 on "
                         f"cuda, {TINY_BUDGET_S} with --tiny); no part runs past it")
-    parser.add_argument("--out", type=Path, default=None, help="where the report goes (default $OUT, else "
+    parser.add_argument("--out", type=writable_dir, default=None, help="where the report goes (default $OUT, else "
                         "outputs/gpu_check)")
     parser.add_argument("--prepare", action="store_true", help="here, with network: download the wheels the GPU "
                         "machine lacks into .whl/ and fetch the GPT-2 ranks, then exit")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.prepare:
+        return args
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.refuse(f"--device cuda: torch {torch.__version__} sees no CUDA device; on a CPU run `python "
+                      "scripts/gpu_check.py --device cpu --tiny`.")
+    if args.device == "cpu" and not args.tiny:
+        parser.refuse("--device cpu runs only at toy sizes: add --tiny (`python scripts/gpu_check.py --device cpu "
+                      "--tiny`).")
+    return args
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -197,11 +208,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.prepare:
         print("\n".join(prepare()) or "nothing to fetch: .whl/ and the GPT-2 ranks are there")
         return 0
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"gpu_check.py: error: --device cuda: torch {torch.__version__} sees no CUDA device; on a "
-                         "CPU run `python scripts/gpu_check.py --device cpu --tiny`")
-    if args.device == "cpu" and not args.tiny:
-        raise SystemExit("gpu_check.py: error: --device cpu runs only at toy sizes: add --tiny")
     started = time.monotonic()
     budget = args.budget if args.budget is not None else (TINY_BUDGET_S if args.tiny else GPU_BUDGET_S)
     out = args.out or Path(os.environ.get("OUT") or ROOT / "outputs" / "gpu_check")
