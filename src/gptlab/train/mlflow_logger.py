@@ -3,9 +3,9 @@ safe when a sweep's jobs write to that one file at once.
 
 SQLite lets one process write at a time. MLflow waits up to 20 s for a busy file (PRAGMA busy_timeout), but two
 cases still fail in a multirun: the first processes to open a new store all find its tables missing and all run
-MLflow's schema migrations ("table ... already exists"), and a transaction that read before it wrote is refused
-at once ("database is locked") when another process wrote meanwhile, whatever the timeout. So the store is opened
-under a file lock beside the SQLite file (the first opener creates the tables, the others then find them), and
+MLflow's schema migrations over each other ("duplicate column name"), and a transaction that read before it wrote
+is refused at once ("database is locked") when another process wrote meanwhile, whatever the timeout. So the store
+is opened under a file lock beside the SQLite file (the first opener creates the tables, the others find them), and
 every call to the store that fails with "database is locked" is made again after a pause: a write is one
 transaction, refused whole, so trying again loses and doubles nothing. Two jobs creating the same experiment at
 once: the second finds the first's.
@@ -22,19 +22,20 @@ import logging
 import random
 import time
 from argparse import Namespace
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from gptlab import dir_lock
+from gptlab.runs.logged_files import MLFLOW_RUN_DIR_TAG as RUN_DIR_TAG
 from gptlab.train.run_loggers import run_params, without_epoch
 
 log = logging.getLogger(__name__)
 
-RUN_DIR_TAG = "gptlab.run_dir"  # the run dir a run logged from, resolved
 LOCKED = "database is locked"
 RETRY_FOR_S = 600.0  # a writer kept out this long by others is a store that is stuck, not busy: the error shows
 FIRST_PAUSE_S = 0.05
@@ -71,31 +72,31 @@ def retrying(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class RetryingClient:
-    """An MlflowClient whose every call is `retrying`; the store is opened under the file lock at the first call."""
+    """An MlflowClient whose every call is `retrying`."""
 
-    def __init__(self, client: Any, store_file: Optional[Path]) -> None:
-        self._client, self._store_file, self._opened = client, store_file, store_file is None
-
-    def _open(self) -> None:
-        lock_file = self._store_file.with_name(self._store_file.name + ".lock")
-        lock_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = dir_lock.wait_lock(lock_file, lambda who: None)
-        try:
-            retrying(self._client.search_experiments, max_results=1)  # creates the tables of a new store
-        finally:
-            dir_lock.release(fd)
-        self._opened = True
+    def __init__(self, client: Any) -> None:
+        self._client = client
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
         if not callable(attr):
             return attr
+        return lambda *args, **kwargs: retrying(attr, *args, **kwargs)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if not self._opened:
-                self._open()
-            return retrying(attr, *args, **kwargs)
-        return call
+
+@contextmanager
+def opening(store: Optional[Path]) -> Iterator[None]:
+    """Held while a process opens an SQLite store (MlflowClient creates a new store's tables as it is made): one
+    process at a time, beside the store's file; nothing for a store of another kind."""
+    if store is None:
+        yield
+        return
+    store.parent.mkdir(parents=True, exist_ok=True)
+    fd = dir_lock.wait_lock(store.with_name(store.name + ".lock"), lambda who: None)
+    try:
+        yield
+    finally:
+        dir_lock.release(fd)
 
 
 class RunMLFlowLogger(MLFlowLogger):
@@ -106,10 +107,11 @@ class RunMLFlowLogger(MLFlowLogger):
         if artifact_location is None and store is not None:
             artifact_location = (store.resolve().parent / "mlartifacts").as_uri()
         self._run_dir = str(Path(save_dir).resolve())
-        super().__init__(experiment_name=experiment_name, run_name=run_name or None, tracking_uri=tracking_uri,
-                         tags={**(tags or {}), RUN_DIR_TAG: self._run_dir}, save_dir=save_dir,
-                         artifact_location=artifact_location, **kwargs)
-        self._mlflow_client = RetryingClient(self._mlflow_client, store)
+        with opening(store):
+            retrying(super().__init__, experiment_name=experiment_name, run_name=run_name or None,
+                     tracking_uri=tracking_uri, tags={**(tags or {}), RUN_DIR_TAG: self._run_dir}, save_dir=save_dir,
+                     artifact_location=artifact_location, **kwargs)
+        self._mlflow_client = RetryingClient(self._mlflow_client)
 
     @property
     @rank_zero_experiment

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from argparse import Namespace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -19,9 +20,8 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from gptlab.atomic import atomic_write_text
+from gptlab.runs.logged_files import CSV_SAMPLES_FILE, CSV_WALL_TIME
 from gptlab.train.callbacks.hparams import experiment_params
-
-SAMPLES_FILE = "samples.csv"  # the CSV logger's text samples, beside its metrics.csv
 
 
 def run_params(params: Union[Mapping[str, Any], Namespace]) -> dict[str, Any]:
@@ -37,14 +37,15 @@ def without_epoch(metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 class RunCSVLogger(CSVLogger):
-    """metrics.csv (one row per step, a column per scalar), hparams.yaml, and samples.csv (step, tag, text)."""
+    """metrics.csv (a row per logged dict, a column per scalar, and when it was logged: wall_time, as TensorBoard
+    keeps for each point), hparams.yaml, and samples.csv (step, tag, text)."""
 
     def __init__(self, save_dir: str, name: str = "csv", version: Any = "", **kwargs: Any) -> None:
         super().__init__(save_dir, name=name, version=version if version != "" else None, **kwargs)
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
-        super().log_metrics(without_epoch(metrics), step)
+        super().log_metrics({**without_epoch(metrics), CSV_WALL_TIME: time.time()}, step)
 
     @rank_zero_only
     def log_hyperparams(self, params: Union[dict[str, Any], Namespace], *args: Any, **kwargs: Any) -> None:
@@ -53,21 +54,12 @@ class RunCSVLogger(CSVLogger):
     @rank_zero_only
     def log_sample(self, tag: str, text: str, step: int) -> None:
         """Rewrites samples.csv whole with the new row (a few rows per validation): never a half-written row."""
-        path = Path(self.log_dir) / SAMPLES_FILE
+        path = Path(self.log_dir) / CSV_SAMPLES_FILE
         old = path.read_text() if path.exists() else "step,tag,text\r\n"
         row = io.StringIO()
         csv.writer(row).writerow([step, tag, text])
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, old + row.getvalue())
-
-
-def read_samples(log_dir: Path) -> list[tuple[int, str, str]]:
-    """(step, tag, text) of each sample a RunCSVLogger wrote under `log_dir`."""
-    path = Path(log_dir) / SAMPLES_FILE
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return [(int(r["step"]), r["tag"], r["text"]) for r in csv.DictReader(f)]
 
 
 class RunWandbLogger(WandbLogger):
