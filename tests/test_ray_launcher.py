@@ -16,9 +16,9 @@ pytest.importorskip("ray", reason="hydra/launcher=ray's test needs the ray packa
 
 
 def _args(sweep: Path) -> list[str]:
-    return ["-m", *TINY, "hydra/launcher=ray", "+hydra.launcher.init={num_cpus:2}", "trainer.max_steps=2",
-            "trainer.val_check_interval=2", "callbacks.text_samples=null", "callbacks.stability_probes=null",
-            "model.z_loss=0.0,-1.0", f"hydra.sweep.dir={sweep}"]
+    return ["-m", *TINY, "hydra/launcher=ray", "+hydra.launcher.init={num_cpus:2,include_dashboard:false}",
+            "trainer.max_steps=2", "trainer.val_check_interval=2", "callbacks.text_samples=null",
+            "callbacks.stability_probes=null", "model.z_loss=0.0,-1.0", f"hydra.sweep.dir={sweep}"]
 
 
 @pytest.fixture(scope="module")
