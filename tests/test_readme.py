@@ -46,6 +46,7 @@ NOT_RUNNABLE = {
     "tensorboard --logdir": "starts a server that runs until stopped",
     "hydra/launcher=submitit_slurm": "needs a SLURM cluster",
     "hydra/launcher=local_gpus": "needs GPUs; tests/test_gpu_launcher.py runs the launcher over fake GPU ids",
+    "hydra.launcher.address=": "needs a Ray cluster; tests/test_ray_launcher.py runs the launcher on a local instance",
     "data=openwebtext": "streams a dataset from the Hugging Face hub (network)",
     "scripts/bench_": "benchmarks run for minutes on a CPU; each prints ratios measured in one run",
     "from_pretrained(\"path/to/gpt2\")": "needs a real GPT-2 checkpoint from the Hugging Face hub (network)",

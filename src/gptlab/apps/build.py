@@ -153,17 +153,21 @@ def instantiate_dict(group: DictConfig | None) -> dict[str, Any]:
             if node is not None and "_target_" in node}
 
 
+# The run name's key in each logger: TensorBoard's and CSV's subdir (version), MLflow's run_name, W&B's name.
+RUN_NAME_KEYS = ("version", "run_name", "name")
+
+
 def instantiate_loggers(group: DictConfig | None, run_name: str) -> list[Any]:
-    """The loggers; a TensorBoard run gets a version (its subdir under <run dir>/tensorboard/) that TensorBoard's run
-    list shows: a sweep job's differing overrides, so it says which job is which without the HParams tab, and a
-    single run's name (cfg.name: train, or the experiment's), not a bare `tensorboard`."""
+    """The loggers; each names the run as TensorBoard's run list shows it: a sweep job's differing overrides, so it
+    says which job is which without the HParams tab, and a single run's name (cfg.name: train, or the experiment's),
+    not a bare `tensorboard`. The key that takes the name is the first of RUN_NAME_KEYS a node leaves empty ("")."""
     name = sweep_jobs.sweep_job_name() or run_name
     loggers = []
     for node in (group or {}).values():
         if node is None or "_target_" not in node:
             continue
-        named = name and node._target_.endswith("TensorBoardLogger") and node.get("version") == ""
-        loggers.append(hydra.utils.instantiate(node, **({"version": name} if named else {})))
+        key = next((k for k in RUN_NAME_KEYS if node.get(k) == ""), None)
+        loggers.append(hydra.utils.instantiate(node, **({key: name} if key and name else {})))
     return loggers
 
 

@@ -8,7 +8,7 @@ node's schema by its `_target_` and checks its values, and a node of another tar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import gptlab.config.ranges as c
 from gptlab.config.fields import setting
@@ -106,7 +106,45 @@ class TensorBoardLogger:
         False, "log Lightning's placeholder hp_metric (gptlab logs val-best/loss)", c.boolean)
 
 
+# A logger's run-name key: "" (train() sets the run's name) or a name of your own.
+RUN_NAME = c.either(c.choice(""), c.text, wanted='use a name, or "" for the run\'s own')
+
+
+@dataclass
+class CSVLogger:
+    _target_: str = "gptlab.train.run_loggers.RunCSVLogger"
+    save_dir: str = setting(help="the run dir", check=c.text)
+    name: str = setting("csv", "subdir of save_dir", c.text)
+    version: Any = setting("", "set by train(): the run's name, or a sweep job's overrides (never version_N)",
+                           RUN_NAME)
+
+
+@dataclass
+class WandbLogger:
+    _target_: str = "gptlab.train.run_loggers.RunWandbLogger"
+    needs_package: ClassVar[str] = "wandb"
+    save_dir: str = setting(help="the run dir: the run lands in <run dir>/wandb/", check=c.text)
+    offline: bool = setting(True, "true: no account, no network (`wandb sync <run dir>/wandb/offline-run-*` uploads "
+                            "it later); false: logs to wandb.ai as you (`wandb login` first)", c.boolean)
+    project: str = setting("gptlab", "the W&B project", c.text)
+    group: str = setting("${name}", "groups the runs of a sweep (the experiment's name)", c.text)
+    name: str = setting("", "set by train(): the run's name, or a sweep job's overrides", RUN_NAME)
+
+
+@dataclass
+class MLFlowLogger:
+    _target_: str = "gptlab.train.mlflow_logger.RunMLFlowLogger"
+    needs_package: ClassVar[str] = "mlflow"
+    tracking_uri: str = setting("${paths.tracking_uri}", "the MLflow store (paths.tracking_uri)", c.text)
+    save_dir: str = setting(help="the run dir: each MLflow run is tagged with it", check=c.text)
+    experiment_name: str = setting("${name}", "the MLflow experiment (the run's or the experiment's name)", c.text)
+    run_name: str = setting("", "set by train(): the run's name, or a sweep job's overrides", RUN_NAME)
+    artifact_location: Optional[str] = setting(
+        None, "where a new MLflow experiment keeps artifacts (text samples); null = mlartifacts/ beside an SQLite "
+        "store", c.optional(c.text))
+
+
 BY_TARGET: dict[str, type] = {schema._target_: schema for schema in (  # type: ignore[attr-defined]
     ModelCheckpoint, PreemptionCheckpoint, TokenThroughput, TextSamples, StepProgressBar, StabilityProbes,
-    LossSpikeGuard, ZeroShotEval, TensorBoardLogger)}
+    LossSpikeGuard, ZeroShotEval, TensorBoardLogger, CSVLogger, WandbLogger, MLFlowLogger)}
 BY_TARGET["lightning.pytorch.callbacks.ModelCheckpoint"] = ModelCheckpoint  # the class gptlab's extends, same options

@@ -40,7 +40,8 @@ BASE_FILES: dict[str, type] = {
     "scheduler/cosine.yaml": s.Cosine, "scheduler/wsd.yaml": s.WarmupStableDecay, "scheduler/constant.yaml": s.Constant,
 }
 # conf/ files of named constructor nodes (not typed): each node is compared with the schema of its `_target_`.
-NODE_FILES = ("callbacks/default.yaml", "logger/tensorboard.yaml")
+NODE_FILES = ("callbacks/default.yaml", "logger/tensorboard.yaml", "logger/csv.yaml", "logger/wandb.yaml",
+              "logger/mlflow.yaml")
 # (file, key) whose YAML value differs from the schema's on purpose, with the reason in the field's help.
 CONF_CHOICES = {
     # GPTConfig is also the Python API, whose default keeps the exact vocabulary; conf/ pads it on CUDA GPUs.

@@ -41,6 +41,9 @@ SECTIONS: tuple[tuple[str, str, type], ...] = (
     ("callbacks.loss_spike", "conf/callbacks/default.yaml", cb.LossSpikeGuard),
     ("callbacks.zero_shot", "conf/callbacks/default.yaml", cb.ZeroShotEval),
     ("logger.tensorboard", "conf/logger/tensorboard.yaml", cb.TensorBoardLogger),
+    ("logger.csv", "logger=csv, conf/logger/csv.yaml", cb.CSVLogger),
+    ("logger.wandb", "logger=wandb, conf/logger/wandb.yaml", cb.WandbLogger),
+    ("logger.mlflow", "logger=mlflow, conf/logger/mlflow.yaml", cb.MLFlowLogger),
     ("paths", "conf/paths/default.yaml", s.Paths),
 )
 HIDDEN = {"_target_", "_partial_"}

@@ -148,6 +148,9 @@ class Paths:
     log_dir: str = setting("outputs", "all runs and sweeps", c.writable_dir)
     output_dir: str = setting("${gptlab.output_dir:}", "this job's run dir (Hydra creates it)",
                               c.writable_dir)
+    tracking_uri: str = setting("sqlite:///${paths.log_dir}/mlflow.db",
+                                "the MLflow store logger=mlflow writes to: an SQLite file under log_dir (no server), "
+                                "or a server's http://host:5000", c.text)
 
 
 @dataclass

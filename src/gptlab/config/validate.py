@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -77,11 +78,21 @@ def check_node(prefix: str, node: DictConfig, set_values_only: bool = False) -> 
     schema = schema_of(node)
     if schema is None:
         return
+    check_package(prefix.rstrip("."), getattr(schema, "needs_package", None))
     fields = schema_fields(schema)
     extra = [k for k in node.keys() if k not in fields and (prefix or k != "hydra")]  # Hydra's node, in a callback
     if extra:
         check_appended(prefix, node, schema, extra)
     check_fields(prefix, node, schema, set_values_only)
+
+
+def check_package(field: str, package: Optional[str]) -> None:
+    """A node whose class needs a package gptlab does not install by default (logger=wandb, logger=mlflow): one
+    line with the install command, before anything is built, not Lightning's ModuleNotFoundError from inside it."""
+    if package is not None and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"{field} needs the {package} package, which is not installed: pip install {package} (or "
+                          f"pip install -e \".[{package}]\" in a gptlab checkout), or log with another: "
+                          "logger=tensorboard.")
 
 
 def check_fields(prefix: str, node: DictConfig, schema: type, set_values_only: bool = False) -> None:

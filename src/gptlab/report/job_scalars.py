@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from gptlab.report.logged_scalars import read_logged
 from gptlab.runs.run_dir import event_files, steps_done_offset
 
 ATTN_LOGIT_PREFIX = "x_probes/attn_logit_max/"  # one tag per layer (train.callbacks.stability)
@@ -21,12 +22,16 @@ def report_tag(tag: str) -> bool:
 def read_scalars(job_dir: Path, wanted: Callable[[str], bool] = report_tag
                  ) -> tuple[dict[str, dict[int, tuple[float, float]]], float | None]:
     """{tag: {optimizer steps done: (wall time, value)}} for the wanted tags, and the job's first event time; a
-    resumed job's later event file wins for a step logged twice."""
+    resumed job's later event file wins for a step logged twice. A job without TensorBoard events is read from
+    the other loggers it ran with (report.logged_scalars: logger=csv, mlflow, wandb)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    files = event_files(job_dir)
+    if not files:
+        return read_logged(job_dir, wanted)
     scalars: dict[str, dict[int, tuple[float, float]]] = {}
     start = None
-    for path in event_files(job_dir):
+    for path in files:
         acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
         acc.Reload()
         start = _first_event_time(acc) if start is None else start  # the job's first event: oldest file first

@@ -1,4 +1,5 @@
-"""Generated text after every validation, in TensorBoard's text tab: the quickest sanity check of a run."""
+"""Generated text after every validation, in TensorBoard's text tab (and every other logger of the run that takes
+text: `log_sample`, gptlab.train.run_loggers): the quickest sanity check of a run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from typing import Optional, Sequence
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from gptlab.execution.fsdp_strategy import shards_weights
@@ -40,7 +40,7 @@ class TextSamples(L.Callback):
 
     @rank_zero_only
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        writers = [lg.experiment for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+        writers = [lg for lg in trainer.loggers if hasattr(lg, "log_sample")]
         tokenizer = getattr(trainer.datamodule, "tokenizer", None)
         if not writers or tokenizer is None or trainer.sanity_checking or not getattr(self, "_enabled", True):
             return
@@ -57,6 +57,5 @@ class TextSamples(L.Callback):
                 out = model.generate(idx, self.max_new_tokens, temperature=self.temperature, top_k=self.top_k)
                 text = tokenizer.decode(out[0].tolist())
                 for writer in writers:
-                    # Indented four spaces: TensorBoard renders markdown, and this keeps the text verbatim.
-                    writer.add_text(f"samples/{i}", "    " + text.replace("\n", "\n    "), trainer.global_step)
+                    writer.log_sample(f"samples/{i}", text, trainer.global_step)
         model.train(was_training)
