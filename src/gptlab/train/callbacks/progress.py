@@ -10,12 +10,13 @@ training stops on an exception, so what gptlab prints then starts on a line of i
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any, Optional
 
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar
 from tqdm import tqdm
+
+from gptlab.execution.fused import clock
 
 
 class StepProgressBar(ProgressBar):
@@ -40,7 +41,7 @@ class StepProgressBar(ProgressBar):
             return
         self._bar = tqdm(total=trainer.max_steps, initial=trainer.global_step, unit="step", dynamic_ncols=True,
                          file=sys.stderr, desc="train", smoothing=0.1)
-        self._last = (trainer.global_step, time.perf_counter())
+        self._last = (trainer.global_step, clock())
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
         bar = self._bar
@@ -49,7 +50,7 @@ class StepProgressBar(ProgressBar):
         step = trainer.global_step
         if step % self.refresh_rate and step < trainer.max_steps:
             return
-        now = time.perf_counter()
+        now = clock()
         steps, seconds = step - self._last[0], now - self._last[1]
         tokens_per_step = getattr(pl_module, "tokens_per_step", None)
         postfix = self._postfix
