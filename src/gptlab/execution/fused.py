@@ -53,6 +53,7 @@ class _Request:
     label_smoothing: float
     z_loss: float
     mtp: Optional[torch.Tensor] = None  # this step's multi-token weights (model/mtp.py), None without them
+    autocast: tuple = field(default_factory=lambda: autocast_state())  # the member's precision, thread-local in torch
     rng: Optional[dict[str, Any]] = None  # the member's random streams (checkpoint/rng.py), advanced by its dropout
     result: Optional[tuple[LossParts, list[torch.Tensor]]] = None
     error: Optional[BaseException] = None
@@ -173,7 +174,25 @@ def step_signature(request: _Request) -> tuple:
                     for name, t in [*model.named_parameters(), *model.named_buffers()])
     shapes = tuple(None if t is None else tuple(t.shape) for t in (request.idx, request.targets, request.doc_ids))
     return (repr(sorted((k, repr(v)) for k, v in config.items() if k not in MEMBER_MODEL_FIELDS)), attrs, tensors,
-            shapes)
+            shapes, request.autocast)
+
+
+AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_state() -> tuple:
+    """This thread's autocast (Lightning's precision plugin sets it around a member's training step): (device,
+    enabled, dtype) for each device type."""
+    return tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in AUTOCAST_DEVICES)
+
+
+def _autocast(state: tuple) -> contextlib.ExitStack:
+    """The members' autocast, entered in whichever thread runs their round."""
+    stack = contextlib.ExitStack()
+    for device, enabled, dtype in state:
+        if enabled or torch.is_autocast_enabled(device):
+            stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled))
+    return stack
 
 
 def fused_step(requests: list[_Request]) -> list[tuple[LossParts, list[torch.Tensor]]]:
@@ -193,12 +212,13 @@ def fused_step(requests: list[_Request]) -> list[tuple[LossParts, list[torch.Ten
         return functional_call(models[0], (p, b), (x,), {"doc_ids": d} if d is not None else {})
 
     with torch.enable_grad(), _FusedForward(requests).installed():
-        # randomness="same": the only random draws are the members' own dropout calls (_FusedForward), on unbatched
-        # slices, which vmap's default ("error") would refuse.
-        logits = vmap(logits_of, in_dims=(0, 0, 0, 0 if with_docs else None), randomness="same")(
-            params, buffers, idx, docs)
-        parts = [loss_parts(member_logits, r.targets, r.model.config.vocab_size, r.label_smoothing, r.z_loss, r.mtp)
-                 for member_logits, r in zip(logits.unbind(0), requests)]
+        with _autocast(requests[0].autocast):  # the forward and loss, as a member's training_step runs them
+            # randomness="same": the only random draws are the members' own dropout calls (_FusedForward), on
+            # unbatched slices, which vmap's default ("error") would refuse.
+            logits = vmap(logits_of, in_dims=(0, 0, 0, 0 if with_docs else None), randomness="same")(
+                params, buffers, idx, docs)
+            parts = [loss_parts(logits_i, r.targets, r.model.config.vocab_size, r.label_smoothing, r.z_loss, r.mtp)
+                     for logits_i, r in zip(logits.unbind(0), requests)]
         torch.autograd.backward([p.objective for p in parts])
     detached = [LossParts(p.objective.detach(), p.ce.detach(), None if p.z is None else p.z.detach()) for p in parts]
     return [(d, [params[n].grad[i] for n in names]) for i, d in enumerate(detached)]
@@ -232,13 +252,12 @@ def clock() -> float:
 
 def fused_loss_fn(model: torch.nn.Module, eager: Any, group: FusedGroup, index: int) -> Any:
     """The member's loss function: training micro-batches through the group, validation (no grad) on its own."""
-    params = [p for _, p in model.named_parameters()]
-
     def loss_fn(idx: torch.Tensor, targets: torch.Tensor, doc_ids: Optional[torch.Tensor] = None,
                 label_smoothing: float = 0.0, z_loss: float = 0.0, mtp: Optional[torch.Tensor] = None) -> LossParts:
         if not torch.is_grad_enabled():
             return eager(idx, targets, doc_ids, label_smoothing, z_loss, mtp)
         parts, grads = group.submit(index, _Request(model, idx, targets, doc_ids, label_smoothing, z_loss, mtp))
+        params = [p for _, p in model.named_parameters()]  # now: model.untie_at adds one mid-run
         objective = _GivenGradients.apply(parts.objective, grads, *params)
         return LossParts(objective, parts.ce, parts.z)
 

@@ -113,7 +113,7 @@ def plan_groups(configs: list[DictConfig], max_members: int) -> tuple[list[list[
         flat[text] = key
     groups = [jobs[start:start + max_members] for jobs in keys.values() for start in range(0, len(jobs), max_members)]
     shapes = list(flat.values())
-    differ = sorted({k for s in shapes for k in s if any(o.get(k, "<unset>") != s[k] for o in shapes)})
+    differ = sorted({k for s in shapes for k in s if any(k in o and o[k] != s[k] for o in shapes)})
     return groups, differ
 
 
