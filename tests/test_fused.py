@@ -356,8 +356,9 @@ def _steps(inputs: dict, micro_batches: int) -> Optional[list]:
         if model_cfg.n_layer > 4 or model_cfg.n_embd > 256:
             return None  # a preset, not the tiny model: a model size, which splits anyway
         model = GPT(model_cfg)
-        batch, block, steps = int(inputs["data.batch_size"]), int(inputs["data.block_size"]), inputs["trainer.max_steps"]
-        total = int(steps) if int(steps) > 0 else 240
+        batch, block, steps = int(inputs["data.batch_size"]), int(inputs["data.block_size"]), int(
+            inputs["trainer.max_steps"])
+        total = steps if steps > 0 else 240
         tokens = inputs["global_batch_tokens"]
         accumulate = int(tokens) // (batch * block) if tokens else int(inputs["trainer.accumulate_grad_batches"])
         plan = StagePlan(Stages(**inputs["stages"]), total, model_cfg.untie_at)
