@@ -451,3 +451,49 @@ def test_every_key_differing_between_two_members_is_split_refused_or_shown_their
     for key in ("seed", "optimizer.lr", "model.dropout", "model.mtp_weights", "scheduler.warmup_steps"):
         assert decided[key] == "fused", (key, decided[key])
     assert decided["trainer.max_steps"] == ("split" if base else "fused")  # stages are fractions of max_steps
+
+
+CASE_SWEEP = [*(o for o in TINY if o not in PER_MEMBER), "trainer.log_every_n_steps=1", *QUIET, CASES,
+              "trainer.val_check_interval=4", "+fused_case=" + ",".join(c for g in CASE_GROUPS for c in g)]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """Issue 54's cases (fused_case/*.yaml) as one fused sweep and as the same sweep alone."""
+    root = tmp_path_factory.mktemp("cases")
+    out = {}
+    for name, extra in (("fused", [FUSED]), ("alone", [])):
+        proc = run_train(["-m", *CASE_SWEEP, *extra, f"hydra.sweep.dir={root / name}"], cwd=root, threads=1)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[name] = proc.stdout
+    return root / "fused", root / "alone", out["fused"]
+
+
+def test_members_of_other_stages_untying_or_sequence_lengths_are_split_and_each_is_its_run_alone(cases) -> None:
+    """stages.windows=[8] and [32], stages.seq_lens=[8] and [16], model.untie_at with 4 and 8 steps: each a group
+    of its own (two seeds of one shape, untying or at a stage window, and multi-token prediction in one member
+    only, share one), and every member logs what its run alone logs."""
+    fused, alone, stdout = cases
+    jobs = [c for g in CASE_GROUPS for c in g]
+    for n, group in enumerate(CASE_GROUPS, start=1):
+        ids = ",".join(f"#{jobs.index(c)}" for c in group)
+        assert f"group {n}: {len(group)} members, jobs {ids}:" in stdout, stdout[:3000]
+    for job in map(str, range(len(jobs))):
+        got, want = scalars(fused / job), scalars(alone / job)
+        for tag in ("train/loss", "val/loss"):
+            assert sorted(got[tag]) == sorted(want[tag]), (jobs[int(job)], tag)
+            bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
+            assert not bad, (jobs[int(job)], tag, bad)
+
+
+def test_a_fused_members_seconds_are_its_share_of_its_groups_time(cases) -> None:
+    """fit_seconds counts the member's own turns and its share of each fused round: its group's members add up to
+    at most the group's time the launcher prints (each member's wall clock would add up to k times its fit)."""
+    fused, _, stdout = cases
+    jobs = [c for g in CASE_GROUPS for c in g]
+    walls = [float(w) for w in re.findall(r"gptlab: fused: group \d+ ran in ([\d.]+) s", stdout)]
+    assert len(walls) == len(CASE_GROUPS)
+    for group, wall in zip(CASE_GROUPS, walls):
+        summaries = [json.loads((fused / str(jobs.index(c)) / SUMMARY_FILE).read_text()) for c in group]
+        assert sum(s["fit_seconds"] for s in summaries) <= wall + 0.1, (group, summaries, wall)  # printed to 0.1 s
+        assert all(s["tokens_per_sec"] > 0 for s in summaries)
