@@ -497,3 +497,29 @@ def test_a_fused_members_seconds_are_its_share_of_its_groups_time(cases) -> None
         summaries = [json.loads((fused / str(jobs.index(c)) / SUMMARY_FILE).read_text()) for c in group]
         assert sum(s["fit_seconds"] for s in summaries) <= wall + 0.1, (group, summaries, wall)  # printed to 0.1 s
         assert all(s["tokens_per_sec"] > 0 for s in summaries)
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (["hydra/launcher=fused", "seed=1", "hydra/launcher=submitit_slurm"],
+     "hydra/launcher is chosen twice on the command line (hydra/launcher=fused, then hydra/launcher=submitit_slurm)"),
+    (["optimizer=adamw", "seed=1", "optimizer=muon"], "optimizer is chosen twice on the command line"),
+])
+def test_a_group_chosen_twice_is_one_line_naming_both(overrides: list[str], says: str) -> None:
+    """Hydra keeps the last choice of a group silently: `hydra/launcher=fused ... hydra/launcher=submitit_slurm`
+    ran under SLURM's launcher and failed with its traceback (issue 54). A value given twice is not a group."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from gptlab.launch.hydra_callbacks import CheckSweep, check_one_choice_per_group
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(TESTS.parent / "conf"), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+            with pytest.raises(ConfigError, match=re.escape(says)) as refused:
+                CheckSweep.check(cfg)
+            assert "\n" not in str(refused.value) and "give" in str(refused.value)
+            check_one_choice_per_group(compose("train", overrides=["seed=1", "seed=2", "optimizer=muon"],
+                                               return_hydra_config=True))
+    finally:
+        GlobalHydra.instance().clear()
