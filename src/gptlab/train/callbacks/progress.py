@@ -127,10 +127,11 @@ class _Lines:
 
     def _write(self) -> None:
         steps, seconds = self.n - self._start[0], clock() - self._start[1]
-        eta = f", ETA {_duration(seconds / steps * (self.total - self.n))}" if steps > 0 and self.total > 0 else ""
+        eta = _duration(seconds / steps * (self.total - self.n)) if steps > 0 and self.total > 0 else "?"
         done = f"{self.n}/{self.total}" if self.total > 0 else str(self.n)
         rest = f" | {self._postfix}" if self._postfix else ""
-        print(f"{self.label}train step {done}{rest} | {_duration(seconds)}{eta}", file=sys.stderr, flush=True)
+        # elapsed<remaining, as tqdm writes them
+        print(f"{self.label}train step {done}{rest} | {_duration(seconds)}<{eta}", file=sys.stderr, flush=True)
 
 
 def _duration(seconds: float) -> str:
