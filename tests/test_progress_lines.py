@@ -25,6 +25,6 @@ def test_a_bar_into_a_log_is_plain_lines(capsys) -> None:
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err, repr(err)
     lines = err.splitlines()
-    assert [line.split(" | ")[0] for line in lines] == ["train step 2/4", "train step 4/4", "train step 4/4"], lines
+    assert [line.split(" | ")[0] for line in lines] == ["train: step 2/4", "train: step 4/4", "train: step 4/4"], lines
     assert "loss=1.500" in lines[0] and "tok/s=" in lines[0] and "val=2.500" in lines[2]
     assert re.search(r" \| \d\d:\d\d<\d\d:\d\d$", lines[0]), lines[0]  # elapsed<remaining, as tqdm

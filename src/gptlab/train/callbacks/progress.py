@@ -131,7 +131,7 @@ class _Lines:
         done = f"{self.n}/{self.total}" if self.total > 0 else str(self.n)
         rest = f" | {self._postfix}" if self._postfix else ""
         # elapsed<remaining, as tqdm writes them
-        print(f"{self.label}train step {done}{rest} | {_duration(seconds)}<{eta}", file=sys.stderr, flush=True)
+        print(f"{self.label}train: step {done}{rest} | {_duration(seconds)}<{eta}", file=sys.stderr, flush=True)
 
 
 def _duration(seconds: float) -> str:
