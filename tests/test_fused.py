@@ -6,15 +6,19 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any, Iterator, Optional
 
+import hydra
 import pytest
 import torch
 from helpers import TESTS, TINY, compose_config, load_checkpoint, run_train, scalar_steps, scalars
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import gptlab
 from gptlab.apps.train import train
+from gptlab.config.schemas import Stages
 from gptlab.errors import ConfigError
+from gptlab.execution.fused import MEMBER_MODEL_FIELDS, _Request, step_signature
 from gptlab.launch.fused_groups import (
     STACKED_BYTES_PER_PARAM,
     check_group_memory,
@@ -22,12 +26,14 @@ from gptlab.launch.fused_groups import (
     group_bytes,
     plan_groups,
 )
-from gptlab.model import GPTConfig
+from gptlab.model import GPT, GPTConfig
 from gptlab.preflight.batch_fit import MEMORY_MARGIN
+from gptlab.preflight.early_checks import build_model_config
 from gptlab.preflight.planning import PROCESS_OVERHEAD_BYTES, estimate_memory
 from gptlab.report.runs import write_report
 from gptlab.runs.run_dir import FAILURE_FILE, SUMMARY_FILE
 from gptlab.runs.run_dir_lock import lock_run_dir, release
+from gptlab.train.stages import StagePlan
 
 FUSED = "hydra/launcher=fused"
 QUIET = ["callbacks.text_samples=null", "callbacks.stability_probes=null"]
@@ -199,7 +205,7 @@ def test_jobs_group_by_shape_up_to_max_members_and_say_why_they_split() -> None:
                  "optimizer.weight_decay=0", "scheduler.warmup_steps=3")]
     groups, differ = plan_groups(jobs, max_members=2)
     assert groups == [[0, 2], [3], [1]] and differ == ["model.norm"]
-    assert describe(groups, differ, jobs, 2)[0].endswith("model shapes that differ in model.norm")
+    assert "split by model.norm (members of a group share them)" in describe(groups, differ, jobs, 2)[0]
 
 
 def test_a_group_that_does_not_fit_is_refused_naming_the_group_size_that_does() -> None:
@@ -278,3 +284,242 @@ def test_a_member_continued_alone_in_its_group_and_never_fused_logs_the_same_nex
             assert not bad, (way, tag, bad)
     for run_dir in continued:
         assert scalar_steps(run_dir, "val/loss") == [4, 8, 12], run_dir
+
+
+# --- Every config key (issue 54): a two-member sweep differing in that key alone is split, refused, or fused; fused
+# only where each member's every step is the same computation as the other's (the trajectory below, built from the
+# model and the run's schedules as the run builds them) and what differs reaches no fused step but through values
+# a real fused sweep here showed to be each member's own (VERIFIED_KEYS).
+
+SCHEDULED = ["model.attn_pattern=[local]", "model.attn_window=16", "stages.windows=[8,16]", "model.untie_at=0.5",
+             "trainer.max_steps=4"]  # a base whose steps change code: a stage's window, then the untied head
+CASES = f"hydra.searchpath=[file://{TESTS / 'fixtures' / 'fused_conf'}]"  # fused_case/*.yaml: issue 54's cases
+# fused_case/*.yaml in the groups the launcher must make of them (a group of one: split from every other case)
+CASE_GROUPS = [["w8a", "w8b"], ["w32"], ["s8"], ["s16"], ["u4"], ["u8a", "u8b"], ["mtpa", "mtpb"]]
+
+
+def _leaves(values: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _other(value: Any) -> Any:
+    """Another value of the key's kind (the grouping compares values; whether a run accepts it is its own check)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1 if value != -1 else 7
+    if isinstance(value, float):
+        return value * 2 + 0.5
+    if isinstance(value, str):
+        return "other" if value.startswith("${") else value + "_other"
+    if isinstance(value, list):
+        return [*value, value[0]] if value else [2]
+    return 2  # None or an empty node
+
+
+def _job_pair(plain: dict) -> list[DictConfig]:
+    """Two jobs of the config `plain`, untyped (any value of any key, as a sweep can type one)."""
+    jobs = [OmegaConf.create(plain) for _ in range(2)]
+    for n, cfg in enumerate(jobs):
+        with open_dict(cfg):
+            cfg.hydra = {"job": {"num": n, "override_dirname": f"job{n}"}, "overrides": {"task": [f"job{n}"]}}
+    return jobs
+
+
+_TRAJECTORIES: dict[str, Optional[list]] = {}
+
+
+def _trajectory(cfg: DictConfig, micro_batches: int = 24) -> Optional[list]:
+    """What the fused step would get from this job at each of its first micro-batches: the step signature of its
+    model (execution/fused.py, as a round compares members) at that step's window and untying, with that step's
+    batch (stages.*, data.document_masking) and precision. None: the job's own run refuses it (it never steps)."""
+    try:
+        names = ("model", "tokenizer", "stages", "data.batch_size", "data.block_size", "data.document_masking",
+                 "trainer.max_steps", "trainer.accumulate_grad_batches", "trainer.precision", "global_batch_tokens")
+        inputs = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                  for k, v in ((k, OmegaConf.select(cfg, k)) for k in names)}
+    except Exception:
+        return None
+    key = json.dumps(inputs, sort_keys=True, default=str)
+    if key not in _TRAJECTORIES:
+        _TRAJECTORIES[key] = _steps(inputs, micro_batches)
+    return _TRAJECTORIES[key]
+
+
+def _steps(inputs: dict, micro_batches: int) -> Optional[list]:
+    try:
+        model_cfg = build_model_config(inputs["model"], hydra.utils.instantiate(inputs["tokenizer"]).vocab_size)
+        if model_cfg.n_layer > 4 or model_cfg.n_embd > 256:
+            return None  # a preset, not the tiny model: a model size, which splits anyway
+        model = GPT(model_cfg)
+        batch, block, steps = int(inputs["data.batch_size"]), int(inputs["data.block_size"]), int(
+            inputs["trainer.max_steps"])
+        total = steps if steps > 0 else 240
+        tokens = inputs["global_batch_tokens"]
+        accumulate = int(tokens) // (batch * block) if tokens else int(inputs["trainer.accumulate_grad_batches"])
+        plan = StagePlan(Stages(**inputs["stages"]), total, model_cfg.untie_at)
+    except Exception:
+        return None
+    out = []
+    for n in range(micro_batches):
+        step = n // max(1, accumulate)
+        if plan.untie_step is not None and step >= plan.untie_step and model.head_tied:
+            model.untie_head()
+        if plan.window(step) is not None:
+            model.use_window(plan.window(step))
+        x = plan.batch((torch.zeros(batch, block, dtype=torch.long),), step)[0]
+        signature = step_signature(_Request(model, x, x, x if inputs["data.document_masking"] else None, 0.0, 0.0))
+        out.append((signature, str(inputs["trainer.precision"])))
+    return out
+
+
+def _reaches_fused_step(jobs: list[DictConfig]) -> bool:
+    """Whether the members hand the fused step other per-member values (loss terms, dropout, init, seed: the
+    values a real fused sweep must show to be each member's own)."""
+    def own(cfg: DictConfig) -> tuple:
+        return (cfg.get("label_smoothing"), cfg.get("seed"), *(OmegaConf.select(cfg, f"model.{f}")
+                                                              for f in MEMBER_MODEL_FIELDS))
+    return own(jobs[0]) != own(jobs[1])
+
+
+def _verified_keys() -> set[str]:
+    """The keys in which members of one group of this file's real fused sweeps differ (each compared with its run
+    alone): fused_member/a..d, e..f and fused_case/*, read from their files (a config group a file overrides: every
+    key under it)."""
+    keys: set[str] = set()
+    for folder, groups in (("fused_member", [["a", "b", "c", "d"], ["e", "f"]]), ("fused_case", CASE_GROUPS)):
+        for members in groups:
+            flats = []
+            for member in members:
+                values = OmegaConf.to_container(OmegaConf.load(TESTS / "fixtures" / "fused_conf" / folder /
+                                                               f"{member}.yaml"))
+                overrides = [d for d in values.pop("defaults", []) if isinstance(d, dict)]
+                flats.append({**dict(_leaves(values)), **{f"{next(iter(d)).split('/')[-1]}.": next(iter(d.values()))
+                                                         for d in overrides}})
+            keys |= {k for f in flats for k in f if any(g.get(k) != f[k] for g in flats)}
+    return keys
+
+
+def _verified(key: str, verified: set[str]) -> bool:
+    return key in verified or any(v.endswith(".") and key.startswith(v) for v in verified)
+
+
+def _decide(key: str, jobs: list[DictConfig], verified: set[str]) -> str:
+    """refused, split or fused, for two jobs that differ in `key`; fused only where that is shown exact."""
+    try:
+        groups, differ = plan_groups(jobs, max_members=8)
+    except ConfigError as err:
+        assert key in str(err) and "\n" not in str(err), (key, str(err))
+        return "refused"
+    if groups == [[0], [1]]:
+        assert key in differ, (key, differ)  # the launcher's line names it
+        return "split"
+    assert groups == [[0, 1]], (key, groups)
+    trajectories = [_trajectory(job) for job in jobs]
+    if None not in trajectories:
+        common = min(map(len, trajectories))
+        assert trajectories[0][:common] == trajectories[1][:common], f"{key} changes a fused step but is fused"
+    if _reaches_fused_step(jobs):
+        assert _verified(key, verified), f"{key} reaches the fused step: show it in a real fused sweep (fused_case/)"
+    return "fused"
+
+
+@pytest.mark.parametrize("base", [[], SCHEDULED], ids=["plain", "scheduled"])
+def test_every_key_differing_between_two_members_is_split_refused_or_shown_their_own(base: list[str]) -> None:
+    plain = OmegaConf.to_container(compose_config([*TINY, *base]), resolve=False)
+    plain.pop("hydra", None)
+    leaves = dict(_leaves(plain))
+    keys = list(leaves)
+    assert len(keys) > 150 and "stages.windows" in keys and "model.untie_at" in keys  # the whole config walked
+    verified, decided = _verified_keys(), {}
+    jobs = _job_pair(plain)
+    for key in keys:
+        value = leaves[key]
+        OmegaConf.update(jobs[1], key, _other(value), merge=False)
+        try:
+            decided[key] = _decide(key, jobs, verified)
+        finally:
+            OmegaConf.update(jobs[1], key, value, merge=False)
+    # the issue's cases split; a member's own values fuse
+    for key in ("stages.windows", "stages.seq_lens", "model.untie_at", "data.document_masking", "model.attn_pattern",
+                "trainer.precision", "model.n_layer", "data.batch_size", "runtime.attention_backend"):
+        assert decided[key] == "split", (key, decided[key])
+    for key in ("seed", "optimizer.lr", "model.dropout", "model.mtp_weights", "scheduler.warmup_steps"):
+        assert decided[key] == "fused", (key, decided[key])
+    assert decided["trainer.max_steps"] == ("split" if base else "fused")  # stages are fractions of max_steps
+
+
+CASE_SWEEP = [*(o for o in TINY if o not in PER_MEMBER), "trainer.log_every_n_steps=1", *QUIET, CASES,
+              "trainer.val_check_interval=4", "+fused_case=" + ",".join(c for g in CASE_GROUPS for c in g)]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """Issue 54's cases (fused_case/*.yaml) as one fused sweep and as the same sweep alone."""
+    root = tmp_path_factory.mktemp("cases")
+    out = {}
+    for name, extra in (("fused", [FUSED]), ("alone", [])):
+        proc = run_train(["-m", *CASE_SWEEP, *extra, f"hydra.sweep.dir={root / name}"], cwd=root, threads=1)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out[name] = proc.stdout
+    return root / "fused", root / "alone", out["fused"]
+
+
+def test_members_of_other_stages_untying_or_sequence_lengths_are_split_and_each_is_its_run_alone(cases) -> None:
+    """stages.windows=[8] and [32], stages.seq_lens=[8] and [16], model.untie_at with 4 and 8 steps: each a group
+    of its own (two seeds of one shape, untying or at a stage window, and multi-token prediction in one member
+    only, share one), and every member logs what its run alone logs."""
+    fused, alone, stdout = cases
+    jobs = [c for g in CASE_GROUPS for c in g]
+    for n, group in enumerate(CASE_GROUPS, start=1):
+        ids = ",".join(f"#{jobs.index(c)}" for c in group)
+        assert f"group {n}: {len(group)} members, jobs {ids}:" in stdout, stdout[:3000]
+    for job in map(str, range(len(jobs))):
+        got, want = scalars(fused / job), scalars(alone / job)
+        for tag in ("train/loss", "val/loss"):
+            assert sorted(got[tag]) == sorted(want[tag]), (jobs[int(job)], tag)
+            bad = {s: (got[tag][s], v) for s, v in want[tag].items() if not _close(got[tag][s], v)}
+            assert not bad, (jobs[int(job)], tag, bad)
+
+
+def test_a_fused_members_seconds_are_its_share_of_its_groups_time(cases) -> None:
+    """fit_seconds counts the member's own turns and its share of each fused round: its group's members add up to
+    at most the group's time the launcher prints (each member's wall clock would add up to k times its fit)."""
+    fused, _, stdout = cases
+    jobs = [c for g in CASE_GROUPS for c in g]
+    walls = [float(w) for w in re.findall(r"gptlab: fused: group \d+ ran in ([\d.]+) s", stdout)]
+    assert len(walls) == len(CASE_GROUPS)
+    for group, wall in zip(CASE_GROUPS, walls):
+        summaries = [json.loads((fused / str(jobs.index(c)) / SUMMARY_FILE).read_text()) for c in group]
+        assert sum(s["fit_seconds"] for s in summaries) <= wall + 0.1, (group, summaries, wall)  # printed to 0.1 s
+        assert all(s["tokens_per_sec"] > 0 for s in summaries)
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (["hydra/launcher=fused", "seed=1", "hydra/launcher=submitit_slurm"],
+     "hydra/launcher is chosen twice on the command line (hydra/launcher=fused, then hydra/launcher=submitit_slurm)"),
+    (["optimizer=adamw", "seed=1", "optimizer=muon"], "optimizer is chosen twice on the command line"),
+])
+def test_a_group_chosen_twice_is_one_line_naming_both(overrides: list[str], says: str) -> None:
+    """Hydra keeps the last choice of a group silently: `hydra/launcher=fused ... hydra/launcher=submitit_slurm`
+    ran under SLURM's launcher and failed with its traceback (issue 54). A value given twice is not a group."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from gptlab.launch.hydra_callbacks import CheckSweep, check_one_choice_per_group
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(TESTS.parent / "conf"), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+            with pytest.raises(ConfigError, match=re.escape(says)) as refused:
+                CheckSweep.check(cfg)
+            assert "\n" not in str(refused.value) and "give" in str(refused.value)
+            check_one_choice_per_group(compose("train", overrides=["seed=1", "seed=2", "optimizer=muon"],
+                                               return_hydra_config=True))
+    finally:
+        GlobalHydra.instance().clear()

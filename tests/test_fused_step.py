@@ -4,6 +4,7 @@ step alone, with its own dropout rate and masks, z-loss and label smoothing; no 
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 from helpers import HANG_GUARD_S
@@ -135,3 +136,55 @@ def test_members_keep_their_streams_across_turns_and_one_that_leaves_at_once_hol
         torch.manual_seed(100 + i)
         assert torch.equal(torch.cat(draws[i]), torch.rand(3)), i
     assert 1 not in draws
+
+
+def _run_group(jobs: list) -> tuple[FusedGroup, list, float]:
+    """Each (model, idx, targets, mtp) submitted once by a member thread of one group; (group, results, wall s)."""
+    group, results = FusedGroup(len(jobs)), [None] * len(jobs)
+
+    def member(i: int) -> None:
+        model, x, y, mtp = jobs[i]
+        with group.member(i):
+            results[i] = group.submit(i, _Request(model, x, y, None, 0.0, 0.0, mtp))
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=HANG_GUARD_S)
+    assert not any(thread.is_alive() for thread in threads)
+    return group, results, time.perf_counter() - started
+
+
+def test_members_whose_steps_differ_in_code_or_shape_never_share_a_round() -> None:
+    """What the grouping keeps apart is checked once more at each round (issue 54): a member at another stage's
+    window, one cut into shorter sequences, one whose head was untied, one with multi-token weights: each gets
+    exactly its own step alone, with member 0 at the plain settings (the forward runs member 0's modules)."""
+    local = {**SHAPE, "n_layer": 1, "attn_pattern": ["local"], "attn_window": 8}
+    torch.manual_seed(0)
+    models = [GPT(GPTConfig(**local)).train() for _ in range(3)] + [GPT(GPTConfig(**local, untie_at=0.5)).train()]
+    models[1].use_window(4)  # a stage of stages.windows
+    models[3].untie_head()  # past model.untie_at's step
+    x, y = torch.randint(0, 64, (2, 2, 16)).unbind(0)
+    jobs = [(models[0], x, y, None), (models[1], x, y, None), (models[2], x.reshape(4, 8), y.reshape(4, 8), None),
+            (models[3], x, y, torch.tensor([0.5, 0.25]))]
+    _, results, _ = _run_group(jobs)
+    for i, ((model, xi, yi, mtp), (parts, grads)) in enumerate(zip(jobs, results)):
+        model.zero_grad(set_to_none=True)
+        alone = model_loss(model, xi, yi, mtp=mtp)
+        alone.objective.backward()
+        assert torch.equal(parts.objective, alone.objective.detach()), i
+        for (name, p), g in zip(model.named_parameters(), grads):
+            assert torch.equal(g, p.grad), (i, name)
+
+
+def test_a_members_seconds_are_its_share_of_the_groups_time_not_the_wall_clock() -> None:
+    """What a member's fit_seconds and tokens/s are measured on (execution/fused.py clock): its own turns and its
+    share of each round, so the members' seconds add up to at most the group's time (each member's wall clock
+    would add up to k times it)."""
+    torch.manual_seed(0)
+    x, y = torch.randint(0, 64, (2, 2, 16)).unbind(0)
+    group, _, wall = _run_group([(GPT(GPTConfig(**SHAPE)).train(), x, y, None) for _ in range(3)])
+    seconds = [group.seconds(i) for i in range(3)]
+    assert all(s > 0 for s in seconds) and sum(seconds) <= wall, (seconds, wall)

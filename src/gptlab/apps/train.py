@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import math
-import time
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -21,6 +20,7 @@ from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import read_checkpoint
 from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
 from gptlab.entry_signals import Terminated
+from gptlab.execution.fused import clock
 from gptlab.launch import quiet
 from gptlab.launch.hydra_ddp import ddp_job_scope
 from gptlab.launch.rank_watch import WATCH
@@ -106,7 +106,7 @@ class FitInterrupted(KeyboardInterrupt):
 
 def _fit(run: Run, output_dir: Path) -> float:
     """trainer.fit, in seconds."""
-    started = time.perf_counter()
+    started = clock()
     WATCH.start(run.trainer)  # the step a lost rank's message names (gptlab.launch.rank_watch)
     checkpoint_dirs = [c.dirpath for c in run.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
     with expected_warnings_silenced(run.ckpt_path, checkpoint_dirs):
@@ -128,7 +128,7 @@ def _fit(run: Run, output_dir: Path) -> float:
         final = next((c for c in run.callbacks if isinstance(c, FinalValidation)), None)
         if final is not None:
             final.run_cut_validation(run.trainer, run.module, run.datamodule)
-    return time.perf_counter() - started
+    return clock() - started
 
 
 def _summarise(cfg: DictConfig, output_dir: Path, run: Run, fit_seconds: float) -> Optional[float]:

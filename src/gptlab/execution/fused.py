@@ -6,11 +6,16 @@ Each member is a whole gptlab run in a thread of its own (gptlab.launch.fused_la
 loss function `parallelize` hands the LightningModule, the one home of how the model runs: a member's call gives its
 micro-batch to the group and waits; when every member still training has given one, the call that completes the
 round stacks the members' parameters (torch.func.stack_module_state's layout), runs the model under torch.func.vmap,
-each member's loss with its own label smoothing and z-loss, and one backward. Each member then gets its own loss and
-the gradient of its own loss, which it hands to Lightning's backward as a node whose gradient is that (gradient
-accumulation, clipping, the optimizer step and everything after stay the member's own, as in a run alone).
-Validation (no grad) calls the member's own model, unfused. Members never share a gradient, so one that goes
+each member's loss with its own label smoothing, z-loss and multi-token weights, and one backward. Each member then
+gets its own loss and the gradient of its own loss, which it hands to Lightning's backward as a node whose gradient
+is that (gradient accumulation, clipping, the optimizer step and everything after stay the member's own, as in a run
+alone). Validation (no grad) calls the member's own model, unfused. Members never share a gradient, so one that goes
 non-finite fails alone and leaves the group; the others go on.
+
+A round fuses only members whose step is the same computation (step_signature: the same modules, attributes, parameter
+and input shapes); members that differ there (a stage, an untied head, a resumed member at another step) run as rounds
+of their own, so no member ever runs another's code path. Each member's clock (FusedGroup.seconds) counts its own
+turns and its share of each round it was in: what its run's fit_seconds and tokens/s are measured on.
 
 Attention, the norms and dropout run outside torch.func's batching rules (_FusedForward says why); dropout draws
 each member's masks from its own random streams, which FusedGroup keeps per member.
@@ -19,7 +24,9 @@ each member's masks from its own random streams, which FusedGroup keeps per memb
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -32,6 +39,9 @@ from gptlab.lightning_internals import add_batch_dim, batch_level, is_batched, u
 from gptlab.model.loss import LossParts, loss_parts
 
 _LOCAL = threading.local()  # the group and member index of a member's thread (set by the fused launcher)
+# The model config's fields each member applies on its own in a fused step: its loss terms (loss_parts per member),
+# its dropout rate (_FusedForward), and the init keys, which act only when the member builds its model.
+MEMBER_MODEL_FIELDS = ("z_loss", "dropout", "init_scale", "zero_init_proj", "mtp_weights", "mtp_weights_end")
 
 
 @dataclass
@@ -42,6 +52,8 @@ class _Request:
     doc_ids: Optional[torch.Tensor]
     label_smoothing: float
     z_loss: float
+    mtp: Optional[torch.Tensor] = None  # this step's multi-token weights (model/mtp.py), None without them
+    autocast: tuple = field(default_factory=lambda: autocast_state())  # the member's precision, thread-local in torch
     rng: Optional[dict[str, Any]] = None  # the member's random streams (checkpoint/rng.py), advanced by its dropout
     result: Optional[tuple[LossParts, list[torch.Tensor]]] = None
     error: Optional[BaseException] = None
@@ -65,6 +77,8 @@ class FusedGroup:
         self._holder: Optional[int] = None
         self._carried = list(carried)
         self._kept: dict[int, list[Any]] = {}  # what a member that gave up its turn had of `carried`
+        self._spent: dict[int, float] = {}  # each member's seconds: its turns and its shares of rounds
+        self._since: dict[int, float] = {}  # when the member holding the turn took it
 
     @contextlib.contextmanager
     def member(self, index: int) -> Iterator[None]:
@@ -84,14 +98,24 @@ class FusedGroup:
     def _take_turn(self, index: int) -> None:
         self._turn.acquire()
         self._holder = index
+        self._since[index] = time.perf_counter()
         for (_, put), value in zip(self._carried, self._kept.pop(index, [])):
             put(value)
 
     def _give_turn(self, index: int) -> None:
         if self._holder == index:
+            self._spent[index] = self.seconds(index)
+            self._since.pop(index, None)
             self._kept[index] = [get() for get, _ in self._carried]
             self._holder = None
             self._turn.release()
+
+    def seconds(self, index: int) -> float:
+        """Member `index`'s time so far: its own turns (its setup, data, optimizer steps, validation: only one member
+        runs at a time) and, of each fused round it was in, its share (its tokens over the round's). The members'
+        seconds add up to the group's time, less the moments nobody ran."""
+        since = self._since.get(index)
+        return self._spent.get(index, 0.0) + (0.0 if since is None else time.perf_counter() - since)
 
     def submit(self, index: int, request: _Request) -> tuple[LossParts, list[torch.Tensor]]:
         request.rng = rng_states()
@@ -113,17 +137,62 @@ class FusedGroup:
         member holds the turn then: each is waiting for this round)."""
         if not self._pending or len(self._pending) < self.active:
             return
-        requests = [self._pending[i] for i in sorted(self._pending)]
-        self._pending = {}
-        try:
-            for request, result in zip(requests, fused_step(requests)):
-                request.result = result
-        except BaseException as err:  # every member of the round sees the error, none waits forever
-            for request in requests:
-                request.error = err
-        for request in requests:
+        pending, self._pending = self._pending, {}
+        rounds: dict[Any, list[int]] = {}
+        for i in sorted(pending):
+            rounds.setdefault(step_signature(pending[i]), []).append(i)
+        for members in rounds.values():  # members whose steps differ in code or shape: a round each
+            requests = [pending[i] for i in members]
+            started = time.perf_counter()
+            try:
+                for request, result in zip(requests, fused_step(requests)):
+                    request.result = result
+            except BaseException as err:  # every member of the round sees the error, none waits forever
+                for request in requests:
+                    request.error = err
+            seconds, tokens = time.perf_counter() - started, sum(r.idx.numel() for r in requests)
+            for i, request in zip(members, requests):
+                self._spent[i] = self._spent.get(i, 0.0) + seconds * request.idx.numel() / max(1, tokens)
+        for request in pending.values():
             request.done = True
         self._cond.notify_all()
+
+
+def step_signature(request: _Request) -> tuple:
+    """What must be equal for two members' micro-batches to run as one fused step: the module tree with every plain
+    attribute (a stage's attention window, an untied head's flags...), the config but for MEMBER_MODEL_FIELDS, the
+    parameters' and buffers' names, shapes and dtypes (and the small integer buffers' values), and the inputs'
+    shapes. Dropout rates are left out: _FusedForward applies each member's own."""
+    model = request.model
+    config = dataclasses.asdict(model.config) if dataclasses.is_dataclass(model.config) else {}
+    attrs = tuple((name, type(module).__name__, tuple(sorted(
+        (k, repr(v)) for k, v in vars(module).items()
+        if not k.startswith("_") and isinstance(v, (int, float, str, bool, tuple, type(None)))
+        and not (k == "dropout" or (k == "p" and isinstance(module, torch.nn.Dropout))))))
+        for name, module in model.named_modules())
+    tensors = tuple((name, tuple(t.shape), t.dtype, t.tolist() if not t.is_floating_point() and t.numel() <= 64 else 0)
+                    for name, t in [*model.named_parameters(), *model.named_buffers()])
+    shapes = tuple(None if t is None else tuple(t.shape) for t in (request.idx, request.targets, request.doc_ids))
+    return (repr(sorted((k, repr(v)) for k, v in config.items() if k not in MEMBER_MODEL_FIELDS)), attrs, tensors,
+            shapes, request.autocast)
+
+
+AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_state() -> tuple:
+    """This thread's autocast (Lightning's precision plugin sets it around a member's training step): (device,
+    enabled, dtype) for each device type."""
+    return tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in AUTOCAST_DEVICES)
+
+
+def _autocast(state: tuple) -> contextlib.ExitStack:
+    """The members' autocast, entered in whichever thread runs their round."""
+    stack = contextlib.ExitStack()
+    for device, enabled, dtype in state:
+        if enabled or torch.is_autocast_enabled(device):
+            stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled))
+    return stack
 
 
 def fused_step(requests: list[_Request]) -> list[tuple[LossParts, list[torch.Tensor]]]:
@@ -143,12 +212,13 @@ def fused_step(requests: list[_Request]) -> list[tuple[LossParts, list[torch.Ten
         return functional_call(models[0], (p, b), (x,), {"doc_ids": d} if d is not None else {})
 
     with torch.enable_grad(), _FusedForward(requests).installed():
-        # randomness="same": the only random draws are the members' own dropout calls (_FusedForward), on unbatched
-        # slices, which vmap's default ("error") would refuse.
-        logits = vmap(logits_of, in_dims=(0, 0, 0, 0 if with_docs else None), randomness="same")(
-            params, buffers, idx, docs)
-        parts = [loss_parts(member_logits, r.targets, r.model.config.vocab_size, r.label_smoothing, r.z_loss)
-                 for member_logits, r in zip(logits.unbind(0), requests)]
+        with _autocast(requests[0].autocast):  # the forward and loss, as a member's training_step runs them
+            # randomness="same": the only random draws are the members' own dropout calls (_FusedForward), on
+            # unbatched slices, which vmap's default ("error") would refuse.
+            logits = vmap(logits_of, in_dims=(0, 0, 0, 0 if with_docs else None), randomness="same")(
+                params, buffers, idx, docs)
+            parts = [loss_parts(logits_i, r.targets, r.model.config.vocab_size, r.label_smoothing, r.z_loss, r.mtp)
+                     for logits_i, r in zip(logits.unbind(0), requests)]
         torch.autograd.backward([p.objective for p in parts])
     detached = [LossParts(p.objective.detach(), p.ce.detach(), None if p.z is None else p.z.detach()) for p in parts]
     return [(d, [params[n].grad[i] for n in names]) for i, d in enumerate(detached)]
@@ -173,15 +243,21 @@ def member_of_this_thread() -> Optional[tuple[FusedGroup, int]]:
     return getattr(_LOCAL, "member", None)
 
 
+def clock() -> float:
+    """Seconds, for what a run measures of its own speed (fit_seconds, tokens/s, its events' times): in a fused
+    member's thread its own share of the group's time (FusedGroup.seconds), else time.perf_counter()."""
+    member = member_of_this_thread()
+    return time.perf_counter() if member is None else member[0].seconds(member[1])
+
+
 def fused_loss_fn(model: torch.nn.Module, eager: Any, group: FusedGroup, index: int) -> Any:
     """The member's loss function: training micro-batches through the group, validation (no grad) on its own."""
-    params = [p for _, p in model.named_parameters()]
-
     def loss_fn(idx: torch.Tensor, targets: torch.Tensor, doc_ids: Optional[torch.Tensor] = None,
-                label_smoothing: float = 0.0, z_loss: float = 0.0) -> LossParts:
+                label_smoothing: float = 0.0, z_loss: float = 0.0, mtp: Optional[torch.Tensor] = None) -> LossParts:
         if not torch.is_grad_enabled():
-            return eager(idx, targets, doc_ids, label_smoothing, z_loss)
-        parts, grads = group.submit(index, _Request(model, idx, targets, doc_ids, label_smoothing, z_loss))
+            return eager(idx, targets, doc_ids, label_smoothing, z_loss, mtp)
+        parts, grads = group.submit(index, _Request(model, idx, targets, doc_ids, label_smoothing, z_loss, mtp))
+        params = [p for _, p in model.named_parameters()]  # now: model.untie_at adds one mid-run
         objective = _GivenGradients.apply(parts.objective, grads, *params)
         return LossParts(objective, parts.ce, parts.z)
 

@@ -1,7 +1,11 @@
 """Which jobs of a `-m` sweep can train as one fused group (hydra/launcher=fused, execution/fused.py): those whose
-fused forward is the same computation, i.e. the same model (z_loss aside: each member's loss is its own), tokenizer,
-micro-batch shape, precision and runtime. Everything else (seed, optimizer and schedule values, clipping, label
-smoothing, max_steps, ...) is each member's own. What cannot fuse at all is refused here, before any job runs."""
+fused step is the same computation at every step. The decision is derived from the whole resolved config: two jobs
+share a group only if they are equal in every key but those of MEMBER_OWN, the keys whose value the fused step takes
+from each member itself (its loss terms, dropout, optimizer, schedule, data, callbacks...), so a key added later
+splits the sweep until it is shown to be a member's own (tests/test_fused.py walks every key). STEP_KEYED are own
+too, except in a run with a schedule over its steps (stages.*, model.untie_at): they place a fused round's steps, and
+members whose stages fall on other rounds cannot share them. What cannot fuse at all is refused here, before any
+job runs; gptlab.execution.fused checks each round's members once more and never fuses members that differ."""
 
 from __future__ import annotations
 
@@ -20,25 +24,55 @@ from gptlab.preflight.planning import GB, PROCESS_OVERHEAD_BYTES, estimate_memor
 from gptlab.runs.flat_config import flatten
 
 WAY_OUT = "or run the sweep without hydra/launcher=fused"
-# In the model node but each member's own: its loss applies its own z_loss, its dropout its own rate
-# (execution/fused.py), and the init keys act only when the member builds its model, before any fused step.
-MEMBER_OWN = {"model.z_loss", "model.dropout", "model.init_scale", "model.zero_init_proj"}
-# The fused step's own copy of each member's parameters, stacked, and that copy's gradient (fp32), on top of what a
-# run alone holds (preflight/planning.py's states and activations); all members' activations are alive at once.
+# Each member's own, as flat keys or key prefixes (ending in "."): its loss applies its own label smoothing, z-loss
+# and multi-token weights and its dropout its own rate (execution/fused.py), the init keys act only when the member
+# builds its model; its optimizer, schedule, clipping, data, callbacks, logger and run dir are its own run's
+# (everything outside the fused forward and backward runs in the member's own thread, on its turn).
+MEMBER_OWN = (
+    "name", "seed", "paired_seeds", "label_smoothing", "nonfinite_check_every", "print_config", "check_memory",
+    "model.z_loss", "model.dropout", "model.init_scale", "model.zero_init_proj", "model.mtp_weights",
+    "model.mtp_weights_end", "optimizer.", "scheduler.", "stages.batch_lr_exponent", "callbacks.", "logger.", "paths.",
+    "data.source.", "data.store", "data.cache_dir", "data.val_fraction", "data.sampling", "data.shard_tokens",
+    "data.num_proc", "data.verify_sha256", "data.val_windows", "data.num_workers", "data.seed",
+    "trainer.default_root_dir", "trainer.gradient_clip_val", "trainer.val_check_interval",
+    "trainer.check_val_every_n_epoch", "trainer.limit_val_batches", "trainer.num_sanity_val_steps",
+    "trainer.log_every_n_steps", "trainer.enable_model_summary",
+)
+# Own in a run without schedules over its steps; in one with them (SCHEDULES), they decide which of its steps (and
+# so which stage) each micro-batch a member hands to a fused round belongs to, and a resumed member's first step.
+STEP_KEYED = ("trainer.max_steps", "trainer.max_epochs", "trainer.accumulate_grad_batches", "global_batch_tokens",
+              "ladder_tokens_per_param", "data.samples_per_epoch", "ckpt_path", "resume")
+SCHEDULES = ("stages.windows", "stages.seq_lens", "stages.batch_sizes", "model.untie_at")
+# Each member's stacked parameters for the fused step, and their gradient (fp32), on top of what a run alone holds
+# (preflight/planning.py's states and activations); all members' activations are alive at once.
 STACKED_BYTES_PER_PARAM = 8
 
 
+def _matches(key: str, names: tuple[str, ...]) -> bool:
+    return any(key == n or (n.endswith(".") and key.startswith(n)) for n in names)
+
+
+def flat_config(cfg: DictConfig) -> dict[str, Any]:
+    """The job's config as flat keys, unresolved (a member's own paths resolve only in its run), Hydra's own node
+    left out (its job number and dirs differ by job)."""
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(plain, dict)
+    plain.pop("hydra", None)
+    return dict(flatten(plain))
+
+
+def shared_keys(flat: dict[str, Any]) -> list[str]:
+    """The keys of a job's flat config that every member of its group must share (all but the member's own)."""
+    scheduled = any(flat.get(k, "None") not in ("None", "[]") for k in SCHEDULES)
+    own = MEMBER_OWN if scheduled else MEMBER_OWN + STEP_KEYED
+    return [k for k in flat if not _matches(k, own)]
+
+
 def shape_key(cfg: DictConfig) -> dict[str, Any]:
-    """The flat settings that must be equal between the members of one group."""
-    nodes = {
-        "model": cfg.model,
-        "tokenizer": cfg.get("tokenizer"),
-        "data": {k: cfg.data.get(k) for k in ("batch_size", "block_size", "document_masking")},
-        "trainer": {k: cfg.trainer.get(k) for k in ("precision", "accelerator")},
-        "runtime": cfg.get("runtime"),
-    }
-    plain = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in nodes.items()}
-    return {k: v for k, v in flatten(plain) if k not in MEMBER_OWN}
+    """The settings, resolved, that must be equal between the members of one group."""
+    values = {k: OmegaConf.select(cfg, k, throw_on_missing=False) for k in shared_keys(flat_config(cfg))}
+    plain = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in values.items()}
+    return {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in plain.items()}
 
 
 def check_fusable(cfg: DictConfig, job: str) -> None:
@@ -79,13 +113,13 @@ def plan_groups(configs: list[DictConfig], max_members: int) -> tuple[list[list[
         flat[text] = key
     groups = [jobs[start:start + max_members] for jobs in keys.values() for start in range(0, len(jobs), max_members)]
     shapes = list(flat.values())
-    differ = sorted({k for s in shapes for k in s if any(o.get(k) != s.get(k) for o in shapes)})
+    differ = sorted({k for s in shapes for k in s if any(k in o and o[k] != s[k] for o in shapes)})
     return groups, differ
 
 
 def describe(groups: list[list[int]], differ: list[str], configs: list[DictConfig], max_members: int) -> list[str]:
     """What the launcher prints at start: each group's members and why the sweep was split."""
-    shapes = "one model shape" if not differ else f"model shapes that differ in {', '.join(differ)}"
+    shapes = "one shape" if not differ else f"split by {', '.join(differ)} (members of a group share them)"
     lines = [f"gptlab: fused: {len(configs)} jobs in {len(groups)} group(s) of at most {max_members} members "
              f"(hydra.launcher.max_members); {shapes}"]
     for n, group in enumerate(groups, start=1):

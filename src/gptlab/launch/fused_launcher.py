@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -70,8 +71,11 @@ class FusedLauncher(Launcher):
         for line in describe(groups, differ, configs, self.max_members):
             print(line, flush=True)
         results: dict[int, JobReturn] = {}
-        for group in groups:
+        for n, group in enumerate(groups, start=1):
+            started = time.perf_counter()
             results.update(self.run_group([configs[i] for i in group]))
+            print(f"gptlab: fused: group {n} ran in {time.perf_counter() - started:.1f} s; each member's fit_seconds "
+                  "and tokens/s count its share of that time (docs/run-outputs.md)", flush=True)
         return [results[i] for i in sorted(results)]
 
     def run_group(self, members: list[DictConfig]) -> dict[int, JobReturn]:

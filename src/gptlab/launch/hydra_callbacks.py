@@ -51,6 +51,7 @@ class CheckSweep(Callback):
             follows = OmegaConf.is_interpolation(launcher, "devices_per_job")  # trainer.devices, unless typed
             device_pool(launcher.get("device_ids"), launcher.get("devices_per_job"),
                         "trainer.devices" if follows else "hydra.launcher.devices_per_job")
+        check_one_choice_per_group(config)
         check_distinct_jobs(config)
         check_or_record_sweep(config)  # last: it records a new sweep
 
@@ -60,6 +61,35 @@ class CheckSweep(Callback):
         except ConfigError as err:
             print(f"gptlab: error: {err}", file=sys.stderr)
             sys.exit(2)
+
+
+def check_one_choice_per_group(config: DictConfig) -> None:
+    """A config group chosen twice with other options (`hydra/launcher=fused ... hydra/launcher=submitit_slurm`):
+    Hydra silently takes the last, and the sweep runs under a launcher (a model, an optimizer) the user did not mean
+    to keep; refused, naming both."""
+    chosen: dict[str, str] = {}
+    lines = [*config.hydra.overrides.hydra, *config.hydra.overrides.task]
+    for override in OverridesParser.create().parse_overrides(lines):
+        key = override.key_or_group
+        if override.is_sweep_override() or override.is_delete() or not _is_group(key):
+            continue
+        value = override.get_value_element_as_str()
+        if key in chosen and chosen[key] != value:
+            raise ConfigError(f"{key} is chosen twice on the command line ({key}={chosen[key]}, then {key}={value}), "
+                              f"and Hydra would silently keep only the last; give {key} once, e.g. {key}={value}.")
+        chosen[key] = value
+
+
+def _is_group(key: str) -> bool:
+    """Whether `key` names a config group (hydra/launcher, model, optimizer ...), not a value."""
+    if "/" in key:
+        return True
+    try:
+        from hydra.core.global_hydra import GlobalHydra
+
+        return bool(GlobalHydra.instance().config_loader().repository.group_exists(key))  # type: ignore[attr-defined]
+    except Exception:  # another config loader than Hydra's own: only the slash-named groups are told apart
+        return False
 
 
 class NameSweepJobs(Callback):

@@ -8,11 +8,13 @@ screen. While fitting, gptlab.train.step_axis gives every dict its step (so no `
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Optional
 
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from gptlab.execution.fused import clock, member_of_this_thread
 from gptlab.runs.run_dir import STEPS_DONE_SUFFIX
 
 
@@ -22,9 +24,25 @@ class RunTensorBoardLogger(TensorBoardLogger):
         # whose name holds "tfevents", whatever follows.
         super().__init__(*args, **{"filename_suffix": STEPS_DONE_SUFFIX, **kwargs})
 
+    @property
+    def experiment(self) -> Any:
+        made = self._experiment is not None
+        writer = super().experiment
+        if not made and member_of_this_thread() is not None:  # the member's clock at its writer's first event
+            self._member_origin = time.time() - clock()
+        return writer
+
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
-        super().log_metrics({k: v for k, v in metrics.items() if k != "epoch"}, step)
+        metrics = {k: v for k, v in metrics.items() if k != "epoch"}
+        if member_of_this_thread() is None:
+            return super().log_metrics(metrics, step)
+        # A fused member's events are timed on its own clock (execution/fused.py clock), from when its writer
+        # wrote its first event: the report's seconds axis is then the member's share of the group's time.
+        writer = self.experiment
+        origin = getattr(self, "_member_origin", time.time() - clock())
+        for k, v in metrics.items():
+            writer.add_scalar(k, v.item() if hasattr(v, "item") else v, step, walltime=origin + clock())
 
     @rank_zero_only
     def log_sample(self, tag: str, text: str, step: int) -> None:

@@ -14,13 +14,13 @@ reads every progress-bar metric to the host after every micro-batch (a GPU sync 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Optional
 
 import lightning as L
 from lightning.fabric.utilities.throughput import Throughput
 
 from gptlab.execution.checkpointing import hardware_flops_per_token
+from gptlab.execution.fused import clock
 from gptlab.execution.peak_flops import device_peak
 from gptlab.lightning_internals import logs_this_step, micro_batches_trained
 from gptlab.model import training_flops_per_token
@@ -54,7 +54,7 @@ class TokenThroughput(L.Callback):
             log.info("MFU against %s" % (f"{peak / 1e12:,.1f} TFLOP/s per device: {source}" if peak else
                                          f"nothing: {source}"))
         self._throughput = Throughput(available_flops=peak, world_size=trainer.world_size, window_size=self.window_size)
-        self._start, self._batches = time.perf_counter(), 0
+        self._start, self._batches = clock(), 0
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -64,7 +64,7 @@ class TokenThroughput(L.Callback):
         assert self._throughput is not None
         self._batches += 1
         self._throughput.update(
-            time=time.perf_counter() - self._start,
+            time=clock() - self._start,
             batches=self._batches,
             samples=self._batches * x.shape[0],
             lengths=self._batches * tokens_per_batch,

@@ -9,10 +9,11 @@ the number compares runs whatever their val_check_interval. A continued run meas
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Optional
 
 import lightning as L
+
+from gptlab.execution.fused import clock
 
 
 class TrainingClock(L.Callback):
@@ -22,17 +23,17 @@ class TrainingClock(L.Callback):
         self._first_step = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._first_step, self._mark = trainer.global_step, time.perf_counter()
+        self._first_step, self._mark = trainer.global_step, clock()
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        now = time.perf_counter()
+        now = clock()
         if self._mark is not None:
             self.seconds += now - self._mark
         self._mark = now
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._mark = time.perf_counter()  # the validation just ended is not training time
+            self._mark = clock()  # the validation just ended is not training time
 
     def tokens_per_sec(self, global_step: int, tokens_through: Callable[[int], int]) -> Optional[float]:
         """Tokens per second of this fit's optimizer steps (all devices); None if it trained no step.
