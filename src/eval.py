@@ -10,7 +10,6 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from gptlab.apps.evaluate import evaluate
 from gptlab.config.entry import main as gptlab_main
 from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.run_dir import discard_on_early_error
@@ -19,6 +18,8 @@ from gptlab.runs.run_dir import discard_on_early_error
 @gptlab_main(config_name="eval")
 @user_errors_exit
 def main(cfg: DictConfig) -> Optional[float]:
+    from gptlab.apps.evaluate import evaluate  # here: a config error and --cfg never import Lightning
+
     # A refused argument leaves no outputs/evals/<date>/<time>/ behind (CheckOutputDir noted it before Hydra made it).
     with discard_on_early_error(Path(cfg.paths.output_dir), "eval.log"):
         return evaluate(cfg).get("val/loss")  # for sweepers; None with val_loss=false

@@ -7,13 +7,14 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 from omegaconf import DictConfig
 
 from gptlab.config.entry import main as gptlab_main
-from gptlab.eval.sampling import sample
 from gptlab.launch.cli import user_errors_exit
 
 
 @gptlab_main(config_name="sample")
 @user_errors_exit
 def main(cfg: DictConfig) -> None:
+    from gptlab.eval.sampling import sample  # here: a config error and --cfg never import the model's code
+
     for i, text in enumerate(sample(cfg)):
         if i:
             print("\n" + "-" * 40)

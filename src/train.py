@@ -14,7 +14,6 @@ from typing import Optional  # noqa: E402
 
 from omegaconf import DictConfig  # noqa: E402
 
-from gptlab.apps.train import train  # noqa: E402
 from gptlab.config.entry import main as gptlab_main  # noqa: E402
 from gptlab.launch.cli import user_errors_exit  # noqa: E402
 from gptlab.launch.death_watch import watching  # noqa: E402
@@ -27,6 +26,8 @@ warnings.filterwarnings("ignore", message=".*validated against ConfigStore schem
 @gptlab_main(config_name="train")
 @user_errors_exit
 def main(cfg: DictConfig) -> Optional[float]:
+    from gptlab.apps.train import train  # here: a config error, --help and --cfg never import Lightning
+
     with watching(cfg):  # a main process killed outright (the OOM killer) still says what happened
         return train(cfg)  # the best val/loss, for sweepers
 

@@ -82,7 +82,8 @@ def test_banner_says_what_runs_where_and_not_the_whole_config(short_run) -> None
     assert (f"runtime  compile off, activation checkpointing none; FLOPs per token: model {flops:,} "
             f"(x_throughput/mfu), hardware {flops:,} (x_throughput/hfu, no matmul recomputed)") in text
     for expected in ("parameters", "tokenizer bytes (257 ids)", "data pydocs", "tokens = micro-batch 4 x 32",
-                     "6 steps", "strategy SingleDevice", "precision 32-true", f"run dir  {run_dir}"):
+                     "6 steps", "strategy SingleDevice", "precision 32-true", f"run dir  {run_dir}",
+                     "intra-op CPU thread(s) (", "runtime.cpu_threads=N sets the count"):
         assert expected in text, (expected, text)
     assert (run_dir / "config_resolved.yaml").read_text().count("\n") > 100
 

@@ -258,7 +258,7 @@ def test_the_fsdp_strategy_loads_through_the_restricted_reader(run_dir: Path, tm
     from lightning.pytorch.strategies import ModelParallelStrategy
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from gptlab.checkpoint.dcp_index import SafeReader
+    from gptlab.checkpoint.dcp_reader import SafeReader
     from gptlab.execution.fsdp_strategy import GPTFSDPStrategy
     from gptlab.lightning_internals import sharded_loads_through
 

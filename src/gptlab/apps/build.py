@@ -19,6 +19,7 @@ from gptlab.apps.seeds import run_seed
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
 from gptlab.config.schemas import Runtime, Stages
 from gptlab.errors import ConfigError, find_config_error, is_int
+from gptlab.execution import threads as cpu_threads
 from gptlab.launch.hydra_ddp import job_subprocess_cmd
 from gptlab.launch.rank_watch import watch_ranks
 from gptlab.model import GPT
@@ -44,6 +45,7 @@ class Run:
     trainer: L.Trainer
     tokens_per_step: int
     ckpt_path: Optional[str]  # the checkpoint the fit continues from (None: from step 0)
+    threads: cpu_threads.Threads  # torch's intra-op threads, and why (the banner's line)
 
 
 def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Run:
@@ -60,7 +62,8 @@ def build_run(cfg: DictConfig, checked: Checked, ckpt_path: Optional[str]) -> Ru
     tokens_per_step = configure_batching(trainer, cfg.global_batch_tokens, datamodule.batch_size,
                                          checked.model_cfg.block_size)
     module.tokens_per_step = tokens_per_step  # for the progress bar's tokens/s
-    return Run(model, module, datamodule, callbacks, trainer, tokens_per_step, ckpt_path)
+    threads = cpu_threads.apply(checked.runtime.cpu_threads, trainer.num_devices)  # this node's ranks share its cores
+    return Run(model, module, datamodule, callbacks, trainer, tokens_per_step, ckpt_path, threads)
 
 
 def instantiate_data(node: DictConfig, tokenizer: Any, **kwargs: Any) -> Any:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab.apps.banner import banner_lines, vocab_warning
 from gptlab.apps.build import Run
 from gptlab.atomic import atomic_write_text, remove_stale_temp_files
+from gptlab.execution.threads import banner_line as threads_line
 from gptlab.preflight.checkpoint_plan import check_checkpoint_space
 from gptlab.preflight.early_checks import Checked
 from gptlab.preflight.output_dirs import check_output_dirs, checkpoint_bytes
@@ -47,6 +48,7 @@ def write_setup_files(cfg: DictConfig, output_dir: Path, checked: Checked, run: 
     for line in banner_lines(cfg, checked.model_cfg, run.model.num_parameters(), checked.tokenizer, run.datamodule,
                              run.trainer, run.tokens_per_step, output_dir, checked.runtime, checked.fsdp):
         log.info(line)
+    log.info(threads_line(run.threads))
 
 
 def save_resolved_config(cfg: DictConfig, output_dir: Path) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
-from torch.distributed.checkpoint.api import CheckpointException
 
 from gptlab.checkpoint import sharded
 from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex
@@ -34,6 +33,8 @@ class UnreadableCheckpoint(Exception):
 
 def _load_sharded(path: Path, weights: bool) -> dict[str, Any]:
     """A sharded checkpoint (trainer=fsdp): Lightning's meta.pt, plus the whole weights gathered when `weights`."""
+    from torch.distributed.checkpoint.api import CheckpointException  # here: the package costs seconds to import
+
     try:
         missing = sharded.missing_parts(path)
     except ForeignIndex as err:

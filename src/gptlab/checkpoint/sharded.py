@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex, SafeReader, read_index
+from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex, read_index
 from gptlab.lightning_internals import SHARDED_META_FILE, load_sharded_keys
 
 META_FILE = SHARDED_META_FILE  # Lightning's meta.pt: the checkpoint without weights and optimizer states
@@ -51,4 +51,6 @@ def read_full_state_dict(path: Path) -> dict[str, torch.Tensor]:
     this one process: DCP reads each tensor's chunks and joins them, whatever the world size that wrote them."""
     with warnings.catch_warnings():  # "torch.distributed is unavailable...": one process reading is what we want
         warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+        from gptlab.checkpoint.dcp_reader import SafeReader  # here: DCP's package costs seconds to import
+
         return load_sharded_keys({"state_dict"}, SafeReader(str(path)))["state_dict"]

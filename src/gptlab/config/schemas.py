@@ -50,6 +50,10 @@ class Runtime:
     float8_layers: list[str] = setting(
         ["attention", "mlp"], "which Linear layers runtime.float8 makes float8: attention | mlp | head "
         "(modded-nanogpt: head, record 19; mlp, records 84 and 89: [mlp,head])", c.float8_layers)
+    cpu_threads: Optional[int] = setting(
+        None, "torch's intra-op CPU threads per rank: null = the cores this process may use (its affinity) less those "
+        "busy with other work at start, shared among the machine's ranks (an OMP_NUM_THREADS you set is kept); "
+        "N = exactly N (the banner's threads line says which and why)", c.optional(c.integer(1)))
 
     def checkpointing(self, sharded: bool) -> str:
         """"none" | "full" | "selective": activation_checkpointing with its null resolved."""

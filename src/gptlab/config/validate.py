@@ -43,23 +43,40 @@ class Decided:
     fsdp: bool
 
 
-def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> Decided:
+GROUPS = ("runtime", "stages", "tokenizer", "data", "optimizer", "scheduler", "trainer", "paths")
+
+
+def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None, targets: bool = True) -> Decided:
     """Raise ConfigError naming the first bad key of a composed train config. `overrides` are the command line's
-    (default: Hydra's record of them, when Hydra ran)."""
+    (default: Hydra's record of them, when Hydra ran). `targets=False` leaves the _target_ paths to `check_targets`:
+    looking one up imports its module (Lightning's Trainer and loggers: seconds), which a refusal for a reason
+    that needs no import should not wait for."""
     strict_booleans(cfg, hydra_overrides() if overrides is None else overrides)
-    check_node("", cfg)
+    check_node("", cfg, targets=targets)
     check_model(cfg.get("model"))  # before data, whose block_size follows model.block_size
-    for group in ("runtime", "stages", "tokenizer", "data", "optimizer", "scheduler", "trainer", "paths"):
-        if isinstance(cfg.get(group), DictConfig):
-            check_node(f"{group}.", cfg[group])
+    for prefix, node in _group_nodes(cfg):
+        check_node(prefix, node, targets=targets)
+    check_rules(cfg)
+    return Decided(Runtime(**cfg.get("runtime", {})), uses_fsdp(cfg.get("trainer")))
+
+
+def check_targets(cfg: DictConfig) -> None:
+    """The _target_ of every node `check` reads names something that imports (check_target)."""
+    for prefix, node in [("", cfg), *_group_nodes(cfg)]:
+        if "_target_" in node and not OmegaConf.is_missing(node, "_target_"):
+            check_target(f"{prefix}_target_", plain(node["_target_"]))
+
+
+def _group_nodes(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    """(key prefix, node) of each group node and each named node (callbacks, loggers) of a train config."""
+    nodes = [(f"{group}.", cfg[group]) for group in GROUPS if isinstance(cfg.get(group), DictConfig)]
     for group in NAMED_NODES:
         for name, node in (cfg.get(group) or {}).items():
             if node is not None:
                 if not isinstance(node, DictConfig) or "_target_" not in node:
                     raise fail(f"{group}.{name}", plain(node), "use a node with a _target_, or null to drop it")
-                check_node(f"{group}.{name}.", node)
-    check_rules(cfg)
-    return Decided(Runtime(**cfg.get("runtime", {})), uses_fsdp(cfg.get("trainer")))
+                nodes.append((f"{group}.{name}.", node))
+    return nodes
 
 
 def schema_of(node: DictConfig) -> Optional[type]:
@@ -69,11 +86,11 @@ def schema_of(node: DictConfig) -> Optional[type]:
     return BY_TARGET.get(node.get("_target_"))
 
 
-def check_node(prefix: str, node: DictConfig, set_values_only: bool = False) -> None:
-    """Appended keys, then each field's range. A node of no known schema is left to its constructor.
-    `set_values_only` leaves out fields that interpolate others not known yet (eval's data follows the model that
-    the checkpoint brings)."""
-    if "_target_" in node and not OmegaConf.is_missing(node, "_target_"):
+def check_node(prefix: str, node: DictConfig, set_values_only: bool = False, targets: bool = True) -> None:
+    """Its _target_ (with `targets`), appended keys, then each field's range. A node of no known schema is left to
+    its constructor. `set_values_only` leaves out fields that interpolate others not known yet (eval's data follows
+    the model that the checkpoint brings)."""
+    if targets and "_target_" in node and not OmegaConf.is_missing(node, "_target_"):
         check_target(f"{prefix}_target_", plain(node["_target_"]))
     schema = schema_of(node)
     if schema is None:

@@ -17,7 +17,8 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from gptlab.atomic import remove, replace_folder
-from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex, SafeReader, read_index
+from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex, read_index
+from gptlab.checkpoint.dcp_reader import SafeReader
 from gptlab.errors import ConfigError
 from gptlab.lightning_internals import set_data_parallel_size, sharded_loads_through
 
