@@ -3,8 +3,11 @@ its way out works when typed."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from helpers import compose_config, run_script
+from helpers import compose_config, run_script, write_corpus
 
 from gptlab.config.suggest import compose_message
 
@@ -33,3 +36,25 @@ def test_a_plus_on_a_set_key_is_worded_as_gptlab_words_it() -> None:
     message = compose_message(err.value)
     assert message is not None and message.startswith("seed is already a key of the config"), message
     assert "without the +" in message
+
+
+def test_prepare_data_prepares_a_mixture_source_by_source_where_training_reads_it(tmp_path: Path) -> None:
+    """`prepare_data.py data=mixture_example data.store=prepared` said "a Mixture is read source by source
+    (data.store=memory or prepared)" although prepared was given: each source's shards now go where
+    gptlab.data.mixture_store's prepared parts read them, <data.cache_dir>/<source name>/<tokenizer>/."""
+    import hydra
+
+    from gptlab.apps.prepare_data import prepare_from_config
+    from gptlab.data.prepare import prepared_dir
+
+    cfg = compose_config(["data=mixture_example", "data.store=prepared", f"data.cache_dir={tmp_path / 'cache'}",
+                          "data.num_proc=1"], config_name="prepare_data")
+    for name, seed in (("pydocs", 1), ("python_stdlib", 2)):
+        files = write_corpus(tmp_path / name, n_files=1, docs_per_file=40, seed=seed)
+        cfg.data.source.sources[name].source = {"_target_": "gptlab.data.sources.TextFiles",
+                                                "paths": [str(p) for p in files], "name": name}
+    assert prepare_from_config(cfg) == tmp_path / "cache"
+    tokenizer = hydra.utils.instantiate(cfg.tokenizer)
+    for name in ("pydocs", "python_stdlib"):
+        manifest = json.loads((prepared_dir(f"{tmp_path / 'cache'}/{name}", tokenizer) / "manifest.json").read_text())
+        assert manifest["splits"]["train"]["tokens"] > 0
