@@ -114,8 +114,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         wanted = overrides_to_reproduce(hparams.get("run"), OmegaConf.to_container(cfg.data, resolve=True),
                                         OmegaConf.to_container(cfg.trainer, resolve=True))
         if wanted:
-            log.warning("these are not the validation tokens the checkpoint's run scored, so val/loss differs from "
-                        "the one it logged; to score those, pass: %s", " ".join(wanted))
+            log.info("note: this val/loss scores other validation tokens than the checkpoint's run scored, so it "
+                     "differs from the one the run logged (both are right for their tokens); to score the run's own, "
+                     "pass: %s", " ".join(wanted))
     if tasks:
         model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
         with trainer.precision_plugin.forward_context():  # trainer.precision, as for val/loss
