@@ -58,3 +58,45 @@ def test_prepare_data_prepares_a_mixture_source_by_source_where_training_reads_i
     for name in ("pydocs", "python_stdlib"):
         manifest = json.loads((prepared_dir(f"{tmp_path / 'cache'}/{name}", tokenizer) / "manifest.json").read_text())
         assert manifest["splits"]["train"]["tokens"] > 0
+
+
+def recorded_sweep(tmp_path: Path, finished: bool = True) -> Path:
+    """A 2-variant x 3-seed sweep as train.py -m leaves it, its launch recorded in sweep_config.json."""
+    from test_report_stats import make_job
+
+    sweep = tmp_path / "sweep"
+    for index, (norm, seed) in enumerate((n, s) for n in ("pre", "post") for s in (1, 2, 3)):
+        job = make_job(sweep, index, {"model.norm": norm, "seed": str(seed)}, [3.5, 3.0 + 0.01 * seed])
+        if not finished:
+            (job / "run_summary.json").unlink()
+    (sweep / "sweep_config.json").write_text(json.dumps({"task_overrides": ["model.norm=pre,post", "seed=1,2,3"],
+                                                         "swept": {}, "config": {}, "sweeper_params": {}}))
+    return sweep
+
+
+def test_a_report_on_a_sweep_that_finished_no_job_says_so_and_how_to_continue(tmp_path: Path) -> None:
+    """It said "not a sweep dir of `train.py -m`" of a fused sweep killed before any job finished."""
+    from gptlab.errors import ConfigError
+    from gptlab.report.runs import write_report
+
+    sweep = recorded_sweep(tmp_path, finished=False)
+    with pytest.raises(ConfigError) as err:
+        write_report(sweep)
+    message = str(err.value)
+    assert "not a sweep dir" not in message and "has finished yet" in message, message
+    assert f"python src/train.py -m model.norm=pre,post seed=1,2,3 hydra.sweep.dir={sweep.resolve()}" in message
+
+
+def test_a_report_names_a_job_missing_from_the_sweep_dir_and_the_command_that_runs_it(tmp_path: Path) -> None:
+    """A sweep launched with seed=1,2,3 whose job 5 was deleted: the report said "Launch with seed=1,2,3"."""
+    import shutil
+
+    from gptlab.report.runs import write_report
+
+    sweep = recorded_sweep(tmp_path)
+    shutil.rmtree(sweep / "5")
+    text = write_report(sweep)[0].read_text()
+    assert "Launch with seed=1,2,3" not in text
+    command = f"python src/train.py -m model.norm=pre,post seed=1,2,3 hydra.sweep.dir={sweep.resolve()}"
+    assert "- model.norm=post, seed=3\n" in text and f"Run them with: {command}" in text, text
+    assert "its job model.norm=post, seed=3 is missing from the sweep dir" in text
