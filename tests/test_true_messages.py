@@ -100,3 +100,15 @@ def test_a_report_names_a_job_missing_from_the_sweep_dir_and_the_command_that_ru
     command = f"python src/train.py -m model.norm=pre,post seed=1,2,3 hydra.sweep.dir={sweep.resolve()}"
     assert "- model.norm=post, seed=3\n" in text and f"Run them with: {command}" in text, text
     assert "its job model.norm=post, seed=3 is missing from the sweep dir" in text
+
+
+def test_the_loss_by_position_plot_bins_long_curves_and_keeps_short_ones() -> None:
+    """The PNG drew raw per-position loss (noise bands at L=256); the CSV keeps every position."""
+    from gptlab.eval.context_plot import POINTS, binned
+
+    raw = [float(p % 7) for p in range(256)]
+    xs, ys = binned(raw)
+    assert len(xs) == len(ys) <= POINTS and xs[0] == 0.0 and ys[0] == raw[0]
+    assert all(a < b for a, b in zip(xs, xs[1:])) and xs[-1] <= 255
+    assert sum(ys[1:]) / len(ys[1:]) == pytest.approx(sum(raw[1:]) / 255, rel=0.05)
+    assert binned(raw[:32]) == ([float(p) for p in range(32)], raw[:32])

@@ -67,7 +67,7 @@ def evaluate_sweep_dir(cfg: DictConfig, tasks: list[str], contexts: list[int]) -
                           "lengths only; give contexts=[64,128,256] (and tasks=[]), or one job's run dir "
                           f"(ckpt_path={str(cfg.ckpt_path)}/<job>) for val_loss and tasks.")
     log.info("ckpt_path is a sweep dir: scoring each job at contexts %s (each job's val/loss at its trained context "
-             "is in its run_summary.json)", contexts)
+             "is its run_summary.json's, copied into eval.json's val/loss)", contexts)
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     summary = evaluate_sweep(cfg, tokenizer, contexts, instantiate_trainer(cfg.trainer))
     print(json.dumps({"sweep_dir": str(cfg.ckpt_path), "jobs": len(summary["jobs"]), "skipped": summary["skipped"]}))
