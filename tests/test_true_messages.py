@@ -112,3 +112,14 @@ def test_the_loss_by_position_plot_bins_long_curves_and_keeps_short_ones() -> No
     assert all(a < b for a, b in zip(xs, xs[1:])) and xs[-1] <= 255
     assert sum(ys[1:]) / len(ys[1:]) == pytest.approx(sum(raw[1:]) / 255, rel=0.05)
     assert binned(raw[:32]) == ([float(p) for p in range(32)], raw[:32])
+
+
+def test_a_plus_on_a_group_the_defaults_choose_says_to_drop_the_plus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`+tokenizer=gpt2` read Hydra's "To override a value use 'override tokenizer: gpt2'", a line of YAML."""
+    monkeypatch.setattr("sys.argv", ["src/train.py", "+model=gpt2_small"])
+    with pytest.raises(Exception) as err:
+        compose_config(["+model=gpt2_small"])
+    message = compose_message(err.value)
+    assert message == ("model is a config group the config already chooses, and + adds a group it lacks: type "
+                       "model=gpt2_small without the +."), message
+    compose_config(["model=gpt2_small"])  # the way out, typed
