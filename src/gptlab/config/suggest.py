@@ -142,16 +142,14 @@ def compose_message(err: BaseException) -> Optional[str]:
         return group_set_to_null()
     if isinstance(err, ValueError) and str(err).startswith("Expecting one subcommand from"):
         return shell_completion_without_subcommand()
-    appended = re.search(r"Could not append to config\. An item is already at '([^']+)'", str(err))
+    appended = re.search(r"Could not append to config\. An item is already at '([^']+)'\.\s*Either remove \+ "
+                         r"prefix: '([^']*)'", str(err))
     if appended:  # `+seed=3`: Hydra's own line offers `++`, which overrides as plain `seed=3` does
-        typed = next((a for a in sys.argv[1:] if a.split("=", 1)[0] == f"+{appended.group(1)}"), None)
-        return already_a_key(appended.group(1), typed or f"{appended.group(1)}=<value>")
-    chosen = re.search(r"Multiple values for ([\w/.]+)\. To override a value use 'override", str(err))
+        return already_a_key(appended.group(1), appended.group(2))
+    chosen = re.search(r"Multiple values for ([\w/.]+)\. To override a value use 'override [\w/.]+: (.*)'", str(err))
     if chosen:  # `+tokenizer=gpt2` for a group the defaults already choose: Hydra's way out is YAML, not a command
-        group = chosen.group(1)
-        typed = next((a for a in sys.argv[1:] if a.split("=", 1)[0] == f"+{group}"), f"{group}=<option>")
-        return (f"{group} is a config group the config already chooses, and + adds a group it lacks: type "
-                f"{typed.lstrip('+')} without the +.")
+        return (f"{chosen.group(1)} is a config group the config already chooses, and + adds a group it lacks: type "
+                f"{chosen.group(1)}={chosen.group(2)} without the +.")
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return first_line(str(err)) + (f" ({first_line(str(cause))})" if cause is not None and cause is not err
                                        else "")
