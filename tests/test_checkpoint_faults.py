@@ -201,5 +201,5 @@ def test_a_run_dir_as_ckpt_path_takes_its_newest_checkpoint_that_loads(bad_check
     assert len(texts) == 1 and texts[0].startswith("ab")
     assert "skipping checkpoint" in caplog.text and "preempted.ckpt: it is empty (0 bytes)" in caplog.text
     assert f"using its newest readable checkpoint, {last}" in caplog.text
-    with pytest.raises(ConfigError, match=r"is a directory without a readable checkpoint"):
+    with pytest.raises(ConfigError, match=r"is a directory whose 2 checkpoint\(s\) do not load \(the newest, "):
         sample(compose_config([f"ckpt_path={tmp_path / 'bad'}", "tokenizer=bytes"], config_name="sample"))

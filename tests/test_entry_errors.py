@@ -177,7 +177,7 @@ def test_lm_eval_adapter_runs_on_the_device_the_machine_has(probe_dir: Path, mon
 @pytest.mark.parametrize("args,named", [
     (["--model_args", "ckpt_path={ckpt}", "--device", NO_SUCH_GPU], "--device="),
     (["--model_args", "ckpt_path={ckpt}.missing", "--device", "cpu"], "it does not exist"),
-    (["--model_args", "ckpt_path={root}/files", "--device", "cpu"], "without a readable checkpoint"),
+    (["--model_args", "ckpt_path={root}/files", "--device", "cpu"], "checkpoint(s) do not load"),
 ])
 def test_lm_eval_refuses_device_and_checkpoint_before_indexing_its_tasks(probe_dir: Path, monkeypatch, capsys, args,
                                                                          named: str) -> None:

@@ -136,7 +136,9 @@ def test_memory_refusal_where_no_block_size_fits_names_the_parameters_that_do() 
     check_memory(small, 1, cpu, free=24 * GB)
     with pytest.raises(ConfigError) as err:  # a run whose activations are what does not fit keeps the old words
         check_memory(small, 4096, cpu, free=24 * GB)
-    assert "a smaller model.block_size or model" in str(err.value)
+    assert "a smaller model.block_size or a smaller model preset" in str(err.value)
+    assert str(err.value).endswith("To skip this check, set the top-level key check_memory=false.")
+    assert "model. " not in str(err.value)  # issue 54: "... or model. check_memory=false" read as a key `model.`
 
 
 def test_memory_guard_lets_a_fitting_run_through() -> None:

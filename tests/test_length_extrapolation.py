@@ -164,6 +164,12 @@ def test_a_sweep_dir_is_scored_and_reported_at_another_context(sweep: Path, tmp_
     (unfinished / ".hydra").mkdir(parents=True)
     summary = _eval(sweep, tmp_path / "eval", small_data, "contexts=[32,64]")
     assert sorted(summary["jobs"]) == ["0", "1"] and list(summary["skipped"]) == ["7"]
+    # issue 54: a sweep-mode eval.json had no val/loss; each job's own, from its run summary, named as such
+    assert summary["val/loss"] == {j: json.loads((sweep / j / "run_summary.json").read_text())["final_val_loss"]
+                                   for j in ("0", "1")} and "run_summary.json" in summary["val/loss_from"]
+    from gptlab.apps.context_eval import job_title
+
+    assert job_title(sweep / "1") == "job 1: model.pos_emb=learned"  # its PNG panel: the variant, not "1"
     assert "not finished" in summary["skipped"]["7"]
     stamp = (sweep / "0" / "context_eval.json").stat().st_mtime_ns
     again = _eval(sweep, tmp_path / "again", small_data, "contexts=[32,64]")  # scored already: kept as it is

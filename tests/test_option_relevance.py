@@ -99,9 +99,11 @@ def test_in_a_sweep_job_an_ignored_option_is_a_warning(monkeypatch) -> None:
 def test_a_warmup_longer_than_the_run_is_a_warning() -> None:
     warnings = check_config(compose_config([*TINY, "scheduler.warmup_steps=100", "trainer.max_steps=30"],
                                            "/tmp/unused"))
-    assert warnings == ["scheduler.warmup_steps=100 never ends (the lr never reaches its peak, optimizer.lr): it "
-                        "matters only when scheduler.warmup_steps < trainer.max_steps (a run of more than 5 steps); "
-                        "here trainer.max_steps=30."]
+    assert warnings == ["scheduler.warmup_steps=100 never ends in this run of trainer.max_steps=30 steps: the lr "
+                        "never reaches its peak (optimizer.lr); give scheduler.warmup_steps below trainer.max_steps."]
+    # issue 54: a 6-step run read "... only when ... (a run of more than 5 steps); here trainer.max_steps=6"
+    (six,) = check_config(compose_config([*TINY, "scheduler.warmup_steps=20", "trainer.max_steps=6"], "/tmp/unused"))
+    assert "more than" not in six and "trainer.max_steps=6 steps" in six, six
     assert check_config(compose_config([*TINY, "scheduler.warmup_steps=2", "trainer.max_steps=3"], "/tmp/unused")) == []
 
 

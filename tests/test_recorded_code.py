@@ -293,3 +293,42 @@ def test_fsdp_resume_auto_refuses_a_foreign_index_in_one_line(run_dir: Path, tmp
     line = one_line(proc.stderr)
     assert str(run / "checkpoints" / "last.ckpt") in line and ".metadata cannot be read: it names posix.system" in line
     assert not payload.exists()
+
+
+def test_gptlab_load_of_a_run_dir_with_a_foreign_index_says_why_in_python(run_dir: Path, tmp_path: Path) -> None:
+    """gptlab.load(<FSDP run dir whose .metadata pickles code>) said "... give ckpt_path=<...>" (gptlab.load has no
+    ckpt_path) and put the reason in a log warning only; a .ckpt of pickled code read "truncated or corrupt" in a
+    Hugging Face dir's pytorch_model.bin."""
+    payload = tmp_path / "written_by_the_index"
+    run = tmp_path / "run"
+    foreign_index(run_dir, run / "checkpoints" / "last.ckpt", payload)
+    with pytest.raises(ConfigError) as err:
+        gptlab.load(run)
+    message = str(err.value)
+    assert f"gptlab.load({str(run)!r})" in message and "gptlab.load(<" in message, message
+    assert "ckpt_path" not in message and "posix.system" in message, message
+    with pytest.raises(ConfigError) as err:
+        gptlab.load(run / "checkpoints" / "last.ckpt")
+    assert "ckpt_path" not in str(err.value) and "posix.system" in str(err.value), err.value
+    assert not payload.exists()
+
+
+def test_a_pytorch_model_bin_of_pickled_code_is_refused_as_such(run_dir: Path, tmp_path: Path) -> None:
+    from gptlab.eval.sampling import sample
+
+    payload = tmp_path / "written_by_the_bin"
+    hf = tmp_path / "hf"
+    proc = run_script("scripts/export_hf.py", [f"ckpt_path={run_dir}", f"out={hf}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from safetensors.torch import load_file
+
+    weights = load_file(hf / "model.safetensors")
+    (hf / "model.safetensors").unlink()
+    torch.save({**weights, "extra": System(f"touch {payload}")}, hf / "pytorch_model.bin")
+    for call in (lambda: gptlab.load(hf), lambda: sample(compose_config([f"ckpt_path={hf}"], config_name="sample"))):
+        with pytest.raises(ConfigError) as err:
+            call()
+        message = str(err.value)
+        assert "holds Python objects that gptlab does not unpickle" in message and "posix.system" in message, message
+        assert "truncated or corrupt" not in message
+    assert not payload.exists()

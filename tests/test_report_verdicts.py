@@ -224,3 +224,44 @@ def test_tensorboard_gets_each_variants_seed_band(tmp_path) -> None:
     series = layout.category[0].chart[0].margin.series[0]
     assert (series.value, series.lower, series.upper) == ("x_seed_bands/val_loss_mean", "x_seed_bands/val_loss_low",
                                                           "x_seed_bands/val_loss_high")
+
+
+def test_bit_identical_paired_arms_are_called_identical_not_undecided(tmp_path) -> None:
+    """Issue 54: two arms that gave the same value for every seed fell back to Welch and read "undecided within
+    ±0.01 (TOST p=0.423; ~1113 seeds per arm)"."""
+    text = write_report(seeded_sweep(tmp_path, {"learned": BASE, "rope": list(BASE)}), margin=0.01)[0].read_text()
+    line = verdict_line(text, "model.pos_emb=rope")
+    assert "the runs are identical" in line and "undecided" not in line and "TOST" not in line, line
+    assert "- model.pos_emb=rope (test): none: both arms ran seeds 1,2,3,4,5" in text
+    # the same difference on every seed is still a difference: Welch, as before
+    shifted = write_report(seeded_sweep(tmp_path / "s", {"learned": BASE, "rope": [b + 0.01 for b in BASE]}))[0]
+    assert "Welch: every seed gave the same difference" in shifted.read_text()
+
+
+def test_one_seed_per_arm_is_said_to_have_no_test_in_the_tests_line(tmp_path) -> None:
+    """The Tests line said "paired: both arms ran seeds 1" where the verdict said no test was possible."""
+    text = write_report(seeded_sweep(tmp_path, {"learned": [3.0], "rope": [3.1]}))[0].read_text()
+    assert "no test possible" in verdict_line(text, "model.pos_emb=rope")
+    tests_line = next(line for line in text.splitlines() if line.startswith("- model.pos_emb=rope (test):"))
+    assert tests_line.startswith("- model.pos_emb=rope (test): none:") and "one seed" in tests_line, tests_line
+
+
+@pytest.mark.parametrize("diff,sigma,margin,paired", [(0.0, 0.0014, 0.0002, True), (0.003, 0.01, 0.004, False),
+                                                      (0.0, SIGMA, 0.002, True), (-0.001, 0.02, 0.003, True)])
+def test_tost_seeds_is_the_smallest_n_with_80_percent_power(diff, sigma, margin, paired) -> None:
+    """The search stepped by n/4 and overshot (1,113 where 1,078 is the smallest): now exact."""
+    from gptlab.report.equivalence import tost_power
+
+    n = tost_seeds(diff, sigma, margin, paired=paired)
+    assert tost_power(diff, sigma, n, margin, paired=paired) >= 0.8 > tost_power(diff, sigma, n - 1, margin,
+                                                                                   paired=paired)
+
+
+def test_the_power_table_never_plans_fewer_seeds_than_the_reports_own_minimum(tmp_path) -> None:
+    """An effect far beyond the noise needs 2 seeds by the power calculation; the report's own rule warns of
+    little power below 3, so the table says 3."""
+    assert seeds_needed(0.5, SIGMA) == 2
+    text = write_report(seeded_sweep(tmp_path, {"learned": BASE, "rope": [b + 0.01 for b in BASE]}), effect=0.5)[0]
+    table = text.read_text().split("## Seeds and power")[1]
+    rows = [r for r in table.splitlines() if r.startswith("| paired |") or r.startswith("| unpaired (Welch) |")]
+    assert rows and all(r.rstrip(" |").rsplit("| ", 1)[-1].strip() == "3" for r in rows), rows

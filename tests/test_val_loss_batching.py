@@ -102,13 +102,16 @@ def test_eval_names_the_overrides_that_score_the_runs_tokens_and_they_work(tmp_p
                      "callbacks.text_samples=null")
     logged = scalars(run_dir)["val/loss"][3]
     ckpt = run_dir / "checkpoints" / "last.ckpt"
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("INFO"):
         default = _eval(ckpt, tmp_path / "a")["val/loss"]
-    (warning,) = [r.getMessage() for r in caplog.records if "not the validation tokens" in r.getMessage()]
+    # issue 54: a note, not an error ("these are not the validation tokens ..." at WARNING read as one)
+    (warning,) = [r.getMessage() for r in caplog.records if "to score the run's own" in r.getMessage()]
+    assert warning.startswith("note: ") and all(r.levelname == "INFO" for r in caplog.records
+                                                 if "to score the run's own" in r.getMessage())
     wanted = warning.rsplit("pass: ", 1)[1].split()
     assert wanted == ["trainer.limit_val_batches=2", "data.batch_size=4"]
     assert default != pytest.approx(logged, rel=1e-6)
     caplog.clear()
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("INFO"):
         assert _eval(ckpt, tmp_path / "b", *wanted)["val/loss"] == pytest.approx(logged, rel=1e-6, abs=0)
-    assert not [r for r in caplog.records if "not the validation tokens" in r.getMessage()]
+    assert not [r for r in caplog.records if "to score the run's own" in r.getMessage()]

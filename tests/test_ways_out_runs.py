@@ -20,6 +20,7 @@ import contextlib
 import functools
 import hashlib
 import io
+import json
 import os
 import re
 import runpy
@@ -339,7 +340,20 @@ def a_summary(root: Path) -> Path:
     return summary
 
 
+def unfinished(root: Path) -> Case:
+    """A sweep launched (its sweep_config.json) and stopped before any job wrote its run summary; continuing it, as
+    the refusal says, finishes the jobs."""
+    sweep = ablation_sweep(root)
+    (sweep / "sweep_config.json").write_text(json.dumps({"task_overrides": ["model.norm=pre,post", "seed=1,2"]}))
+    actions: dict = {}
+    damaged(sweep, ["0", "1", "2", "3"], "run_summary.json", actions)
+    actions[r"continue it with python src/train\.py -m model\.norm=pre,post seed=1,2 hydra\.sweep\.dir="] = \
+        actions.pop(r"\brestore\b")  # what the continued sweep leaves: each job's summary
+    return Case("ablation_report.py", (str(sweep),), actions)
+
+
 REPORT_CASES = {
+    "a sweep stopped before any job finished": unfinished,
     "no such sweep dir": lambda root: Case("ablation_report.py", (str(root / "nosuch"),), {}),
     "an empty dir": ablation(sweep=empty),
     "every job damaged": ablation(damage=(["0", "1", "2", "3"], ".hydra/overrides.yaml", "{not: a list")),

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import hydra
 import lightning as L
 import numpy as np
+import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.atomic import atomic_write_text
@@ -186,6 +187,18 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: (len(p.name), p.name))
 
 
+def job_title(job_dir: Path) -> str:
+    """`job 3: model.pos_emb=rope, seed=2`: the job's variant as its overrides name it (the dir name alone is a
+    number)."""
+    try:
+        overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+        swept = set(json.loads((job_dir.parent / SWEEP_CONFIG).read_text()).get("swept") or {})
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        overrides, swept = [], set()
+    shown = ", ".join(o for o in overrides if isinstance(o, str) and o.split("=", 1)[0] in swept)
+    return f"job {job_dir.name}: {shown}" if shown else f"job {job_dir.name}"
+
+
 def score_job(job_dir: Path, cfg: DictConfig, tokenizer: Any, val: Validation, contexts: list[int], span: int,
               trainer: L.Trainer) -> dict[str, Any]:
     """One job's checkpoint at every context its scheme allows (the others recorded with the reason); its results
@@ -214,10 +227,22 @@ def score_job(job_dir: Path, cfg: DictConfig, tokenizer: Any, val: Validation, c
     note_limits(model, allowed or contexts, val.eot_id)
     scores = score_model(model, val, allowed, span, cfg, trainer)
     record = results_record(scored, model.config.pos_emb, model.config.block_size, scores, refused)
-    write_results(job_dir, record, scores, job_dir.name)
+    write_results(job_dir, record, scores, job_title(job_dir))
     for context, why in refused.items():
         log.info("job %s, context %d refused: %s", job_dir.name, context, why)
     return record
+
+
+VAL_LOSS_FROM = (f"each job's {SUMMARY_FILE} (final_val_loss: its run's own validation at its trained context, on "
+                 "the run's validation batches); the loss at each context is in jobs/<job>/contexts")
+
+
+def _read_summary(job_dir: Path) -> dict[str, Any]:
+    try:
+        found = json.loads((job_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def evaluate_sweep(cfg: DictConfig, tokenizer: Any, contexts: list[int], trainer: L.Trainer) -> dict[str, Any]:
@@ -244,7 +269,9 @@ def evaluate_sweep(cfg: DictConfig, tokenizer: Any, contexts: list[int], trainer
         raise ConfigError(f"ckpt_path={str(sweep_dir)!r} is a sweep dir without a job that could be scored: "
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ". Give a sweep dir whose jobs "
                           "finished, or one job's run dir.")
-    summary = {"sweep_dir": str(sweep_dir), "jobs": jobs, "skipped": skipped}
+    val_loss = {name: _read_summary(sweep_dir / name).get("final_val_loss") for name in jobs}
+    summary = {"sweep_dir": str(sweep_dir), "val/loss": val_loss, "val/loss_from": VAL_LOSS_FROM, "jobs": jobs,
+               "skipped": skipped}
     written = Path(cfg.paths.output_dir).absolute() / "eval.json"
     atomic_write_text(written, json.dumps(summary, indent=2) + "\n")
     log.info("wrote %s and each job's context_eval.json", written)

@@ -67,7 +67,7 @@ def evaluate_sweep_dir(cfg: DictConfig, tasks: list[str], contexts: list[int]) -
                           "lengths only; give contexts=[64,128,256] (and tasks=[]), or one job's run dir "
                           f"(ckpt_path={str(cfg.ckpt_path)}/<job>) for val_loss and tasks.")
     log.info("ckpt_path is a sweep dir: scoring each job at contexts %s (each job's val/loss at its trained context "
-             "is in its run_summary.json)", contexts)
+             "is its run_summary.json's, copied into eval.json's val/loss)", contexts)
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     summary = evaluate_sweep(cfg, tokenizer, contexts, instantiate_trainer(cfg.trainer))
     print(json.dumps({"sweep_dir": str(cfg.ckpt_path), "jobs": len(summary["jobs"]), "skipped": summary["skipped"]}))
@@ -114,8 +114,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         wanted = overrides_to_reproduce(hparams.get("run"), OmegaConf.to_container(cfg.data, resolve=True),
                                         OmegaConf.to_container(cfg.trainer, resolve=True))
         if wanted:
-            log.warning("these are not the validation tokens the checkpoint's run scored, so val/loss differs from "
-                        "the one it logged; to score those, pass: %s", " ".join(wanted))
+            log.info("note: this val/loss scores other validation tokens than the checkpoint's run scored, so it "
+                     "differs from the one the run logged (both are right for their tokens); to score the run's own, "
+                     "pass: %s", " ".join(wanted))
     if tasks:
         model.to(trainer.strategy.root_device)  # validate() hands the model back on the CPU
         with trainer.precision_plugin.forward_context():  # trainer.precision, as for val/loss

@@ -77,13 +77,18 @@ def _load(path: Path, mmap: bool) -> dict[str, Any]:
 
 def named(what: str, path: PathLike) -> str:
     """How a message names the path `what` gave: `ckpt_path='x'` for a config key, `the checkpoint argument 'x'`
-    for a script's positional argument (`what` with a space), which no `key=` typed on its command line sets."""
+    for a script's positional argument (`what` with a space), which no `key=` typed on its command line sets, and
+    `gptlab.load('x')` for a Python call (`what` ending in `()`)."""
+    if what.endswith("()"):
+        return f"{what[:-1]}{str(path)!r})"
     return f"{what} {str(path)!r}" if " " in what else f"{what}={str(path)!r}"
 
 
 def give(what: str, wanted: str) -> str:
-    """The way out that gives another path, as it is typed: `ckpt_path=<...>`, or `<...> as the checkpoint
-    argument` for a positional argument."""
+    """The way out that gives another path, as it is typed: `ckpt_path=<...>`, `<...> as the checkpoint
+    argument` for a positional argument, or `gptlab.load(<...>)` for a Python call."""
+    if what.endswith("()"):
+        return f"{what[:-1]}<{wanted}>)"
     return f"<{wanted}> as {what}" if " " in what else f"{what}=<{wanted}>"
 
 
@@ -171,7 +176,11 @@ def resolve_checkpoint(path: PathLike, what: str = "ckpt_path") -> Path:
     if path.is_dir() and not sharded.is_sharded(path):
         found = newest_loadable_checkpoint(path)
         if found is None:
-            raise ConfigError(f"{named(what, path)} is a directory without a readable checkpoint (*.ckpt); give "
+            unread = checkpoints_newest_first(path)  # each skipped with a warning: the newest's reason is said here
+            what_is = (f"a directory whose {len(unread)} checkpoint(s) do not load (the newest, {unread[0]}: "
+                       f"{checkpoint_problem(unread[0])})" if unread else
+                       "a directory without a readable checkpoint (*.ckpt)")
+            raise ConfigError(f"{named(what, path)} is {what_is}; give "
                               + give(what, "a run dir of src/train.py that has saved one, or a .ckpt file") + ".")
         log.info("%s=%s: using its newest readable checkpoint, %s", what, path, found)
         return found

@@ -64,6 +64,11 @@ def unknown_key(full_key: str, known: Iterable[str], extra: str = "", target: Op
     return f"{what}{hint} Its keys: {', '.join(known)}."
 
 
+def already_a_key(key: str, typed: str) -> str:
+    """`+key=value` for a key the config has: `+` adds a key, and `key=value` sets one."""
+    return f"{key} is already a key of the config, and + adds a key it lacks: type {typed.lstrip('+')} without the +."
+
+
 def describe(hint: Any) -> str:
     """A type annotation as a user reads it: 'an integer or null'."""
     if typing.get_origin(hint) in (Union, types.UnionType):
@@ -137,6 +142,14 @@ def compose_message(err: BaseException) -> Optional[str]:
         return group_set_to_null()
     if isinstance(err, ValueError) and str(err).startswith("Expecting one subcommand from"):
         return shell_completion_without_subcommand()
+    appended = re.search(r"Could not append to config\. An item is already at '([^']+)'\.\s*Either remove \+ "
+                         r"prefix: '([^']*)'", str(err))
+    if appended:  # `+seed=3`: Hydra's own line offers `++`, which overrides as plain `seed=3` does
+        return already_a_key(appended.group(1), appended.group(2))
+    chosen = re.search(r"Multiple values for ([\w/.]+)\. To override a value use 'override [\w/.]+: (.*)'", str(err))
+    if chosen:  # `+tokenizer=gpt2` for a group the defaults already choose: Hydra's way out is YAML, not a command
+        return (f"{chosen.group(1)} is a config group the config already chooses, and + adds a group it lacks: type "
+                f"{chosen.group(1)}={chosen.group(2)} without the +.")
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return first_line(str(err)) + (f" ({first_line(str(cause))})" if cause is not None and cause is not err
                                        else "")

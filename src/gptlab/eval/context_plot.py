@@ -1,5 +1,6 @@
 """Loss by position as a PNG: one panel per model (a checkpoint, or a report's variant), one curve per context, the
-trained context marked, so a reader sees where past T the loss rises or stays flat."""
+trained context marked, so a reader sees where past T the loss rises or stays flat. Curves are binned (`binned`):
+a per-position mean over a few windows is noise that hides the trend; the CSV keeps every position."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ from pathlib import Path
 from gptlab.atomic import atomic_write
 
 Curves = dict[int, list[float]]  # context -> mean NLL at positions 0..context-1
+POINTS = 64  # a curve is drawn as at most this many bins: per-position means are noisy bands at L=256 and beyond
+
+
+def binned(values: list[float], points: int = POINTS) -> tuple[list[float], list[float]]:
+    """(bin centres, bin means) of a per-position curve cut into at most `points` equal runs of positions; the raw
+    per-position numbers stay in loss_by_position.csv. Position 0 (no context at all) keeps a bin of its own."""
+    if len(values) <= points:
+        return [float(p) for p in range(len(values))], list(values)
+    width = -(-(len(values) - 1) // (points - 1))
+    xs, ys = [0.0], [values[0]]
+    for start in range(1, len(values), width):
+        run = values[start:start + width]
+        xs.append(start + (len(run) - 1) / 2)
+        ys.append(sum(run) / len(run))
+    return xs, ys
 
 
 def plot_loss_by_position(panels: dict[str, tuple[Curves, int]], path: Path, title: str) -> None:
@@ -27,7 +43,7 @@ def plot_loss_by_position(panels: dict[str, tuple[Curves, int]], path: Path, tit
         for i, context in enumerate(contexts):
             if context in curves:
                 shade = colours(i / max(1, len(contexts) - 1) * 0.85)
-                ax.plot(range(context), curves[context], color=shade, linewidth=1, label=f"L={context}")
+                ax.plot(*binned(curves[context]), color=shade, linewidth=1, label=f"L={context}")
         ax.axvline(trained - 0.5, color="red", linestyle="--", linewidth=1, label=f"trained T={trained}")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("position in the window")
@@ -35,7 +51,7 @@ def plot_loss_by_position(panels: dict[str, tuple[Curves, int]], path: Path, tit
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
-        ax.set_ylabel("mean NLL (nats)")
+        ax.set_ylabel(f"mean NLL (nats), in ≤{POINTS} bins")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

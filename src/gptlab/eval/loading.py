@@ -17,6 +17,8 @@ from gptlab.errors import ConfigError
 from gptlab.model import GPT
 from gptlab.recorded import build_recorded
 
+PYTHON_CALL = "gptlab.load()"  # how a refusal names the path and its way out: gptlab.load('x'), not ckpt_path=
+
 
 class Loaded(NamedTuple):
     model: GPT
@@ -40,6 +42,6 @@ def load(path: Union[str, os.PathLike[str]]) -> Loaded:
 
     path = os.fspath(path)
     if not is_hf_directory(path):  # a run dir resolved once, as sample.py does: the file read is the one named
-        path = str(resolve_checkpoint(path))
-    model, recorded = load_model(path)
+        path = str(resolve_checkpoint(path, PYTHON_CALL))
+    model, recorded = load_model(path, PYTHON_CALL)
     return Loaded(model.eval(), tokenizer_from_record(recorded, recording_file(path)))

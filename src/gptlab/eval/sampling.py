@@ -32,7 +32,7 @@ def recording_file(path: str) -> str:
     return str(Path(path) / HF_CONFIG_FILE) if is_hf_directory(path) else str(resolve_checkpoint(path))
 
 
-def load_model(path: str) -> tuple[GPT, Any]:
+def load_model(path: str, what: str = "ckpt_path") -> tuple[GPT, Any]:
     """The model and the tokenizer config it was trained with (None if not recorded), a trusted one only
     (gptlab.recorded). A directory with config.json is a Hugging Face model (scripts/export_hf.py records the
     tokenizer there); a file is a checkpoint written by src/train.py, and another directory a run dir (its newest
@@ -42,7 +42,7 @@ def load_model(path: str) -> tuple[GPT, Any]:
         recorded = read_exported_tokenizer(Path(path))
         check_recorded(recorded, "tokenizer", recording_file(path))
         return model, recorded
-    model, hparams = load_checkpoint_model(path)
+    model, hparams = load_checkpoint_model(path, what)
     return model, recorded_tokenizer(hparams)
 
 

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gptlab.atomic import atomic_write
+from gptlab.checkpoint.errors import unreadable_reason
 from gptlab.errors import ConfigError
 from gptlab.interop.gpt_neo import convert_gpt_neo
 from gptlab.interop.llama import convert_llama, inexpressible, is_llama_shaped, to_llama
@@ -151,12 +152,21 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
                 try:
                     state |= load(directory / f)
                 except Exception as err:  # safetensors and torch raise several types for a file cut short
-                    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-                    raise ConfigError(f"{directory / f} cannot be read as weights ({reason}): it is truncated or "
-                                      "corrupt; export or download the directory again.") from err
+                    raise ConfigError(f"{directory / f} cannot be read as weights: "
+                                      f"{weights_error(directory / f, err)}; export or download the directory "
+                                      "again.") from err
             return state
     raise ConfigError(f"{directory} holds no model.safetensors or pytorch_model.bin (nor a sharded index of them); "
                       "export or download the directory again.")
+
+
+def weights_error(path: Path, err: BaseException) -> str:
+    """Why a weights file did not load: a pytorch_model.bin that pickles Python objects is refused as such (as a
+    .ckpt is: gptlab.checkpoint.errors), anything else is cut short or corrupt."""
+    if path.suffix == ".bin":
+        return unreadable_reason(path, err).rstrip(".")
+    reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    return f"truncated or corrupt ({reason})"
 
 
 def from_pretrained(path: Union[str, Path]) -> GPT:

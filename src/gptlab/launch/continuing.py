@@ -28,20 +28,35 @@ def sweep_resume_command() -> str:
     a sweeper's config (hparams_search=...) would start a new sweep. The sweep's overrides are those Hydra recorded
     in its multirun.yaml (the command line where there is none)."""
     from hydra.core.hydra_config import HydraConfig
+
+    return sweep_command(Path(HydraConfig.get().sweep.dir), sys.argv[0], sys.argv[1:])
+
+
+def sweep_command(sweep_dir: Path, script: str = "src/train.py", given: Optional[list[str]] = None) -> str:
+    """The command that launches the sweep of `sweep_dir` again into it (running what is missing, continuing what
+    stopped): its overrides as Hydra recorded them in multirun.yaml, else as gptlab recorded them in
+    sweep_config.json (the task's only), else `given`."""
+    import json
+
     from omegaconf import OmegaConf
 
-    sweep_dir = Path(HydraConfig.get().sweep.dir).resolve()
+    from gptlab.runs.run_dir import SWEEP_CONFIG
+
+    sweep_dir = sweep_dir.resolve()
     recorded = sweep_dir / "multirun.yaml"
-    if recorded.is_file():
-        overrides = OmegaConf.load(recorded).hydra.overrides
-        given = [*overrides.hydra, *overrides.task]
-    else:
-        given = sys.argv[1:]
+    try:
+        if recorded.is_file():
+            overrides = OmegaConf.load(recorded).hydra.overrides
+            given = [*overrides.hydra, *overrides.task]
+        elif (sweep_dir / SWEEP_CONFIG).is_file():
+            given = list(json.loads((sweep_dir / SWEEP_CONFIG).read_text()).get("task_overrides") or [])
+    except Exception:  # noqa: BLE001 - a damaged record: the command as given (the report names the record itself)
+        pass
     # hydra.mode comes with -m; exclude_keys is what hydra_callbacks.NameSweepJobs adds at every launch
     dropped = ("hydra.sweep.dir=", "hydra.run.dir=", "hydra.mode=", "hydra.job.config.override_dirname.exclude_keys=",
                "resume=", "ckpt_path=", "-m", "--multirun")
-    kept = [str(a) for a in given if not str(a).startswith(dropped)]
-    return shlex.join(["python", sys.argv[0], "-m", *kept, f"hydra.sweep.dir={hydra_value(str(sweep_dir))}"])
+    kept = [str(a) for a in given or [] if not str(a).startswith(dropped)]
+    return shlex.join(["python", script, "-m", *kept, f"hydra.sweep.dir={hydra_value(str(sweep_dir))}"])
 
 
 def continue_words(run_dir: Optional[Path], saved: bool) -> str:

@@ -168,10 +168,10 @@ def check_group_memory(group: list[DictConfig], free: Optional[float] = None) ->
             f"runtime {PROCESS_OVERHEAD_BYTES / GB:.1f} GB")
     if fits >= 1:
         raise ConfigError(f"{said}; set hydra.launcher.max_members={fits} (groups of {fits} run one after "
-                          f"another, leaving {MEMORY_MARGIN:.0%} of the {where} spare), {WAY_OUT}; "
-                          "check_memory=false skips this check.")
+                          f"another, leaving {MEMORY_MARGIN:.0%} of the {where} spare), {WAY_OUT}. "
+                          f"{guards.SKIP_CHECK}")
     raise ConfigError(f"{said}; not even one member fits: {WAY_OUT[3:]}, whose memory check says what makes one "
-                      "run fit; check_memory=false skips this check.")
+                      f"run fit. {guards.SKIP_CHECK}")
 
 
 def _ids(group: list[DictConfig]) -> str:

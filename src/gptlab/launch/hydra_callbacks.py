@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
@@ -158,8 +158,10 @@ class CheckArguments(Callback):
         if missing:
             print(f"gptlab: error: {missing_message(missing, config.hydra.job.config_name)}", file=sys.stderr)
             sys.exit(2)
-        unread = None if config.hydra.job.config_name in TRAIN_CONFIGS else unread_appended(
-            config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices))
+        name = config.hydra.job.config_name
+        unread = None if name in TRAIN_CONFIGS else unread_appended(
+            config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices),
+            lambda overrides: composed(name, overrides))
         if unread:
             print(f"gptlab: error: {unread}", file=sys.stderr)
             sys.exit(2)
@@ -170,14 +172,31 @@ class CheckArguments(Callback):
 TRAIN_CONFIGS = ("train", "prepare_data")
 
 
-def unread_appended(config: DictConfig, overrides: list[str], groups: set[str]) -> Optional[str]:
+def composed(config_name: str, overrides: list[str]) -> Optional[DictConfig]:
+    """The config the running entry point composes from `overrides` (Hydra's compose, in the Hydra that runs it);
+    None where no Hydra is running."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized():
+        return None
+    try:
+        return compose(config_name=config_name, overrides=overrides)
+    except Exception:
+        return None
+
+
+def unread_appended(config: DictConfig, overrides: list[str], groups: set[str],
+                    compose_with: Optional[Callable[[list[str]], Optional[DictConfig]]] = None) -> Optional[str]:
     """Why a `+key=value` of the command line (`overrides`) is read by nothing (None: each is): a key the node does
     not have, unless the node calls a constructor that takes it (`+tokenizer.x=1`). `+group=option` adds one of the
-    config's `groups`."""
-    from gptlab.config.suggest import unknown_key
+    config's `groups`. A key the config has already (`+tokens=1e9` over `tokens: null`, which Hydra lets through)
+    is refused as typed with a `+` it does not need: `compose_with` composes the command without that override."""
+    from gptlab.config.suggest import already_a_key, unknown_key
     from gptlab.config.targets import target_parameters
 
-    for override in OverridesParser.create().parse_overrides(overrides):
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    for index, override in enumerate(parsed):
         key = override.key_or_group
         if not override.is_add() or key in groups:
             continue
@@ -189,9 +208,16 @@ def unread_appended(config: DictConfig, overrides: list[str], groups: set[str]) 
         params = target_parameters(parent) if target else set()
         if target and (params is None or leaf in params):
             continue
+        without = compose_with([o for i, o in enumerate(overrides) if i != index]) if compose_with else None
+        if without is not None and OmegaConf.select(without, key, default=_ABSENT, throw_on_missing=False) \
+                is not _ABSENT:
+            return already_a_key(key, override.input_line or key)
         known = [k for k in parent.keys() if k != leaf]
         return unknown_key(key, known, target=target, candidates=params or ())
     return None
+
+
+_ABSENT = object()
 
 
 def missing_message(missing: list[str], config_name: str) -> str:

@@ -103,6 +103,9 @@ def fsdp_gpus(est: MemoryEstimate, accelerator: str, free: float) -> int:
     return 0
 
 
+SKIP_CHECK = "To skip this check, set the top-level key check_memory=false."
+
+
 def check_memory(
     model_cfg: GPTConfig, micro_batch: int, trainer_cfg: Any, free: Optional[float] = None,
     runtime: Optional[Runtime] = None, parameters: Optional[int] = None, batching: Optional[Batching] = None,
@@ -126,7 +129,7 @@ def check_memory(
             f"{model_cfg.block_size} with activation checkpointing {est.checkpointing}, "
             f"runtime {est.runtime / GB:.1f} GB). To make it fit (leaving {MEMORY_MARGIN:.0%} of the free memory "
             f"spare): {'; '.join(ways_to_fit(est, model_cfg, micro_batch, trainer_cfg, runtime, free, batching))}. "
-            "check_memory=false skips this check."
+            f"{SKIP_CHECK}"
         )
     return est
 
@@ -169,7 +172,7 @@ def smaller_model(est: MemoryEstimate, room: float) -> str:
     sending the user to a block size that is refused again when typed (issue 46)."""
     fixed = (est.states + est.buffers + est.runtime) * est.processes
     if fixed <= room:
-        return "a smaller model.block_size or model"
+        return "a smaller model.block_size or a smaller model preset"
     per_param = (est.states + est.buffers) / max(est.parameters, 1)
     fits = max(0.0, (room / est.processes - est.runtime) / per_param)
     return (f"a smaller model: its weights, gradients and Adam states alone need {fixed / GB:,.1f} GB"

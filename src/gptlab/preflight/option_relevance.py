@@ -115,9 +115,10 @@ RULES: tuple[OnlyWhen, ...] = (
              lambda g: (g("data.sampling") == "random" or g("data.source._target_") == mixture.TARGET)
              and g("data.store") != "streaming", ("data.sampling", "data.store")),
     OnlyWhen("optimizer.nesterov", "optimizer.momentum > 0", _momentum, ("optimizer.momentum",)),
-    OnlyWhen("scheduler.warmup_steps", f"scheduler.warmup_steps < trainer.max_steps (a run of more than "
-             f"{SMOKE_RUN_STEPS} steps)", _warmup_ends,
-             ("trainer.max_steps",), warn=True, effect="never ends (the lr never reaches its peak, optimizer.lr)"),
+    OnlyWhen("scheduler.warmup_steps", "scheduler.warmup_steps < trainer.max_steps", _warmup_ends,
+             ("trainer.max_steps",), warn=True,
+             says="scheduler.warmup_steps={value!r} never ends in this run of {now} steps: the lr never reaches "
+                  "its peak (optimizer.lr); give scheduler.warmup_steps below trainer.max_steps."),
     OnlyWhen("trainer.limit_val_batches", "trainer.limit_val_batches > 0", _validates, (), warn=True,
              says="trainer.limit_val_batches={value!r} turns validation off: no val/loss is computed, the summary's "
                   "best_val_loss stays null, and checkpoints are not chosen by val/loss (only last.ckpt is kept); "
@@ -192,7 +193,7 @@ def ignored_options(cfg: DictConfig, in_sweep_job: bool, rules: tuple[OnlyWhen, 
         if value is None or value == defaults.get(rule.option) or rule.holds(get):
             continue
         now = ", ".join(f"{key}={get(key)!r}" for key in rule.shown)
-        message = rule.says.format(value=value) if rule.says else \
+        message = rule.says.format(value=value, now=now) if rule.says else \
             f"{rule.option}={value!r} {rule.effect}: it matters only when {rule.condition}; here {now}."
         if rule.warn or in_sweep_job:
             warnings.append(message)

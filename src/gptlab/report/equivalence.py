@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from scipy import stats
 
 from gptlab.report.power import MAX_SEEDS, POWER, finite, seeds_needed
-from gptlab.report.stats import Comparison
+from gptlab.report.stats import MIN_SEEDS, Comparison
 
 EQUIVALENT, NOT_EQUIVALENT, UNDECIDED = "equivalent", "not equivalent", "undecided"
 
@@ -31,7 +31,8 @@ class Equivalence:
             return f"equivalent within {m} (TOST p={self.p:.3g})"
         if self.verdict == NOT_EQUIVALENT:
             return f"not equivalent: beyond {m}"
-        need = f"~{self.seeds} seeds per arm to decide" if self.seeds else f"more than {MAX_SEEDS:,} seeds to decide"
+        need = (f"{max(self.seeds, MIN_SEEDS):,} seeds per arm to decide" if self.seeds else
+                f"more than {MAX_SEEDS:,} seeds to decide")  # never fewer than the report's own MIN_SEEDS
         return f"undecided within {m} (TOST p={self.p:.3g}; {need})"
 
 
@@ -60,12 +61,16 @@ def tost_seeds(diff: float, sigma: float, margin: float, alpha: float = 0.05, pa
     or beyond the margin, the seeds that show it lies beyond (a two-sided test of the excess)."""
     if abs(diff) >= margin:
         return seeds_needed(abs(diff) - margin, sigma, alpha, paired)
-    n = 2
-    while tost_power(diff, sigma, n, margin, alpha, paired) < POWER:
-        if n >= MAX_SEEDS:
+    high = 2  # doubled past the target, then bisected: TOST's power grows with n, so this is the smallest n
+    while tost_power(diff, sigma, high, margin, alpha, paired) < POWER:
+        if high >= MAX_SEEDS:
             return None
-        n = min(MAX_SEEDS, n + max(1, n // 4))
-    return n
+        high = min(2 * high, MAX_SEEDS)
+    low = max(2, high // 2)
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if tost_power(diff, sigma, mid, margin, alpha, paired) < POWER else (low, mid)
+    return high
 
 
 def equivalence(comp: Comparison, margin: float, sigma: float | None) -> Equivalence | None:

@@ -16,6 +16,7 @@ Every report that reads a sweep (ablation, LR-tuned, ladder) takes its jobs from
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections import Counter
@@ -144,3 +145,26 @@ def screen(sweep_dir: Path) -> Screened:
         else:
             members.append(job_dir)
     return Screened(members, left_out)
+
+
+def missing_jobs(sweep_dir: Path) -> list[str] | None:
+    """The jobs the sweep's launch made (the product of its recorded values, as Hydra's sweeper makes them) that no
+    dir of the sweep dir holds, each as its swept `key=value`s; None where the launch is not recorded or searched
+    an interval (its jobs cannot be listed)."""
+    launch = launched(sweep_dir)
+    if launch is None or any(v is None for v in launch.values.values()):
+        return None
+    swept = {k: v for k, v in launch.values.items() if len(v) > 1}
+    present = []
+    for job_dir in job_dirs(sweep_dir):
+        try:
+            items = yaml.safe_load((job_dir / OVERRIDES).read_text()) or []
+            present.append(dict(item.split("=", 1) for item in items))
+        except (OSError, yaml.YAMLError, ValueError, TypeError, AttributeError):
+            continue  # a dir without its records: screen names it
+    missing = []
+    for values in itertools.product(*swept.values()):
+        wanted = dict(zip(swept, values))
+        if not any(all(k in job and same_text(k, job[k], v) for k, v in wanted.items()) for job in present):
+            missing.append(", ".join(f"{k}={v}" for k, v in wanted.items()))
+    return missing

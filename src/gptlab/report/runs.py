@@ -16,12 +16,13 @@ import yaml
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
+from gptlab.launch.continuing import sweep_command
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.recorded import build_recorded
 from gptlab.report.instability import DEFINITIONS, Stability, classify
 from gptlab.report.job_scalars import probe_peaks, read_scalars, series
-from gptlab.report.membership import job_dirs, screen
+from gptlab.report.membership import job_dirs, missing_jobs, screen
 from gptlab.report.output_dir import report_dir
 from gptlab.report.override_values import same_text, typed
 from gptlab.report.plot import X_LABELS, plot_val_loss
@@ -29,6 +30,7 @@ from gptlab.report.stats import MIN_SEEDS, Band, Comparison, Summary, mean_curve
 from gptlab.report.tensorboard_bands import BANDS_DIR, write_seed_bands
 from gptlab.report.verdict_text import power_section, ranking, tests_paragraph, worth_note
 from gptlab.report.verdicts import CORRECTIONS, TESTS, judge
+from gptlab.runs.one_run import SWEEP_FILES
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.runs.sweep_failures import describe, failed_jobs
 from gptlab.train.stages import tokens_trained
@@ -215,6 +217,11 @@ def read_job(job_dir: Path, overrides: dict[str, str], summary: dict) -> JobResu
     return job
 
 
+def is_sweep_dir(path: Path) -> bool:
+    """A dir a `-m` launch made: its sweep_config.json (gptlab's) or multirun.yaml (Hydra's) at the top."""
+    return any((path / name).is_file() for name in SWEEP_FILES)
+
+
 def load_sweep(sweep_dir: Path) -> list[JobResult]:
     """The sweep's finished jobs; foreign and damaged dirs are left out (report.membership) and named in the
     report's closing section."""
@@ -229,6 +236,13 @@ def load_sweep(sweep_dir: Path) -> list[JobResult]:
     if not jobs:
         failed = [failure_line(record) for record in failed_jobs(sweep_dir)]
         left = [f"{name} ({why})" for name, why in screened.left_out]
+        if not failed and not left and is_sweep_dir(sweep_dir):
+            started = [p.name for p in job_dirs(sweep_dir)]
+            raise ConfigError(
+                f"no job of the sweep in {sweep_dir} has finished yet ({len(started)} job dir(s) without a "
+                f"{SUMMARY_FILE}{': ' + ', '.join(started[:8]) if started else ''}{', ...' if len(started) > 8 else ''}"
+                f"): it is still running, or it was stopped; continue it with {sweep_command(sweep_dir)}, then run "
+                "this report again.")
         raise ConfigError(
             f"no finished job (with {SUMMARY_FILE}) under {sweep_dir}; "
             + (f"every job failed: {'; '.join(failed)}; to run them again, delete their {FAILURE_FILE} and launch "
@@ -400,8 +414,9 @@ def tokens_note(variants: list[Variant]) -> str:
             f"stages.batch_sizes.\n\n")
 
 
-def seeds_note(variants: list[Variant]) -> str:
-    """The report's warning when an arm has fewer than MIN_SEEDS seeds with a final val/loss."""
+def seeds_note(variants: list[Variant], sweep_dir: Path | None = None) -> str:
+    """The report's warning when an arm has fewer than MIN_SEEDS seeds with a final val/loss: where the launch made
+    the seeds and their jobs are missing from the sweep dir, it names those and the command that runs them."""
     few = [(v.label, n) for v in variants if 0 < (n := sum(x is not None for x in v.values(METRIC))) < MIN_SEEDS]
     if not few:
         return ""
@@ -411,6 +426,12 @@ def seeds_note(variants: list[Variant]) -> str:
                  "difference found\" says little, and a significant one rests on two runs.")
     if any(n == 1 for _, n in few):
         text += " With 1 seed no test is possible: there is no spread to test against."
+    absent = missing_jobs(sweep_dir) if sweep_dir is not None else None
+    if absent:
+        return text + (f" The sweep launched more: its job{'s' if len(absent) > 1 else ''} {'; '.join(absent)} "
+                       f"{'are' if len(absent) > 1 else 'is'} missing from the sweep dir; run "
+                       f"{'them' if len(absent) > 1 else 'it'} with {sweep_command(sweep_dir)} (the sweep launched "
+                       "again into its dir runs only what it lacks).\n\n")
     return text + f" Launch with seed=1,2,3 (or more) for a verdict with {MIN_SEEDS} seeds an arm.\n\n"
 
 
@@ -521,6 +542,11 @@ def missing_jobs_note(sweep_dir: Path, counted: set[str] = frozenset()) -> str:
     if missing:
         text += ("\n## Jobs without a finished run (left out)\n\n"
                  + "".join(f"- {p.name}: {unfinished_reason(p)}\n" for p in missing))
+    absent = missing_jobs(sweep_dir)
+    if absent:
+        text += ("\n## Jobs the sweep launched that its dir lacks\n\n" + "".join(f"- {job}\n" for job in absent)
+                 + f"\nRun them with: {sweep_command(sweep_dir)} (the sweep launched again into its dir runs only "
+                   "what it lacks).\n")
     return text
 
 
@@ -571,7 +597,7 @@ def write_report(sweep_dir: Path, baseline: str | None = None, alpha: float = 0.
         text += "val loss @ matched FLOPs: unavailable (a variant has no val/loss curve or no readable model).\n\n"
     if repeats:
         text += "Warning: repeated runs are not independent seeds.\n" + "".join(f"- {n}\n" for n in repeats) + "\n"
-    text += seeds_note(variants) + stability_note(jobs)
+    text += seeds_note(variants, sweep_dir) + stability_note(jobs)
     text += "## Verdicts (final val/loss against the baseline)\n\n"
     text += tokens_note(variants) if len(variants) > 1 else ""
     lines = [verdict(v.label, j.comparison) + "".join(f"; {note}" for note in (

@@ -88,6 +88,8 @@ class Comparison:
         return None if self.ci_high is None else (self.ci_high - self.ci_low) / 2
 
 
+IDENTICAL = ("the runs are identical (every seed gave bit for bit the baseline's value: the variant changed nothing "
+             "these runs compute; check that its override reaches the model)")
 ZERO_VARIANCE = "zero variance (every seed gave the same value on both sides: repeats of one run?)"
 
 
@@ -139,6 +141,8 @@ def verdict(label: str, comparison: Comparison, digits: int = 3) -> str:
     says `no difference found`, so a reader does not take the sign of the difference as a ranking, and a test on
     fewer than MIN_SEEDS seeds in an arm says it has little power."""
     diff = f"{comparison.diff:+.{digits}f}"
+    if comparison.no_test == IDENTICAL:
+        return f"{label}: {diff}, {IDENTICAL}"
     if not comparison.testable:
         return f"{label}: {diff}, {comparison.no_test}: no test possible"
     level = f"{1 - comparison.alpha:.0%}"

@@ -4,7 +4,7 @@ the seeds' power and the seeds an effect needs, and the variants ranked with fam
 from __future__ import annotations
 
 from gptlab.report.power import Sigma, detectable_effect, seeds_needed
-from gptlab.report.stats import Comparison
+from gptlab.report.stats import MIN_SEEDS, Comparison
 from gptlab.report.verdicts import Spread, Verdict, simultaneous
 
 
@@ -30,7 +30,9 @@ def _sigma(s: Sigma, level: str) -> str:
 
 
 def _seeds(n: int | None) -> str:
-    return "more than 100,000" if n is None else f"{n:,}"
+    """Seeds per arm to plan: never fewer than MIN_SEEDS, the report's own rule for a test with power (a power
+    calculation alone may say 2 where the noise is tiny next to the effect)."""
+    return "more than 100,000" if n is None else f"{max(n, MIN_SEEDS):,}"
 
 
 def power_section(found: Spread, n_seeds: int, alpha: float, effect: float | None,
@@ -59,7 +61,9 @@ def power_section(found: Spread, n_seeds: int, alpha: float, effect: float | Non
         if effect:
             text += f" {_seeds(seeds_needed(effect, sigma, alpha, paired))} |"
     return text + ("\n\nThe sigma is the sweep's own estimate: its interval carries into every figure here (at the "
-                   "interval's high end the seeds needed grow by (high/sigma)²).\n\n")
+                   "interval's high end the seeds needed grow by (high/sigma)²)"
+                   + (f"; no arm is planned with fewer than {MIN_SEEDS} seeds, the report's own minimum for a test "
+                      "with power" if effect else "") + ".\n\n")
 
 
 def ranking(labels: list[str], verdicts: list[Verdict | None], digits: int = 4, metric: str = "final val/loss") -> str:

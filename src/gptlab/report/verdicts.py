@@ -18,7 +18,7 @@ from gptlab.report.compute_worth import Worth, compute_worth
 from gptlab.report.equivalence import Equivalence, equivalence
 from gptlab.report.family import holm
 from gptlab.report.power import Sigma, pooled_sigma
-from gptlab.report.stats import ZERO_VARIANCE, Comparison, compare, compare_paired
+from gptlab.report.stats import IDENTICAL, ZERO_VARIANCE, Comparison, compare, compare_paired
 
 TESTS = ("paired", "welch")  # --test: paired where valid (the default), or Welch's on every comparison
 CORRECTIONS = ("holm", "none")
@@ -102,9 +102,15 @@ def choose_test(base: Sample, variant: Sample, alpha: float, test: str) -> tuple
         return welch, "Welch: pairing impossible, " + " and ".join(m for m in missing if m)
     seeds = sorted(a, key=lambda s: (len(s), s))
     paired = compare_paired([a[s] for s in seeds], [b[s] for s in seeds], alpha)
+    ran = f"both arms ran seeds {_seed_list(set(seeds))} with paired seeds"
+    if paired.no_test == ZERO_VARIANCE and all(a[s] == b[s] for s in seeds):  # bit for bit: nothing to test
+        return (dataclasses.replace(paired, no_test=IDENTICAL),
+                f"none: {ran}, and every seed gave the variant exactly the baseline's value")
     if paired.no_test == ZERO_VARIANCE and welch.testable:
         return welch, "Welch: every seed gave the same difference, so the paired test has no spread to test against"
-    return paired, f"paired: both arms ran seeds {_seed_list(set(seeds))} with paired seeds"
+    if not paired.testable:
+        return paired, f"none: {ran}, but {paired.no_test}"
+    return paired, f"paired: {ran}"
 
 
 def with_family(comps: list[Comparison | None], correction: str) -> list[Comparison | None]:
