@@ -36,6 +36,8 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
                          (["--tokenizer", "bytes", "--dir", "{file}"], "--dir")],
     "bench_prepare_memory.py": [(["0"], "sizes_mib"), (["1", "--num-proc", "0"], "--num-proc"),
                                 (["1", "--dir", "{file}"], "--dir")],
+    "bench_startup.py": [(["--repeats", "0"], "--repeats"), (["--repeats", "-2"], "--repeats")],
+    "bench_threads.py": [(["--rounds", "0"], "--rounds"), (["--steps", "nan"], "--steps")],
     "bench_toggles.py": [(["--batch", "0"], "--batch"), (["--variants", "nope"], "--variants")],
     "bench_train.py": [(["--device", "cuda:99"], "--device"), (["--steps", "0"], "--steps"),
                        (["--parts", "nope"], "--parts")],
