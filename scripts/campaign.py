@@ -19,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from gptlab.campaign import actions, confirm, ledger, launch, view
+from gptlab.campaign import actions, confirm, launch, ledger, view
 from gptlab.campaign.store import store_uri
 from gptlab.campaign.verdict import BUDGETS
 from gptlab.launch.cli import ArgumentParser, user_errors_exit

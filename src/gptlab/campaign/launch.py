@@ -22,7 +22,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def sweep_dir(root: Path, campaign: str, what: str) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", what)[:60] or "baseline"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", what.replace("=", "-"))[:60] or "baseline"
     return root / campaign / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}"
 
 
@@ -35,5 +35,8 @@ def train(overrides: dict[str, str], seeds: list[int], out: Path) -> None:
             "seed=" + ",".join(map(str, seeds)), f"hydra.sweep.dir={out}"]
     print("running: " + " ".join(argv[1:]), flush=True)
     done = subprocess.run(argv, check=False)
+    if done.returncode != 0 and not out.is_dir():
+        raise ConfigError(f"the variant's sweep stopped before any job ran (exit {done.returncode}, its error is "
+                          "above); fix the overrides and run the same campaign command again.")
     if done.returncode != 0:
         print(f"the sweep exited with {done.returncode}; recording the jobs that finished", file=sys.stderr)

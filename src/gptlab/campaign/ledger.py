@@ -73,8 +73,8 @@ def load(uri: str, name: str) -> Campaign:
     records, half = [], 0
     token = None
     while True:
-        page = retried(lambda: mlflow.search_runs([found.experiment_id], max_results=1000, page_token=token,
-                                                  order_by=["attributes.start_time ASC"]))
+        page = retried(lambda at=token: mlflow.search_runs([found.experiment_id], max_results=1000, page_token=at,
+                                                           order_by=["attributes.start_time ASC"]))
         for run in page:
             if run.info.status != "FINISHED" or run.data.tags.get(TAG + "kind") not in KINDS:
                 half += run.info.status != "FINISHED"

@@ -72,7 +72,8 @@ def _record(job: JobResult, campaign: Campaign, baseline: dict[str, str], label:
     tokens = job.tokens_seen
     flops = tokens * job.cost.flops_per_token if tokens is not None and job.cost is not None else None
     tags = {TAG + "variant": variant_key(job.overrides, label), TAG + "seed": job_seed(job),
-            TAG + "paired": str(job_paired(job)).lower(), TAG + "purpose": purpose, TAG + "job_dir": str(job.job_dir.resolve()),
+            TAG + "paired": str(job_paired(job)).lower(), TAG + "purpose": purpose,
+            TAG + "job_dir": str(job.job_dir.resolve()),
             TAG + "overrides": dumps(setting(job.overrides)), **{TAG + k: v for k, v in where.items()}}
     metrics = {"final_val_loss": summary.get("final_val_loss"), "best_val_loss": summary.get("best_val_loss"),
                "tokens": tokens, "flops": flops, "wall_seconds": summary.get("fit_seconds")}

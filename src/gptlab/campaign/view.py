@@ -84,7 +84,7 @@ def markdown(campaign: Campaign) -> str:
              f"{data['tests']} variants tested by {data['procedure']} at q={data['q']:g}; wealth left "
              f"{data['wealth_left']:.4g}. Baselines: {' → '.join(data['baselines'])}."
              + (f" Budget: matched {data['budget']}." if data["budget"] else ""), "",
-             "| variant | status | seeds | vs baseline: diff [interval] p, level granted | confirmation (fresh seeds) |",
+             "| variant | status | seeds | vs baseline: diff [interval] p, level granted | confirmed on fresh seeds |",
              "|---|---|---|---|---|"]
     for row in data["variants"]:
         lines.append(f"| {row['variant']} | {row['status']} | {','.join(row['seeds'])} | "
