@@ -18,6 +18,7 @@ contexts=[...]` (context_report_<L>.md and loss_by_position.png).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from gptlab.errors import ConfigError
@@ -27,6 +28,7 @@ from gptlab.report.output_dir import one_report_writer
 from gptlab.report.runs import BANDS, X_AXES
 from gptlab.report.sweep import write_sweep_report
 from gptlab.report.verdicts import CORRECTIONS, TESTS
+from gptlab.report.verdicts_json import sweep_verdicts
 
 
 @user_errors_exit
@@ -59,10 +61,19 @@ def main() -> None:
                         help="ladder: the compute to extrapolate the multiplier to (default 10x the largest rung; "
                              "beyond that it is marked EXTRAPOLATED)")
     parser.add_argument("--boot", type=int, default=1000, help="ladder: bootstrap resamples (default 1000)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the verdicts as JSON (docs/campaigns.md#the-reports-json) instead of the markdown")
+    parser.add_argument("--campaign", default=None,
+                        help="record the sweep in this campaign's ledger and test its variants at the levels the "
+                             "campaign grants (docs/campaigns.md)")
+    parser.add_argument("--store", default=None, help="--campaign's MLflow store (default sqlite:///outputs/mlflow.db)")
     parser.add_argument("--context", type=int, default=None,
                         help="compare the loss at this context length (from src/eval.py contexts=[...] on the sweep) "
                              "instead of the final val/loss at the trained one")
     args = parser.parse_args()
+    if args.json and args.context is not None:
+        raise ConfigError("--json covers the final val/loss verdicts; drop --context, or drop --json and read "
+                          "context_report_<L>.md.")
     if args.boot < 10:
         raise ConfigError(f"--boot {args.boot}: use at least 10 bootstrap resamples (1000 for a 95% interval).")
     if args.target_flops is not None and not args.target_flops > 0:
@@ -77,8 +88,21 @@ def main() -> None:
                                              target_flops=args.target_flops, n_boot=args.boot, test=args.test,
                                              correction=args.correction, margin=args.margin, effect=args.effect)
         text = table.read_text()
-    print(text)
+    found = campaign_part(args.sweep_dir, args.campaign, args.store, args.json) if args.campaign else None
+    if args.json:
+        data = sweep_verdicts(args.sweep_dir, args.baseline, args.alpha, args.test, args.correction, args.margin)
+        print(json.dumps({**data, "campaign": found}, indent=2))
+        return
+    print(text + (found or ""))
     print(f"wrote {table} and {plot}")
+
+
+def campaign_part(sweep_dir: Path, name: str, store: str | None, as_json: bool) -> str | dict:
+    """The campaign's verdicts on this sweep's variants (imported only when a campaign is named: MLflow is an
+    extra)."""
+    from gptlab.campaign.report_part import sweep_in_campaign
+
+    return sweep_in_campaign(sweep_dir, name, store, as_json)
 
 
 if __name__ == "__main__":

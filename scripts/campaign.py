@@ -38,7 +38,8 @@ def _parser() -> ArgumentParser:
     init.add_argument("--budget", choices=BUDGETS, default=None,
                       help="the budget verdicts are matched at: tokens, flops or seconds (wall clock; refused across "
                            "device kinds and machines)")
-    init.add_argument("--label", default=None, help="the baseline's name (default: its overrides)")
+    init.add_argument("--label", default="baseline", help="the first baseline's name (default: baseline); every "
+                      "variant is named by its overrides that differ from it")
     for name, text in (("add", "record a sweep's runs and test what is ready"),
                        ("run", "run a variant on the campaign's seeds, record it, test it")):
         one = sub.add_parser(name, help=text, parents=[common])
@@ -86,7 +87,7 @@ def _confirm(uri: str, args: argparse.Namespace) -> None:
         runs = [r for r in campaign.of("run") if r.tag("variant") == variant]
         out = launch.sweep_dir(args.out, args.name, f"confirm-{variant}")
         launch.train(json.loads(runs[0].tag("overrides")), seeds, out)
-        label = variant if variant != actions.variant_of(runs[0]) else None
+        label = variant if variant != actions.variant_of(campaign, runs[0]) else None
         actions.add(uri, args.name, out, label, actions.CONFIRM, judge_now=False)
     confirm.judge_confirmation(uri, args.name, args.variant)
 

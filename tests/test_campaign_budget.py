@@ -30,3 +30,11 @@ def test_a_tokens_budget_and_a_flops_budget_set_the_steps() -> None:
 def test_a_budget_of_another_kind_is_refused_with_the_spelling() -> None:
     with pytest.raises(Exception, match=r"a budget is tokens or flops.*budget_steps:flops,1e12"):
         steps("trainer.max_steps=${gptlab.budget_steps:seconds,60}")
+
+
+def test_training_and_the_report_import_no_campaign_store() -> None:
+    """MLflow and online-fdr are the campaign extra's: a run or a report that names no campaign never loads them."""
+    from test_layout import _loaded_modules
+
+    loaded = _loaded_modules("import gptlab.apps.train, gptlab.report.sweep, gptlab.report.verdicts_json")
+    assert not [m for m in loaded if m.startswith(("mlflow", "online_fdr", "gptlab.campaign"))]

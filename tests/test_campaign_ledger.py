@@ -120,8 +120,8 @@ def test_two_campaigns_in_one_store_do_not_mix(uri: str, tmp_path: Path) -> None
     assert in_child(actions.add, uri, "one", sweep(tmp_path, "a", {"model.norm": "post"}, [2.9, 2.95, 2.86])) == 0
     assert in_child(actions.add, uri, "two", sweep(tmp_path, "b", {"model.pos_emb": "none"}, [3.1, 3.2, 3.0])) == 0
     one, two = view.as_json(ledger.load(uri, "one")), view.as_json(ledger.load(uri, "two"))
-    assert [v["variant"] for v in one["variants"]] == ["model.norm=pre", "model.norm=post"]
-    assert [v["variant"] for v in two["variants"]] == ["model.norm=pre", "model.pos_emb=none"]
+    assert [v["variant"] for v in one["variants"]] == ["baseline", "model.norm=post"]
+    assert [v["variant"] for v in two["variants"]] == ["baseline", "model.norm=(default) model.pos_emb=none"]
     assert one["tests"] == two["tests"] == 1 and one["variants"][1]["verdict"]["index"] == 1
 
 
@@ -142,7 +142,7 @@ def test_a_claim_is_confirmed_on_fresh_seeds_then_becomes_the_baseline(uri: str,
     assert confirm.judge_confirmation(uri, "c", "model.norm=post").tag("status") == "confirmed"
     confirm.promote(uri, "c", "model.norm=post")
     data = view.as_json(ledger.load(uri, "c"))
-    assert data["baselines"] == ["model.norm=pre", "model.norm=post"]
+    assert data["baselines"] == ["baseline", "model.norm=post"]
     assert [v["status"] for v in data["variants"]] == ["former baseline", "baseline"]
 
 
@@ -165,3 +165,23 @@ def test_the_cli_prints_versioned_json_and_refuses_in_one_line(uri: str, tmp_pat
     missing = run_script("scripts/campaign.py", ["list", "nope", "--store", uri])
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "no campaign nope" in missing.stderr and "campaign.py init nope" in missing.stderr
+
+
+def test_the_report_in_a_campaign_adds_levels_and_its_json_matches_the_markdown(uri: str, tmp_path: Path) -> None:
+    from gptlab.campaign.report_part import sweep_in_campaign
+    from gptlab.report.verdicts_json import sweep_verdicts
+
+    start(uri, tmp_path)
+    mixed = sweep(tmp_path, "m", {"model.norm": "post"}, [2.80, 2.86, 2.78])
+    for i, (seed, final) in enumerate(zip((1, 2, 3), [3.01, 3.04, 2.98])):
+        make_job(mixed, 3 + i, {"model.norm": "rms", "seed": str(seed)}, [final + 0.5, final])
+    data = sweep_verdicts(mixed, "model.norm=post")
+    rms = data["variants"][1]
+    assert data["schema"] == 1 and data["baseline"] == "model.norm=post" and rms["verdict"]["family"] == 1
+    assert rms["verdict"]["test"] == "paired t" and rms["seeds"] == {"1": 3.01, "2": 3.04, "3": 2.98}
+    section = sweep_in_campaign(mixed, "c", uri, False)
+    assert "## In campaign c" in section and "wealth left" in section
+    assert "- model.norm=post: claimed" in section and "- model.norm=rms: not claimed" in section
+    rows = sweep_in_campaign(mixed, "c", uri, True)["variants"]  # again: nothing recorded twice
+    assert [r["variant"] for r in rows] == ["model.norm=post", "model.norm=rms"]
+    assert [r["verdict"]["index"] for r in rows] == [1, 2] and len(ledger.load(uri, "c").of("run")) == 9

@@ -17,7 +17,8 @@ packages on the same layer do not import each other:
     9  eval                                zero-shot tasks, scoring, sampling
    10  train                               the LightningModule, optimizers, callbacks
    11  apps                                what the entry scripts call
-   12  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
+   12  report | tools                      reading runs; benchmarks, doctor, drills: only campaign imports these
+   13  campaign                            a campaign's ledger, online-FDR verdicts, confirmations (on report's tests)
 """
 
 from __future__ import annotations

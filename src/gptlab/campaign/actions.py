@@ -13,7 +13,7 @@ from gptlab.campaign import fdr, ledger
 from gptlab.campaign.ledger import TAG, Campaign, Record
 from gptlab.campaign.runs import sweep_records
 from gptlab.campaign.store import writing
-from gptlab.campaign.verdict import BUDGETS, arm_runs, interval, test
+from gptlab.campaign.verdict import BUDGETS, arm_runs, interval, seeds_needed, test
 from gptlab.errors import ConfigError
 from gptlab.report.stats import MIN_SEEDS
 
@@ -32,24 +32,32 @@ def baseline_overrides(campaign: Campaign) -> dict[str, str]:
     return json.loads(baseline(campaign).tag("overrides", "{}"))
 
 
-def start(uri: str, name: str, sweep: Path, q: float, budget: str | None, label: str | None) -> Campaign:
+def root(campaign: Campaign) -> tuple[dict[str, str], str]:
+    """The first baseline's overrides and name: what every variant's name is a diff against."""
+    first = baselines(campaign)[0]
+    return json.loads(first.tag("overrides", "{}")), first.tag("variant")
+
+
+def start(uri: str, name: str, sweep: Path, q: float, budget: str | None, label: str = "baseline") -> Campaign:
     """A new campaign whose first baseline is the sweep's one variant (its seeds), recorded with its runs."""
     if not 0 < q < 1:
         raise ConfigError(f"--q {q}: the campaign's false discovery rate is a fraction, e.g. --q 0.05.")
     if budget is not None and budget not in BUDGETS:
         raise ConfigError(f"--budget {budget}: one of {', '.join(BUDGETS)}.")
+    label = label or "baseline"
     with writing(uri):
         settings = {"q": repr(q), "procedure": fdr.PROCEDURE, "budget": budget or "", "min_seeds": str(MIN_SEEDS),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         ledger.create(uri, name, settings)
         campaign = ledger.load(uri, name)
-        runs = sweep_records(sweep, campaign, {}, label)
-        keys = sorted({r.tag("variant") for r in runs})
-        if len(keys) != 1:
+        runs = sweep_records(sweep, campaign, {}, ({}, label), label)
+        configs = sorted({r.tag("overrides") for r in runs})
+        if len(configs) != 1:
             raise ConfigError(f"{sweep}: a campaign's baseline sweep holds one variant (its seeds only); it holds "
-                              f"{len(keys)}: {'; '.join(keys) or 'no finished job'}. Pass the baseline's sweep alone.")
+                              f"{len(configs)}: {'; '.join(configs) or 'no finished job'}. Pass the baseline's sweep "
+                              "alone.")
         overrides = runs[0].tag("overrides")
-        ledger.write(uri, campaign, Record("baseline", {TAG + "variant": keys[0], TAG + "overrides": overrides,
+        ledger.write(uri, campaign, Record("baseline", {TAG + "variant": label, TAG + "overrides": overrides,
                                                         TAG + "previous": ""}), "baseline 1")
         for run in runs:
             ledger.write(uri, campaign, run, f"{run.tag('variant')} seed {run.tag('seed')}")
@@ -61,7 +69,8 @@ def add(uri: str, name: str, sweep: Path, label: str | None = None, purpose: str
     """Record the sweep's runs not yet in the ledger; then test what is ready."""
     with writing(uri):
         campaign = ledger.load(uri, name)
-        for run in sweep_records(sweep, campaign, baseline_overrides(campaign), label, purpose, device):
+        for run in sweep_records(sweep, campaign, baseline_overrides(campaign), root(campaign), label, purpose,
+                                 device):
             ledger.write(uri, campaign, run, f"{run.tag('variant')} seed {run.tag('seed')}")
         if judge_now:
             judge_locked(uri, campaign)
@@ -107,8 +116,10 @@ def judge_locked(uri: str, campaign: Campaign) -> None:
                 TAG + "seeds": ",".join(sorted(r.tag("seed") for r in mine))}
         metrics = {"diff": comp.diff, "p": found.p, "p_two_sided": comp.p, "level": granted.level,
                    "wealth_left": granted.wealth, "ci_low": low, "ci_high": high, "index": granted.index,
-                   "seeds_baseline": comp.seeds[0], "seeds_variant": comp.seeds[1]}
-        ledger.write(uri, campaign, Record("verdict", tags, {}, metrics), f"verdict {variant}")
+                   "seeds_baseline": comp.seeds[0], "seeds_variant": comp.seeds[1],
+                   "seeds_needed": seeds_needed(comp, granted.level)}
+        ledger.write(uri, campaign, Record("verdict", tags, {}, {k: v for k, v in metrics.items() if v is not None}),
+                     f"verdict {variant}")
 
 
 def arm_seeds(campaign: Campaign, variant: str) -> list[int]:
@@ -116,8 +127,8 @@ def arm_seeds(campaign: Campaign, variant: str) -> list[int]:
                    if r.tag("variant") == variant and r.tag("purpose") == EXPLORE})
 
 
-def variant_of(run: Record) -> str:
+def variant_of(campaign: Campaign, run: Record) -> str:
     """The name the run's overrides give it (its variant unless it was labelled)."""
     from gptlab.campaign.runs import variant_key
 
-    return variant_key(json.loads(run.tag("overrides", "{}")))
+    return variant_key(json.loads(run.tag("overrides", "{}")), None, root(campaign))

@@ -16,19 +16,19 @@ from gptlab.report.runs import SEED_KEY, JobResult, drop_repeats, load_sweep
 from gptlab.report.verdicts import job_paired, job_seed
 
 SETTING_KEYS = ("hydra.", "paths.")  # where a run was written, not what it trained: not part of a variant
-DEFAULTS = "(defaults)"
 
 
 def setting(overrides: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in overrides.items() if k != SEED_KEY and not k.startswith(SETTING_KEYS)}
 
 
-def variant_key(overrides: dict[str, str], label: str | None = None) -> str:
+def variant_key(overrides: dict[str, str], label: str | None, root: tuple[dict[str, str], str]) -> str:
     """A variant's name in the campaign: the label it was given (an A/A arm: the baseline's config under another
-    name), else its overrides, sorted."""
+    name), else its overrides where they differ from the campaign's first baseline (`root`: its overrides and
+    name), which never changes, so a name stays the same across promotions."""
     if label:
         return label
-    return " ".join(f"{k}={v}" for k, v in sorted(setting(overrides).items())) or DEFAULTS
+    return " ".join(f"{k}={v}" for k, v in sorted(config_diff(overrides, root[0]).items())) or root[1]
 
 
 def config_diff(overrides: dict[str, str], baseline: dict[str, str]) -> dict[str, str]:
@@ -66,12 +66,12 @@ def device_kind() -> str:
     return "cpu: " + (platform.processor() or platform.machine())
 
 
-def _record(job: JobResult, campaign: Campaign, baseline: dict[str, str], label: str | None, purpose: str,
-            where: dict[str, str]) -> Record:
+def _record(job: JobResult, baseline: dict[str, str], root: tuple[dict[str, str], str], label: str | None,
+            purpose: str, where: dict[str, str]) -> Record:
     summary = job.summary
     tokens = job.tokens_seen
     flops = tokens * job.cost.flops_per_token if tokens is not None and job.cost is not None else None
-    tags = {TAG + "variant": variant_key(job.overrides, label), TAG + "seed": job_seed(job),
+    tags = {TAG + "variant": variant_key(job.overrides, label, root), TAG + "seed": job_seed(job),
             TAG + "paired": str(job_paired(job)).lower(), TAG + "purpose": purpose,
             TAG + "job_dir": str(job.job_dir.resolve()),
             TAG + "overrides": dumps(setting(job.overrides)), **{TAG + k: v for k, v in where.items()}}
@@ -82,13 +82,14 @@ def _record(job: JobResult, campaign: Campaign, baseline: dict[str, str], label:
                   {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
 
 
-def sweep_records(sweep_dir: Path, campaign: Campaign, baseline: dict[str, str], label: str | None = None,
-                  purpose: str = "explore", device: str | None = None) -> list[Record]:
-    """Records for the sweep's finished jobs not in the ledger yet (a job dir is recorded once)."""
+def sweep_records(sweep_dir: Path, campaign: Campaign, baseline: dict[str, str], root: tuple[dict[str, str], str],
+                  label: str | None = None, purpose: str = "explore", device: str | None = None) -> list[Record]:
+    """Records for the sweep's finished jobs not in the ledger yet (a job dir is recorded once); `baseline`: the
+    current baseline's overrides, which each run's config is recorded as a diff against."""
     known = {r.tag("job_dir") for r in campaign.of("run")}
     jobs, _ = drop_repeats(load_sweep(sweep_dir))
     commit, dirty = code_version(Path.cwd())
     where = {"commit": commit, "uncommitted": dirty, "device": device or device_kind(), "host": socket.gethostname(),
              "sweep_dir": str(sweep_dir.resolve())}
-    return [_record(job, campaign, baseline, label, purpose, where) for job in jobs
+    return [_record(job, baseline, root, label, purpose, where) for job in jobs
             if str(job.job_dir.resolve()) not in known and job.summary.get("final_val_loss") is not None]

@@ -5,11 +5,13 @@ one-sided bound: a claim is an interval wholly below zero."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from scipy import stats
 
 from gptlab.campaign.ledger import Campaign, Record
+from gptlab.report import power
 from gptlab.report.stats import Comparison
 from gptlab.report.verdicts import Sample, choose_test
 
@@ -67,6 +69,14 @@ def test(base: list[Record], mine: list[Record], budget: str | None) -> Test:
     comp, why = choose_test(sample(base), sample(mine), 0.05, "paired")
     p = one_sided(comp)
     return Test(comp, why if p is not None else comp.no_test, p)
+
+
+def seeds_needed(comp: Comparison, level: float) -> int | None:
+    """Seeds per arm that find this difference with 80% power at this level (one-sided, so the two-sided test at
+    2·level), from the comparison's own spread; None when none within the report's cap would."""
+    n = comp.seeds[1]
+    sigma = comp.se * math.sqrt(n if comp.paired else n / 2)
+    return power.seeds_needed(abs(comp.diff), sigma, min(2 * level, 0.5), comp.paired)
 
 
 def interval(comp: Comparison, level: float) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from gptlab.campaign.actions import EXPLORE, baseline, baselines, history, untes
 from gptlab.campaign.ledger import SCHEMA, Campaign, Record
 from gptlab.campaign.verdict import arm_runs, test
 
-VERDICT_KEYS = ("diff", "ci_low", "ci_high", "p", "level", "wealth_left", "index")
+VERDICT_KEYS = ("diff", "ci_low", "ci_high", "p", "level", "wealth_left", "index", "seeds_needed")
 
 
 def _numbers(record: Record | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
@@ -71,7 +71,7 @@ def as_json(campaign: Campaign) -> dict[str, Any]:
             "variants": rows(campaign)}
 
 
-def _cell(numbers: dict[str, Any] | None, with_level: bool) -> str:
+def cell(numbers: dict[str, Any] | None, with_level: bool) -> str:
     if numbers is None:
         return "—"
     text = f"{numbers['diff']:+.4f} [{numbers['ci_low']:+.4f}, {numbers['ci_high']:+.4f}] p={numbers['p']:.3g}"
@@ -88,7 +88,7 @@ def markdown(campaign: Campaign) -> str:
              "|---|---|---|---|---|"]
     for row in data["variants"]:
         lines.append(f"| {row['variant']} | {row['status']} | {','.join(row['seeds'])} | "
-                     f"{_cell(row['verdict'], True)} | {_cell(row['confirmation'], False)} |")
+                     f"{cell(row['verdict'], True)} | {cell(row['confirmation'], False)} |")
     if data["half_written"]:
         lines += ["", f"{data['half_written']} record(s) left half-written by a killed command: not counted."]
     return "\n".join(lines) + "\n"
