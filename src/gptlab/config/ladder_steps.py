@@ -67,7 +67,7 @@ def budget_steps(kind: str, amount: float, *, _root_: DictConfig) -> int:
     one FLOPs budget each get their own steps."""
     if kind not in BUDGET_KINDS or not isinstance(amount, (int, float)) or not amount > 0:
         raise ConfigError(f"${{{BUDGET_RESOLVER}:{kind},{amount}}}: a budget is tokens or flops and a positive "
-                          f"number, e.g. trainer.max_steps='${{{BUDGET_RESOLVER}:flops,1e12}}'.")
+                          f"number, e.g. trainer.max_steps=${{{BUDGET_RESOLVER}:flops,1e12}}")
     model, per_step = _model_and_step(_root_)
     per_token = training_flops_per_token(model)["total"] if kind == "flops" else 1
     return max(1, math.ceil(float(amount) / (per_step * per_token)))
