@@ -22,6 +22,7 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 # isort: split
 
 import argparse
+import json
 from pathlib import Path
 
 from gptlab.launch.arguments import ArgumentParser, integer, positive_int, positive_number, probability
@@ -31,6 +32,7 @@ from gptlab.report.output_dir import one_report_writer
 from gptlab.report.runs import BANDS, X_AXES
 from gptlab.report.sweep import write_sweep_report
 from gptlab.report.verdicts import CORRECTIONS, TESTS
+from gptlab.report.verdicts_json import sweep_verdicts
 
 
 @user_errors_exit
@@ -64,10 +66,19 @@ def main() -> None:
                              "beyond that it is marked EXTRAPOLATED)")
     parser.add_argument("--boot", type=integer(10), default=1000,
                         help="ladder: bootstrap resamples, at least 10 (default 1000, for a 95% interval)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the verdicts as JSON (docs/campaigns.md#the-reports-json) instead of the markdown")
+    parser.add_argument("--campaign", default=None,
+                        help="record the sweep in this campaign's ledger and test its variants at the levels the "
+                             "campaign grants (docs/campaigns.md)")
+    parser.add_argument("--store", default=None, help="--campaign's MLflow store (default sqlite:///outputs/mlflow.db)")
     parser.add_argument("--context", type=positive_int.e_g("1024"), default=None,
                         help="compare the loss at this context length (from src/eval.py contexts=[...] on the sweep) "
                              "instead of the final val/loss at the trained one")
     args = parser.parse_args()
+    if args.json and args.context is not None:
+        parser.refuse("--json covers the final val/loss verdicts; drop --context, or drop --json and read "
+                      "context_report_<L>.md.")
     with one_report_writer(args.sweep_dir):  # a second report of this sweep waits for this one
         if args.context is not None:
             table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha, args.test,
@@ -78,8 +89,21 @@ def main() -> None:
                                              target_flops=args.target_flops, n_boot=args.boot, test=args.test,
                                              correction=args.correction, margin=args.margin, effect=args.effect)
         text = table.read_text()
-    print(text)
+    found = campaign_part(args.sweep_dir, args.campaign, args.store, args.json) if args.campaign else None
+    if args.json:
+        data = sweep_verdicts(args.sweep_dir, args.baseline, args.alpha, args.test, args.correction, args.margin)
+        print(json.dumps({**data, "campaign": found}, indent=2))
+        return
+    print(text + (found or ""))
     print(f"wrote {table} and {plot}")
+
+
+def campaign_part(sweep_dir: Path, name: str, store: str | None, as_json: bool) -> str | dict:
+    """The campaign's verdicts on this sweep's variants (imported only when a campaign is named: MLflow is an
+    extra)."""
+    from gptlab.campaign.report_part import sweep_in_campaign
+
+    return sweep_in_campaign(sweep_dir, name, store, as_json)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ packages on the same layer do not import each other:
     9  eval                                zero-shot tasks, scoring, sampling
    10  train                               the LightningModule, optimizers, callbacks
    11  apps                                what the entry scripts call
-   12  report | tools                      reading runs; benchmarks, doctor, drills: nothing imports these
+   12  report | tools                      reading runs; benchmarks, doctor, drills: only campaign imports these
+   13  campaign                            a campaign's ledger, online-FDR verdicts, confirmations (on report's tests)
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from helpers import CHECKOUT_ENV, ROOT
 
 PACKAGE = ROOT / "src" / "gptlab"
 LAYER = {"gptlab": 0, "model": 1, "checkpoint": 2, "config": 2, "data": 3, "runs": 4, "execution": 5, "preflight": 6,
-         "launch": 7, "interop": 8, "eval": 9, "train": 10, "apps": 11, "report": 12, "tools": 12}
+         "launch": 7, "interop": 8, "eval": 9, "train": 10, "apps": 11, "report": 12, "tools": 12,
+         "campaign": 13}
 FRAMEWORKS = ("lightning", "pytorch_lightning", "hydra", "omegaconf")
 MAX_FUNCTION_LINES = 60
 MAX_PACKAGE_SHARE = 0.20

@@ -55,6 +55,9 @@ NOT_RUNNABLE = {
     "scripts/preemption_drill.py": "27 DDP jobs, minutes; tests/test_preemption.py runs five of them (all: -m slow)",
     "tasks=[lambada,hellaswag]": "reads LAMBADA and HellaSwag from the Hugging Face hub (network); "
                                  "tests/test_zeroshot.py runs eval.py on local copies",
+    "scripts/campaign.py": "a campaign's loop trains run after run and confirms only what a test claims; "
+                           "tests/test_campaign_ledger.py runs its commands on synthetic sweeps, "
+                           "scripts/campaign_gallery.sh the whole loop (docs/gallery.md)",
     "data=fineweb_edu": "downloads FineWeb-Edu from the Hugging Face hub (network)",
     "gptlab.eval.lm_eval_adapter": "lm-eval's tasks read their datasets from the Hugging Face hub (network); "
                                    "tests/test_lm_eval_adapter.py runs the command on a local task",

@@ -219,6 +219,8 @@ OTHER_CASES = [
     ("tokenizer._target_=os.system",),
     # the ladder's steps from its ratio (gptlab.config.ladder_steps)
     ("experiment=ladder_gpt2_to_llama", "ladder_tokens_per_param=null"),
+    # a budget of a kind the steps cannot be counted from (gptlab.config.ladder_steps.budget_steps)
+    ("trainer.max_steps=${gptlab.budget_steps:seconds,60}",),
 ]
 MIXTURE = "data=mixture_example"
 # Refusals the checks pass and building the run's objects raises (gptlab.apps.build.build_run: the datamodule and its

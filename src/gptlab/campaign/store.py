@@ -1,0 +1,70 @@
+"""The campaign's MLflow tracking store: an embedded SQLite file under outputs/ by default (no server), or any
+tracking URI (a team's server or database). Writers are serialised: for a SQLite file by an flock beside it
+(gptlab.dir_lock), so a multirun's jobs, several launchers and a SLURM array's jobs on one file system write one at a
+time; SQLite's own "database is locked" (a writer outside gptlab, such as logger=mlflow) is waited out and retried."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gptlab import dir_lock
+from gptlab.errors import ConfigError
+
+DEFAULT_STORE = "sqlite:///outputs/mlflow.db"  # as paths.tracking_uri: ${paths.log_dir}/mlflow.db
+STORE_ENV = "GPTLAB_TRACKING_URI"
+RETRIES = 60
+T = TypeVar("T")
+
+
+def store_uri(given: str | None) -> str:
+    return given or os.environ.get(STORE_ENV) or DEFAULT_STORE
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def client(uri: str) -> Any:
+    """An MlflowClient on the store; the SQLite file's dir is created (the store makes the file)."""
+    try:
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise ConfigError("campaigns keep their ledger in MLflow, which is not installed: pip install -e "
+                          "'.[campaign]' (or pip install mlflow online-fdr).") from None
+    path = sqlite_path(uri)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return retried(lambda: MlflowClient(tracking_uri=uri))
+
+
+def retried(call: Callable[[], T]) -> T:
+    """`call()`, again after a pause while SQLite says another writer holds the file."""
+    for attempt in range(RETRIES):
+        try:
+            return call()
+        except Exception as err:  # noqa: BLE001 - MLflow wraps SQLAlchemy's OperationalError in its own types
+            if "locked" not in str(err) or attempt == RETRIES - 1:
+                raise
+            time.sleep(0.2 + 0.05 * attempt)
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def writing(uri: str) -> Iterator[None]:
+    """One campaign writer at a time on this store (a SQLite file; a server serialises its own writes, but the
+    campaign's read-then-test step is only serialised per machine there: docs/campaigns.md)."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = dir_lock.wait_lock(path.with_name(path.name + ".lock"), lambda who: print(f"waiting for {who}", flush=True))
+    try:
+        yield
+    finally:
+        dir_lock.release(fd)
