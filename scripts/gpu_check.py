@@ -2,7 +2,7 @@
 float8's parity and speed, bench_attention's kernels, the fused sweep's rows once they exist, and the doctor.
 
     python3 scripts/gpu_check.py                      # on one CUDA GPU: each part under its own limit, 9 min in all
-    python scripts/gpu_check.py --device cpu --tiny   # the same parts at toy sizes on a CPU (< 3 min; CI runs it)
+    python scripts/gpu_check.py --device cpu --tiny   # the same parts at toy sizes on a CPU (CI runs it)
     python scripts/gpu_check.py --prepare             # here, with network: the wheels and ranks to carry
 
 Writes one markdown table per part (machine, torch, date) to $OUT/gpu_check.md (else outputs/gpu_check/), the

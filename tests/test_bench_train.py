@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import CONF_DIR, TINY_MODEL
 
 from gptlab.model import GPT, GPTConfig, next_token_loss
-from gptlab.tools.benchmarks.fit import compose_train, plain_fit, step_cost
+from gptlab.tools.benchmarks.fit import compare_fit, compose_train, plain_fit, step_cost
 from gptlab.tools.benchmarks.reference_gpt import ReferenceGPT
 from gptlab.tools.benchmarks.train_step import Shape, build
 
@@ -34,6 +35,19 @@ def test_step_contenders_start_from_the_same_loss() -> None:
     (_, first), (step, same) = build(shape, "gptlab", False), build(shape, "reference", False)
     assert float(first) == float(same)
     assert torch.isfinite(step())
+    # The noise bound's contender: a separate copy of the same reference (its own weights, same values).
+    again, loss = build(shape, "reference again", False)
+    assert float(loss) == float(same) and torch.isfinite(again())
+    with pytest.raises(ValueError, match="no step contender 'nanogpt'"):
+        build(shape, "nanogpt", False)
+
+
+def test_the_fit_noise_bound_runs_a_second_plain_loop() -> None:
+    overrides = [*TINY_MODEL, "data.batch_size=2", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                 "trainer.accelerator=cpu", "trainer.limit_val_batches=1", "callbacks.text_samples.max_new_tokens=2"]
+    best = compare_fit(CONF_DIR, overrides, repeats=1, noise=True)
+    assert set(best) == {"gptlab", "plain", "plain again"}
+    assert all(math.isfinite(seconds) and seconds > 0 for seconds in best.values()), best
 
 
 def test_plain_loop_trains_the_run(tmp_path: Path) -> None:

@@ -51,6 +51,8 @@ NOT_RUNNABLE = {
     "scripts/bench_": "benchmarks run for minutes on a CPU; each prints ratios measured in one run",
     "from_pretrained(\"path/to/gpt2\")": "needs a real GPT-2 checkpoint from the Hugging Face hub (network)",
     "python -m pytest": "the test suite itself",
+    "scripts/measure_doc_times.py": "runs the documented commands for minutes each; tests/test_doc_times.py checks "
+                                    "the docs against its record",
     "scripts/fault_drill.py": "kills runs for minutes; tests/test_fault_drill.py runs it (20 kills: -m slow)",
     "scripts/preemption_drill.py": "27 DDP jobs, minutes; tests/test_preemption.py runs five of them (all: -m slow)",
     "tasks=[lambada,hellaswag]": "reads LAMBADA and HellaSwag from the Hugging Face hub (network); "

@@ -63,6 +63,7 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
     "gen_config_docs.py": [(["--chek"], "--check")],
     "gpu_check.py": [(["--device", "cpu"], "--tiny"), (["--budget", "-1"], "--budget"),
                      (["--parts", "nope"], "--parts")],
+    "measure_doc_times.py": [(["--keys", "nope"], "--keys"), (["--chek"], "--check")],
     "mup_transfer_plot.py": [(["{tmp}", "--out", "{file}"], "--out")],
     "plan.py": [(["tokens=-5"], "tokens"), (["tokens=1e9", "trainer.devices=0"], "trainer.devices")],
     "preemption_drill.py": [(["--repeats", "0"], "--repeats"), (["--deadline", "nan"], "--deadline"),

@@ -83,11 +83,14 @@ def plain_fit(cfg: DictConfig) -> float:
     return time.perf_counter() - started
 
 
-def compare_fit(conf_dir: Path, overrides: list[str], repeats: int) -> dict[str, float]:
-    """Best-of-`repeats` seconds of each, runs interleaved, each in a fresh run dir."""
-    best = {"gptlab": float("inf"), "plain": float("inf")}
+def compare_fit(conf_dir: Path, overrides: list[str], repeats: int, noise: bool = False) -> dict[str, float]:
+    """Best-of-`repeats` seconds of each, runs interleaved, each in a fresh run dir. `noise`: a second plain loop
+    ("plain again") runs in every round too, so plain / plain again is what this machine's load alone makes of two
+    equal runs: a ratio inside that bound is no difference this run can resolve."""
+    contenders = [("gptlab", gptlab_fit), ("plain", plain_fit)] + [("plain again", plain_fit)] * noise
+    best = {name: float("inf") for name, _ in contenders}
     for _ in range(repeats):
-        for name, fit in (("gptlab", gptlab_fit), ("plain", plain_fit)):
+        for name, fit in contenders:
             with tempfile.TemporaryDirectory() as run_dir:
                 best[name] = min(best[name], fit(compose_train(conf_dir, overrides, Path(run_dir))))
     return best

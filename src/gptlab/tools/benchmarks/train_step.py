@@ -51,7 +51,8 @@ def _step_fn(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
 
 
 def build(shape: Shape, which: str, compile: bool, seed: int = 0) -> tuple[Step, torch.Tensor]:
-    """A step closure for `which` (gptlab | reference) and the loss of its first forward (same for both)."""
+    """A step closure for `which` (gptlab | reference | reference again: a second, separate copy of the reference,
+    whose ratio to the first is the noise of the run) and the loss of its first forward (same for all)."""
     torch.manual_seed(seed)
     cfg = GPTConfig(vocab_size=shape.vocab_size, block_size=shape.block_size, n_layer=shape.n_layer,
                     n_head=shape.n_head, n_embd=shape.n_embd)
@@ -59,6 +60,8 @@ def build(shape: Shape, which: str, compile: bool, seed: int = 0) -> tuple[Step,
     x = torch.randint(0, shape.vocab_size, (shape.batch, shape.block_size))
     y = torch.randint(0, shape.vocab_size, (shape.batch, shape.block_size))
     model: torch.nn.Module
+    if which not in ("gptlab", "reference", "reference again"):
+        raise ValueError(f"no step contender {which!r}")
     if which == "gptlab":
         model = gpt
         forward = torch.compile(gpt, dynamic=False) if compile else gpt  # as GPTLitModule does

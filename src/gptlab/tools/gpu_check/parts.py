@@ -43,7 +43,11 @@ class Part:
     gpu_limit_s: int
     tiny_limit_s: int
     run: Callable[[torch.device, bool, Emit], None]
+    tiny_what: str = ""  # what it runs with --tiny on a CPU (the toy sizes), which heads its CPU table
     needs_gpt2_ranks: bool = False
+
+    def described(self, tiny: bool) -> str:
+        return self.tiny_what if tiny else self.what
 
 
 def cell(text: str) -> str:
@@ -214,23 +218,29 @@ def fused_sweep_part(device: torch.device, tiny: bool, emit: Emit) -> None:
 
 # GPU order: the figures that have waited longest first. With --tiny the cheapest run first (tiny_limit_s), so a
 # loaded CPU that spends the run's budget loses the fewest parts. Tiny limits only stop a hung part; the budget
-# (runner.TINY_BUDGET_S) keeps the run under 3 minutes. GPU limits: sized from the earlier measurements in
-# docs/benchmarks.md to sum to the 9 minutes; none measured as a whole yet.
+# (runner.TINY_BUDGET_S) keeps the run under 3 minutes on an idle 2-core CPU (both stretch on a slower one).
+# GPU limits: sized from the earlier measurements in docs/benchmarks.md to sum to the 9 minutes; none measured as a
+# whole yet.
 PARTS = {p.name: p for p in [
     Part("fused_sweep", "bench_fused.py --device cuda: nano k=1,4,16 B=32; gpt2_small k=1,4 B=8; bf16", 40, 30,
-         fused_sweep_part),
+         fused_sweep_part, "bench_fused's members at toy sizes: L1 H2 E32 T32 V97, k=1,2, micro-batch 2, fp32"),
     Part("fit", "bench_train.py --device cuda --parts fit --batches 32 --fit-steps 12 --fit-val-every 4", 90, 90,
-         fit_part, needs_gpt2_ranks=True),
+         fit_part, "the Lightning fit against the plain loop at toy sizes: L1 H2 E32 T32, micro-batch 4, 6 steps "
+         "of 256 tokens, validation every 2, fp32", needs_gpt2_ranks=True),
     Part("fsdp", "bench_train.py --device cuda --parts fsdp --fsdp-steps 12, selective checkpointing only", 75, 120,
-         fsdp_part),
-    Part("float8", "runtime.float8 against bf16: loss parity (300 steps), step speed", 50, 60, float8_part),
-    Part("pytest", "pytest -m gpu", 85, 90, pytest_part),
+         fsdp_part, "trainer=fsdp on one CPU device at toy sizes: L1 H2 E32 T32, micro-batch 4, 4 steps, selective "
+         "checkpointing"),
+    Part("float8", "runtime.float8 against bf16: loss parity (300 steps), step speed", 50, 60, float8_part,
+         "runtime.float8 against bf16 at toy sizes: parity over 20 steps, one toy step (float8 itself needs a GPU)"),
+    Part("pytest", "pytest -m gpu", 85, 90, pytest_part, "pytest -m gpu (every test skips without a GPU)"),
     Part("train_step", "bench_train.py --device cuda --parts step --batches 32 --steps 5 --repeats 2", 40, 60,
-         train_step_part),
+         train_step_part, "the eager step against the reference at toy sizes: L1 H2 E32 T32 V97, B=2, 1 step"),
     Part("typed", "bench_train.py --device cuda --parts typed --typed-steps 40", 45, 120, typed_part,
-         needs_gpt2_ranks=True),
-    Part("attention", "bench_attention.py --device cuda --repeats 10", 50, 60, attention_part),
-    Part("doctor", "scripts/doctor.py", 50, 60, doctor_part),
+         "python src/train.py at toy sizes on the CPU: L1 H2 E32 T32, 4 steps", needs_gpt2_ranks=True),
+    Part("attention", "bench_attention.py --device cuda --repeats 10", 50, 60, attention_part,
+         "every attention kernel at toy sizes: T=64 w=16 B=1 H=2 D=8 fp32, eager, 1 repeat; a 2-layer E64 model"),
+    Part("doctor", "scripts/doctor.py", 50, 60, doctor_part,
+         "scripts/doctor.py --device cpu at toy sizes: attention at T=512, 1 repeat, float8 parity over 20 steps"),
 ]}
 
 
