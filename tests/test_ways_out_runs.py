@@ -631,6 +631,13 @@ UNREACHED = {
     ("report/runs.py", "is not one of {', '.join(BANDS)}"): "only from Python: argparse's choices refuse --band first",
     ("report/runs.py", "--test {test} --correction {correction}"): "only from Python: argparse's choices refuse --test "
                                                                   "and --correction first",
+    ("launch/hydra_callbacks.py", "is chosen twice on the command line"): "a group chosen twice: "
+        "test_fused.py::test_a_group_chosen_twice_is_one_line_naming_both asserts the line and that nothing is written",
+    ("report/logged_scalars.py", "reading them needs the mlflow"): "a job logged to MLflow, read without mlflow "
+                                                                   "installed (it is installed here)",
+    ("report/logged_scalars.py", "W&B online only"): "test_loggers.py asserts the line and the logger it names",
+    ("report/logged_scalars.py", "is not a W&B run file this report knows"): "a W&B run file of another format "
+                                                                             "(none can be made offline here)",
 }
 
 

@@ -560,7 +560,7 @@ AREAS = {
         "apps/evaluate.py", "apps/context_eval.py", "eval/extrapolation.py", "report/context_report.py",
         "eval/sampling.py", "eval/zeroshot.py", "data/datamodule.py", "data/mixture.py",
         "data/mixture_store.py", "train/optim.py", "train/muon.py", "train/normuon.py", "train/joint_optimizer.py",
-        "train/callbacks/loss_spike.py",
+        "train/callbacks/loss_spike.py", "train/callbacks/preemption.py",
     ],
     # the corpus: sources, tokenizers, prepare_data.py's shards, the stores that read them
     "test_ways_out_data.py": [
@@ -579,7 +579,7 @@ AREAS = {
         "report/ladder_report.py", "report/lr_report.py", "report/mup_transfer.py", "report/runs.py",
         "report/sweep.py", "runs/relayout.py", "runs/run_dir_lock.py", "runs/sweep_identity.py",
         "runs/sweep_jobs.py", "runs/write_targets.py", "launch/gpu_launcher.py", "runs/one_run.py",
-        "launch/fused_groups.py",
+        "launch/fused_groups.py", "launch/hydra_callbacks.py", "report/logged_scalars.py",
     ],
     # the scripts' own arguments and the keys of the Hydra tools in scripts/ that have no schema
     "test_script_arguments.py": [

@@ -106,8 +106,10 @@ class TensorBoardLogger:
         False, "log Lightning's placeholder hp_metric (gptlab logs val-best/loss)", c.boolean)
 
 
-# A logger's run-name key: "" (train() sets the run's name) or a name of your own.
-RUN_NAME = c.either(c.choice(""), c.text, wanted='use a name, or "" for the run\'s own')
+def RUN_NAME(field: str, value: Any) -> None:
+    """A logger's run-name key: "" (train() sets the run's name) or a name of your own."""
+    if not isinstance(value, str):
+        raise c.fail(field, value, f"use a name, e.g. {field}=run1, or {field}='' for the run's own")
 
 
 @dataclass

@@ -97,3 +97,4 @@ def check_table(prefix: str, node: Any, table: dict[str, Check]) -> None:
     for key, value in node.items():
         if key in table:
             table[key](f"{prefix}{key}", value)
+

@@ -53,7 +53,8 @@ class PreemptionCheckpoint(L.Callback):
     def __init__(self, dirpath: str, filename: str = "last", grace_seconds: Optional[float] = 30) -> None:
         if grace_seconds is not None and not (is_number(grace_seconds) and grace_seconds >= 0):
             raise ConfigError(f"callbacks.preemption_checkpoint.grace_seconds={grace_seconds!r} must be a number of "
-                              "seconds >= 0 (or null: no deadline); the default 30 is SLURM's and Kubernetes' grace.")
+                              "seconds >= 0, e.g. callbacks.preemption_checkpoint.grace_seconds=30 (SLURM's and "
+                              "Kubernetes' grace), or null for no deadline.")
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self.grace_seconds = grace_seconds
         self._timed = [0]  # steps ended in this fit (_step_ended)
