@@ -343,7 +343,7 @@ class Trainer:
     precision: str = setting("${gptlab.cuda_precision:}", "bf16-mixed on GPUs that have bf16 (Ampere and later), "
                              "else 32-true; or 16-mixed (older GPUs, with loss scaling)", c.choice(*PRECISIONS))
     max_steps: int = setting(240, "optimizer steps; the lr schedule ends here "
-                             "(nano on pydocs: ~65 min on 2 CPU cores at load 16 [time: train_default])",
+                             "(nano on pydocs: ~2 min on 2 CPU cores at load 2 [time: train_default])",
                              c.positive_int)
     max_epochs: int = setting(-1, "bounded by max_steps instead",
                               c.either(c.positive_int, c.choice(-1),
