@@ -14,7 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, TINY, run_train
+from helpers import TINY, run_train
+from test_tensorboard_bands_served import _view_script as view_script
 
 from gptlab.report.runs import write_report
 from gptlab.report.tensorboard_bands import BANDS_DIR, EDGE_RUNS, variant_tag
@@ -24,14 +25,6 @@ VARIANTS = ("model.norm=post", "model.norm=pre")  # the tags' order: by name
 needs_browser = pytest.mark.skipif(
     not CHROMIUM or importlib.util.find_spec("playwright") is None,
     reason="needs Chromium and playwright: `apt-get install chromium` and `pip install -e '.[test]'`")
-
-
-def view_script():
-    spec = importlib.util.spec_from_file_location("check_tensorboard_view", ROOT / "scripts" /
-                                                  "check_tensorboard_view.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
