@@ -42,6 +42,12 @@ HELD_IMPORT = textwrap.dedent("""
 """)
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A child's SIGINT as an interactive shell leaves it: a test suite started in the background by a
+    non-interactive shell (`... &`) inherits SIGINT ignored, which Python and gptlab rightly keep ignoring."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _signal_on_marker(proc: subprocess.Popen | object, marker: Path, signum: int) -> None:
     deadline = time.monotonic() + HANG_GUARD_S  # a hang guard, not a measurement
     while not marker.exists():
@@ -66,7 +72,8 @@ CASES = [(script, signal.SIGINT) for script in ENTRY_POINTS] + [
 def test_a_signal_during_an_entry_points_imports_is_one_line(tmp_path: Path, script: str, signum: int) -> None:
     marker = tmp_path / "importing"
     proc = subprocess.Popen([sys.executable, "-c", HELD_IMPORT, str(marker), str(ROOT / script)], cwd=tmp_path,
-                            env=CHECKOUT_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=CHECKOUT_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         _signal_on_marker(proc, marker, signum)
         out, err = proc.communicate(timeout=HANG_GUARD_S)
@@ -103,7 +110,7 @@ def test_a_signal_during_a_file_write_leaves_nothing_half_written(tmp_path: Path
     target = tmp_path / "out" / "report.md"
     target.parent.mkdir()
     done = subprocess.run([sys.executable, "-c", WRITING, str(target), signal_name], env=CHECKOUT_ENV,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, preexec_fn=_ctrl_c_as_in_a_terminal)
     assert done.returncode in (code, -signal.SIGINT if signal_name == "SIGINT" else code), done.stderr[-2000:]
     assert "Traceback" not in done.stderr and len(_gptlab_lines(done.stderr)) == 1, done.stderr[-2000:]
     assert "not reached" not in done.stdout
@@ -132,7 +139,7 @@ OVERDUE = textwrap.dedent("""
 def _overdue_child(grace: float, step_seconds: float, busy: bool) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", OVERDUE, str(grace), str(step_seconds), "busy" if busy else "idle"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=CHECKOUT_ENV)
+                            env=CHECKOUT_ENV, preexec_fn=_ctrl_c_as_in_a_terminal)
     assert proc.stdout.readline() == "in the step\n"
     proc.send_signal(signal.SIGTERM)
     return proc
@@ -164,7 +171,8 @@ def test_between_steps_a_signal_waits_for_the_boundary_whatever_the_grace() -> N
 
 def _popen(argv: list[str], cwd: Path, log: Path):
     return ZYGOTE.popen(argv, cwd, dict(CHECKOUT_ENV), log) if ZYGOTE.usable() else \
-        subprocess.Popen(argv, cwd=cwd, env=CHECKOUT_ENV, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        subprocess.Popen(argv, cwd=cwd, env=CHECKOUT_ENV, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                         preexec_fn=_ctrl_c_as_in_a_terminal)
 
 
 def test_sigterm_in_a_step_that_outlasts_the_grace_stops_without_a_save_naming_the_last_checkpoint(
