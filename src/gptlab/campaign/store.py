@@ -15,14 +15,24 @@ from typing import Any, TypeVar
 from gptlab import dir_lock
 from gptlab.errors import ConfigError
 
-DEFAULT_STORE = "sqlite:///outputs/mlflow.db"  # as paths.tracking_uri: ${paths.log_dir}/mlflow.db
 STORE_ENV = "GPTLAB_TRACKING_URI"
 RETRIES = 60
 T = TypeVar("T")
 
 
+def default_store() -> str:
+    """paths.tracking_uri's default with paths.log_dir's (sqlite:///outputs/mlflow.db): the store logger=mlflow
+    writes to, read from the one schema that says where it is."""
+    from dataclasses import fields
+
+    from gptlab.config.schemas import Paths
+
+    default = {f.name: f.default for f in fields(Paths)}
+    return default["tracking_uri"].replace("${paths.log_dir}", default["log_dir"])
+
+
 def store_uri(given: str | None) -> str:
-    return given or os.environ.get(STORE_ENV) or DEFAULT_STORE
+    return given or os.environ.get(STORE_ENV) or default_store()
 
 
 def sqlite_path(uri: str) -> Path | None:
