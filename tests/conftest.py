@@ -15,10 +15,28 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS",
                           str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
+import signal  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from helpers import ROOT, write_corpus  # noqa: E402
+
+# The signals an entry script answers (gptlab.entry_signals): a test that runs a script in this process (runpy)
+# installs its handlers here, and a later signal to this worker (pytest-xdist's own shutdown, a test's signal to its
+# process group) would then end the worker as if it were that script.
+ENTRY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _worker_signal_handlers_kept():
+    """Each test leaves this process's signal handlers and excepthook as it found them."""
+    handlers, hook = {s: signal.getsignal(s) for s in ENTRY_SIGNALS}, sys.excepthook
+    yield
+    for signum, handler in handlers.items():
+        if signal.getsignal(signum) is not handler and handler is not None:
+            signal.signal(signum, handler)
+    sys.excepthook = hook
 
 SLOW_TEST_TIMEOUT_S = 4 * 3600  # the full drills and every README command: hours on a shared 2-core CPU
 
