@@ -41,6 +41,7 @@ class SignalFlag:
 
     def __init__(self) -> None:
         self.signum = 0
+        self.fits = 0  # fits started in this process: a grace deadline belongs to the fit its signal reached
         self._previous: dict[int, Any] = {}
         self._mask_before_fork: set[int] | None = None
         self._held_mask: set[int] | None = None  # the mask before hold_for_children
@@ -202,7 +203,7 @@ class SignalFlag:
 def _answer(read: int) -> None:
     """The thread of `SignalFlag._answer_at_once`: one line per preemption signal, the moment it arrives, and the
     grace deadline of the step in progress (module docstring)."""
-    received, deadline, signalled = 0, None, (0, 0.0)
+    received, deadline, signalled = 0, None, (0, 0.0, -1)
     while True:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
@@ -217,14 +218,16 @@ def _answer(read: int) -> None:
             return
         for signum in numbers:
             if signum in PREEMPTION_SIGNALS and not FLAG.stops_at_once:  # at once: the handler says it
+                if signalled[2:] != (FLAG.fits,):  # the first signal of this fit (one process can fit many times)
+                    received = 0
                 received += 1
                 if received == 1:
-                    signalled = (signum, time.monotonic())
+                    signalled = (signum, time.monotonic(), FLAG.fits)
                     deadline = _start_deadline(*signalled)  # overdue at once: said, and the process ends
                 os.write(2, answer(signum, received, FLAG.grace_s if deadline is not None else None).encode())
 
 
-def _start_deadline(signum: int, at: float) -> float | None:
+def _start_deadline(signum: int, at: float, fit: int) -> float | None:
     """When the step in progress will be overdue (None: no deadline). A step that cannot end within the grace (a
     grace of 0, or by the measured step time) is overdue at once."""
     grace, busy, per = FLAG.grace_s, FLAG.busy_since, FLAG.step_seconds
@@ -238,9 +241,12 @@ def _start_deadline(signum: int, at: float) -> float | None:
     return at + grace
 
 
-def _check_deadline(signum: int, at: float) -> float | None:
+def _check_deadline(signum: int, at: float, fit: int) -> float | None:
     """At the deadline: overdue if still inside the step that was running at the signal (or a later one); between
-    steps (a save in progress) the save is let finish."""
+    steps (a save in progress) the save is let finish. A fit that ended meanwhile (stopped by that signal, in a
+    process that goes on: a sweep's jobs, a test suite's worker) takes its deadline with it."""
+    if fit != FLAG.fits or FLAG.overdue is None:
+        return None
     if FLAG.busy_since is None:
         return time.monotonic() + 1.0  # saving: look again
     _end_overdue(signum, f"the step in progress had not ended {time.monotonic() - at:.0f} s after the signal")

@@ -100,6 +100,7 @@ class PreemptionCheckpoint(L.Callback):
             return
         FLAG.grace_s, FLAG.overdue = self.grace_seconds, functools.partial(_stop_overdue, self)
         FLAG.step_seconds, self._timed[0] = None, 0
+        FLAG.fits += 1  # a grace deadline left by an earlier fit of this process is not this fit's
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         FLAG.grace_s = FLAG.busy_since = FLAG.overdue = None
