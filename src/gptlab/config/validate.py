@@ -13,7 +13,7 @@ import dataclasses
 import importlib
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -46,17 +46,22 @@ class Decided:
 GROUPS = ("runtime", "stages", "tokenizer", "data", "optimizer", "scheduler", "trainer", "paths")
 
 
-def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None, targets: bool = True) -> Decided:
+def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None, targets: bool = True,
+          before_targets: Optional[Callable[[], None]] = None) -> Decided:
     """Raise ConfigError naming the first bad key of a composed train config. `overrides` are the command line's
-    (default: Hydra's record of them, when Hydra ran). `targets=False` leaves the _target_ paths to `check_targets`:
-    looking one up imports its module (Lightning's Trainer and loggers: seconds), which a refusal for a reason
-    that needs no import should not wait for."""
+    (default: Hydra's record of them, when Hydra ran). The _target_ paths come last, after `before_targets` (the
+    machine's refusals): looking one up imports its module (Lightning's Trainer and loggers: seconds), which a
+    refusal for a reason that needs no import should not wait for. `targets=False` skips them."""
     strict_booleans(cfg, hydra_overrides() if overrides is None else overrides)
-    check_node("", cfg, targets=targets)
+    check_node("", cfg, targets=False)
     check_model(cfg.get("model"))  # before data, whose block_size follows model.block_size
     for prefix, node in _group_nodes(cfg):
-        check_node(prefix, node, targets=targets)
+        check_node(prefix, node, targets=False)
     check_rules(cfg)
+    if before_targets is not None:
+        before_targets()
+    if targets:
+        check_targets(cfg)
     return Decided(Runtime(**cfg.get("runtime", {})), uses_fsdp(cfg.get("trainer")))
 
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gptlab.checkpoint.reader import check_resumable
 from gptlab.config.schemas import Runtime
-from gptlab.config.validate import Decided, check, check_targets
+from gptlab.config.validate import Decided, check
 from gptlab.data import mixture
 from gptlab.errors import find_config_error
 from gptlab.execution.float8 import check_float8_here
@@ -43,10 +43,10 @@ def check_config(cfg: DictConfig) -> list[str]:
     return _config_pass(cfg)[1]
 
 
-def _config_pass(cfg: DictConfig, targets: bool = True) -> tuple[Decided, list[str]]:
-    """check_config, with what the config decides (gptlab.config.validate.Decided) for the plan; `targets=False`
-    leaves the _target_ lookups (which import their modules) to the caller."""
-    decided = check(cfg, targets=targets)
+def _config_pass(cfg: DictConfig, before_targets=None) -> tuple[Decided, list[str]]:
+    """check_config, with what the config decides (gptlab.config.validate.Decided) for the plan; `before_targets`
+    runs before the _target_ lookups (which import their modules)."""
+    decided = check(cfg, before_targets=before_targets)
     return decided, ignored_options(cfg, sweep_jobs.in_sweep_job())
 
 
@@ -134,11 +134,9 @@ def check_before_run(cfg: DictConfig) -> Checked:
 def _check_before_run(cfg: DictConfig) -> Checked:
     # types and ranges of every group, then the devices: seconds before Lightning would be imported to look up the
     # _target_ paths (the Trainer's, the data module's), which come next
-    decided, warnings = _config_pass(cfg, targets=False)
     launcher = is_launcher()
-    if launcher:
-        check_devices(cfg.trainer)  # before Lightning spawns a process per device
-    check_targets(cfg)
+    # the devices before Lightning spawns a process per device (and before the _target_ lookups import it)
+    decided, warnings = _config_pass(cfg, (lambda: check_devices(cfg.trainer)) if launcher else None)
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
     check_attention_runs_here(model_cfg, cfg.trainer)
