@@ -31,6 +31,12 @@ ENTRY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 @pytest.fixture(autouse=True)
 def _worker_signal_handlers_kept():
     """Each test leaves this process's signal handlers and excepthook as it found them."""
+    entry = sys.modules.get("gptlab.entry_signals")
+    for signum in ENTRY_SIGNALS:  # an entry script's handlers, left by an earlier test's in-process script: off
+        if entry is not None and signal.getsignal(signum) is getattr(entry, "_on_signal", None):
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    if entry is not None and sys.excepthook is getattr(entry, "_excepthook", None):
+        sys.excepthook = sys.__excepthook__
     handlers, hook = {s: signal.getsignal(s) for s in ENTRY_SIGNALS}, sys.excepthook
     yield
     for signum, handler in handlers.items():
