@@ -27,6 +27,9 @@ NOT_FRAMEWORK = {  # private names that are not Lightning's or torch's
     ("interop/hf_export.py", "_special_tokens"): "tiktoken's",
     ("data/split.py", "_exit"): "os._exit, public",
     ("launch/rank_watch.py", "_exit"): "os._exit, public",
+    ("entry_signals.py", "_exit"): "os._exit, public",
+    ("launch/fused_launcher.py", "_exit"): "os._exit, public",
+    ("train/callbacks/preemption.py", "_exit"): "os._exit, public",
     ("config/suggest.py", "_get_parent"): "omegaconf's node parent (the schema a mistyped key belongs to)",
 }
 
