@@ -38,12 +38,16 @@ def _worker_signal_handlers_kept():
     if entry is not None and sys.excepthook is getattr(entry, "_excepthook", None):
         sys.excepthook = sys.__excepthook__
     handlers, hook = {s: signal.getsignal(s) for s in ENTRY_SIGNALS}, sys.excepthook
+    flag = getattr(sys.modules.get("gptlab.signals"), "FLAG", None)
+    flagged = flag is not None and flag.installed
     yield
+    flag = getattr(sys.modules.get("gptlab.signals"), "FLAG", None)
+    if flag is not None and flag.installed and not flagged:  # an in-process train.py installs it for good
+        flag.restore()
     for signum, handler in handlers.items():
         if signal.getsignal(signum) is not handler and handler is not None:
             signal.signal(signum, handler)
     sys.excepthook = hook
-    flag = getattr(sys.modules.get("gptlab.signals"), "FLAG", None)
     if flag is not None:  # a fit of this test that was signalled leaves no grace deadline to a later test's fit
         flag.overdue = flag.busy_since = None
 

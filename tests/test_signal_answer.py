@@ -40,3 +40,22 @@ def test_a_signal_is_answered_while_a_kernel_runs_and_again_for_a_second() -> No
         assert proc.wait(HANG_GUARD_S) == 0
     finally:
         proc.kill()
+
+
+REPLACED = """
+import os, signal
+from gptlab.signals import FLAG
+FLAG.install()
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # another hand (a library, a test harness) puts the default back
+with FLAG.active():  # a fit: the flag's handler must be the one in place, whatever its own record says
+    os.kill(os.getpid(), signal.SIGTERM)
+    print(f"recorded {FLAG.signum}", flush=True)
+"""
+
+
+def test_a_flag_whose_handler_was_replaced_is_installed_again_by_the_next_fit() -> None:
+    """A test worker was killed by a SIGTERM aimed at an in-process fit: an earlier in-process train.py had installed
+    the flag, the harness put the default handler back, and the fit trusted the flag's record of being installed."""
+    out = subprocess.run([sys.executable, "-c", REPLACED], capture_output=True, text=True, env=CHECKOUT_ENV,
+                         timeout=HANG_GUARD_S)
+    assert (out.returncode, out.stdout) == (0, f"recorded {int(signal.SIGTERM)}\n"), (out.returncode, out.stderr)

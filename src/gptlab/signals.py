@@ -90,7 +90,9 @@ class SignalFlag:
 
     @property
     def installed(self) -> bool:
-        return bool(self._previous)
+        """Whether this flag's handler is the one in place: where another hand has replaced it since (a library, a
+        test harness), it is not, and `install`/`active` put it back rather than trust their own record."""
+        return bool(self._previous) and signal.getsignal(signal.SIGTERM) == self._handle
 
     def setting_up(self) -> None:
         """Before training (imports, setup): a signal stops the process at once, where it is not a DDP rank > 0
