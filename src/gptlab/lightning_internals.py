@@ -58,6 +58,9 @@ PRIVATE = (
             "attached_trainer", "the trainer a module is attached to, or None (the public property raises)"),
     Private("torch.utils.tensorboard.writer:SummaryWriter._get_file_writer",
             "tensorboard_file_writer", "writes hparams summaries as TensorBoardLogger.log_hyperparams does"),
+    Private("mlflow_logger:_mlflow_client", "use_mlflow_client",
+            "the client MLFlowLogger makes every call to the store through; gptlab's makes a call that SQLite "
+            "refused as locked again (train/mlflow_logger.py); the logger takes no client as an argument"),
     Private("model_parallel_strategy:_data_parallel_size",
             "set_data_parallel_size", "trainer=fsdp shards over every rank, not only across nodes"),
     Private("lightning.fabric.strategies.model_parallel:_METADATA_FILENAME",
@@ -170,6 +173,11 @@ def attached_trainer(module: Any) -> Any:
 def tensorboard_file_writer(writer: Any) -> Any:
     """The FileWriter of a SummaryWriter, to which raw summaries (the HParams tab's) are added."""
     return writer._get_file_writer()
+
+
+def use_mlflow_client(logger: Any, client: Any) -> None:
+    """`logger` (an MLFlowLogger) calls the store through `client` from now on."""
+    logger._mlflow_client = client
 
 
 def set_data_parallel_size(strategy: Any, size: int) -> None:
@@ -348,6 +356,12 @@ def _model_parallel_strategy() -> Any:
     return ModelParallelStrategy()
 
 
+def _mlflow_logger() -> Any:
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    return MLFlowLogger(tracking_uri="http://127.0.0.1:9")  # a REST store connects at its first call only
+
+
 def _model_checkpoint() -> Any:
     from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -363,7 +377,8 @@ def _lr_scheduler() -> Any:
 
 
 INSTANCES = {"lr_scheduler": _lr_scheduler, "trainer": _trainer, "lightning_module": _lightning_module,
-             "model_parallel_strategy": _model_parallel_strategy, "model_checkpoint": _model_checkpoint}
+             "model_parallel_strategy": _model_parallel_strategy, "model_checkpoint": _model_checkpoint,
+             "mlflow_logger": _mlflow_logger}
 
 
 def resolve(entry: Private) -> Any:

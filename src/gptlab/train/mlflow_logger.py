@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from lightning.pytorch.loggers import MLFlowLogger
-from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from gptlab import dir_lock
+from gptlab.lightning_internals import use_mlflow_client
 from gptlab.runs.logged_files import MLFLOW_RUN_DIR_TAG as RUN_DIR_TAG
 from gptlab.train.run_loggers import run_params, without_epoch
 
@@ -99,48 +99,46 @@ def opening(store: Optional[Path]) -> Iterator[None]:
         dir_lock.release(fd)
 
 
+def _experiment_id(client: RetryingClient, name: str, artifact_location: Optional[str]) -> str:
+    """The experiment's id, made here if it is new: a job that lost the race to make it finds the winner's."""
+    for _ in range(2):
+        found = client.get_experiment_by_name(name)
+        if found is not None and found.lifecycle_stage != "deleted":
+            return found.experiment_id
+        try:
+            return client.create_experiment(name, artifact_location)
+        except Exception as err:
+            if "already exists" not in str(err).lower() and "unique constraint" not in str(err).lower():
+                raise
+    raise RuntimeError(f"MLflow experiment {name!r} was neither found nor made")  # deleted between the two calls
+
+
+def _run_of_dir(client: RetryingClient, experiment_id: str, run_dir: str) -> Optional[str]:
+    """The MLflow run `run_dir` logged to before (a run resumed in its dir), to go on with; None for a new run."""
+    runs = client.search_runs([experiment_id], f"tags.`{RUN_DIR_TAG}` = '{run_dir}'", max_results=1,
+                              order_by=["attributes.start_time DESC"])
+    return runs[0].info.run_id if runs else None
+
+
 class RunMLFlowLogger(MLFlowLogger):
     def __init__(self, tracking_uri: str, save_dir: str, experiment_name: str = "gptlab", run_name: str = "",
                  artifact_location: Optional[str] = None, tags: Optional[dict[str, Any]] = None,
                  **kwargs: Any) -> None:
+        from mlflow.tracking import MlflowClient
+
         store = sqlite_file(tracking_uri)
         if artifact_location is None and store is not None:
             artifact_location = (store.resolve().parent / "mlartifacts").as_uri()
         self._run_dir = str(Path(save_dir).resolve())
-        with opening(store):
-            retrying(super().__init__, experiment_name=experiment_name, run_name=run_name or None,
-                     tracking_uri=tracking_uri, tags={**(tags or {}), RUN_DIR_TAG: self._run_dir}, save_dir=save_dir,
-                     artifact_location=artifact_location, **kwargs)
-        self._mlflow_client = RetryingClient(self._mlflow_client)
-
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> Any:
-        if not self._initialized and self._run_id is None:
-            self._find_experiment()
-            self._run_id = self._resumed_run()
-        return super().experiment
-
-    def _find_experiment(self) -> None:
-        """The experiment's id, made here if it is new: a job that lost the race to make it finds the winner's."""
-        client = self._mlflow_client
-        for _ in range(2):
-            found = client.get_experiment_by_name(self._experiment_name)
-            if found is not None and found.lifecycle_stage != "deleted":
-                self._experiment_id = found.experiment_id
-                return
-            try:
-                self._experiment_id = client.create_experiment(self._experiment_name, self._artifact_location)
-                return
-            except Exception as err:
-                if "already exists" not in str(err).lower() and "unique constraint" not in str(err).lower():
-                    raise
-
-    def _resumed_run(self) -> Optional[str]:
-        """The run this run dir logged to before (a run resumed in its dir), to go on with; None for a new run."""
-        runs = self._mlflow_client.search_runs([self._experiment_id], f"tags.`{RUN_DIR_TAG}` = '{self._run_dir}'",
-                                               max_results=1, order_by=["attributes.start_time DESC"])
-        return runs[0].info.run_id if runs else None
+        with opening(store):  # MlflowClient makes a new store's tables
+            client = RetryingClient(retrying(MlflowClient, tracking_uri))
+        run_id = None
+        if rank_zero_only.rank == 0:  # Lightning's logger touches the store on rank 0 only; so does this
+            run_id = _run_of_dir(client, _experiment_id(client, experiment_name, artifact_location), self._run_dir)
+        retrying(super().__init__, experiment_name=experiment_name, run_name=run_name or None,
+                 tracking_uri=tracking_uri, tags={**(tags or {}), RUN_DIR_TAG: self._run_dir}, save_dir=save_dir,
+                 artifact_location=artifact_location, run_id=run_id, **kwargs)
+        use_mlflow_client(self, client)  # every call Lightning makes to the store is made again when locked
 
     @property
     def save_dir(self) -> Optional[str]:

@@ -86,7 +86,8 @@ class RunWandbLogger(WandbLogger):
     def finalize(self, status: str) -> None:
         """Ends the W&B run: the jobs of a sweep in one process (Hydra's basic launcher) each get their own run,
         where Lightning's logger would hand the next job the run still open."""
+        import wandb
+
         super().finalize(status)
-        if self._experiment is not None:
-            self._experiment.finish(exit_code=0 if status in ("success", "finished") else 1)
-            self._experiment = None
+        if wandb.run is not None:  # the run this process's logger opened (W&B keeps one per process)
+            wandb.run.finish(exit_code=0 if status in ("success", "finished") else 1)

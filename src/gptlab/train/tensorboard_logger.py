@@ -23,12 +23,12 @@ class RunTensorBoardLogger(TensorBoardLogger):
         # The marker readers of old runs need (gptlab.runs.run_dir.STEPS_DONE_SUFFIX); TensorBoard reads every file
         # whose name holds "tfevents", whatever follows.
         super().__init__(*args, **{"filename_suffix": STEPS_DONE_SUFFIX, **kwargs})
+        self._member_origin: Optional[float] = None  # a fused member's: wall time when its clock read 0
 
     @property
     def experiment(self) -> Any:
-        made = self._experiment is not None
         writer = super().experiment
-        if not made and member_of_this_thread() is not None:  # the member's clock at its writer's first event
+        if self._member_origin is None and member_of_this_thread() is not None:  # at the member's first event
             self._member_origin = time.time() - clock()
         return writer
 
@@ -40,9 +40,8 @@ class RunTensorBoardLogger(TensorBoardLogger):
         # A fused member's events are timed on its own clock (execution/fused.py clock), from when its writer
         # wrote its first event: the report's seconds axis is then the member's share of the group's time.
         writer = self.experiment
-        origin = getattr(self, "_member_origin", time.time() - clock())
         for k, v in metrics.items():
-            writer.add_scalar(k, v.item() if hasattr(v, "item") else v, step, walltime=origin + clock())
+            writer.add_scalar(k, v.item() if hasattr(v, "item") else v, step, walltime=self._member_origin + clock())
 
     @rank_zero_only
     def log_sample(self, tag: str, text: str, step: int) -> None:
