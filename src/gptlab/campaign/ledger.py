@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gptlab.campaign.store import client, retried
+from gptlab.campaign.store import client, retried, sqlite_path
 from gptlab.errors import ConfigError
 
 SCHEMA = 1  # the ledger's tag layout and the JSON's version (docs/campaigns.md)
@@ -65,11 +65,14 @@ def create(uri: str, name: str, settings: dict[str, str]) -> str:
 
 
 def load(uri: str, name: str) -> Campaign:
+    start = f"start one: python scripts/campaign.py init {name} --baseline-sweep <sweep dir>"
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():  # reading must not create a store
+        raise ConfigError(f"no campaign {name} in {uri} (no such file yet); {start}")
     mlflow = client(uri)
     found = _experiment(mlflow, name)
     if found is None:
-        raise ConfigError(f"no campaign {name} in {uri}; start one: python scripts/campaign.py init {name} "
-                          "--baseline-sweep <sweep dir>")
+        raise ConfigError(f"no campaign {name} in {uri}; {start}")
     records, half = [], 0
     token = None
     while True:

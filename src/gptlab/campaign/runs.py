@@ -19,7 +19,7 @@ SETTING_KEYS = ("hydra.", "paths.")  # where a run was written, not what it trai
 
 
 def setting(overrides: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in overrides.items() if k != SEED_KEY and not k.startswith(SETTING_KEYS)}
+    return {k: v for k, v in overrides.items() if k not in (SEED_KEY, "campaign") and not k.startswith(SETTING_KEYS)}
 
 
 def variant_key(overrides: dict[str, str], label: str | None, root: tuple[dict[str, str], str]) -> str:

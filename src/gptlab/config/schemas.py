@@ -133,6 +133,9 @@ class Train:
     check_memory: bool = setting(
         True, "refuse a run whose estimated memory (weights, grads, Adam, activations) exceeds free RAM/GPU memory",
         c.boolean)
+    campaign: Optional[str] = setting(
+        None, "with -m: record the sweep in this campaign's ledger when it ends and test its variants "
+        "(scripts/campaign.py, docs/campaigns.md)", c.optional(c.text))
     runtime: Runtime = setting(Runtime(), "how the model runs: compile, checkpointing, attention kernel, float8")
     stages: Stages = setting(Stages(), "schedules over training: attention window, sequence length, batch size")
     # The groups: each node is typed by its own option's schema when its YAML is composed.
