@@ -227,7 +227,6 @@ MIXTURE = "data=mixture_example"
 # corpus, the Trainer, the batching), followed through ways_out.built_refusal.
 BUILD_CASES = [
     ("callbacks.loss_spike.min_history=50", "callbacks.loss_spike.window=10"),
-    ("callbacks.preemption_checkpoint.grace_seconds=-1",),
     ("global_batch_tokens=1000",), ("global_batch_tokens=8192", "trainer.accumulate_grad_batches=2"),
     ("trainer.strategy=bogus",), ("trainer.strategy=deepspeed",),
     ("data.source._target_=builtins.dict",), ("data.source._target_=gptlab.data.sources.Bogus",),

@@ -37,6 +37,11 @@ class PreemptionCheckpoint:
     dirpath: str = setting(help="where the preemption checkpoint goes", check=c.text)
     filename: str = setting("last", "its file name, without .ckpt: last replaces last.ckpt (whole until the new one "
                             "is), so a preemption adds no copy on disk", c.text)
+    grace_seconds: Optional[float] = setting(
+        30, "a scheduler SIGKILLs this long after its SIGTERM (SLURM's KillWait, Kubernetes' default: 30 s): a step "
+        "still running then (or measured to need longer) stops the run at once without a save, naming the last "
+        "checkpoint on disk; null: wait for the step however long. One process only: under DDP the step's end is "
+        "awaited as before", c.optional(c.number(0.0)))
 
 
 @dataclass

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from gptlab.checkpoint.rng import rng_states, set_rng_states
-from gptlab.errors import ConfigError, PreemptedError, StoppedBySignal, is_number
+from gptlab.errors import PreemptedError, StoppedBySignal
 from gptlab.lightning_internals import checkpoint_val_batch_counters, val_batch_progress, validation_follows_step
 from gptlab.signals import FLAG, agreed_signal, requeue_slurm_job
 
@@ -51,10 +51,6 @@ class PreemptionCheckpoint(L.Callback):
     keeps_one_named_file = True  # the disk planner (preflight/checkpoint_plan.py) counts <dirpath>/<filename>.ckpt once
 
     def __init__(self, dirpath: str, filename: str = "last", grace_seconds: Optional[float] = 30) -> None:
-        if grace_seconds is not None and not (is_number(grace_seconds) and grace_seconds >= 0):
-            raise ConfigError(f"callbacks.preemption_checkpoint.grace_seconds={grace_seconds!r} must be a number of "
-                              "seconds >= 0, e.g. callbacks.preemption_checkpoint.grace_seconds=30 (SLURM's and "
-                              "Kubernetes' grace), or null for no deadline.")
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self.grace_seconds = grace_seconds
         self._timed = [0]  # steps ended in this fit (_step_ended)
