@@ -38,6 +38,10 @@ def commands(out: Path) -> dict[str, list[str]]:
         "sample.py --cfg job": [py, "src/sample.py", "--cfg", "job", "ckpt_path=x.ckpt"],
         "train.py nano, 1 step (launch to first step and out)": [
             py, "src/train.py", *TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", run_dir + "1"],
+        # its extra over the row above is what a sweep's second job costs besides its step
+        "train.py -m nano seed=1,2, 1 step each (a 2-job sweep)": [
+            py, "src/train.py", "-m", *TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", "seed=1,2",
+            f"hydra.sweep.dir={out / 'sweep'}"],
     }
 
 
