@@ -20,12 +20,12 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from gptlab.atomic import atomic_write_text
 from gptlab.errors import ConfigError
+from gptlab.launch import child_run
 from gptlab.launch.arguments import ArgumentParser, integer, positive_int, positive_number, probability
 from gptlab.launch.cli import user_errors_exit
 from gptlab.report.sequential import PLAN_FILE, look_alphas, look_verdicts, looks, plan_refusal
@@ -38,9 +38,9 @@ def launch(overrides: list[str], seeds: range, sweep_dir: Path) -> None:
     command = [sys.executable, str(TRAIN), "-m", *overrides, "seed=" + ",".join(map(str, seeds)),
                f"hydra.sweep.dir={sweep_dir}"]
     print("+", " ".join(command), flush=True)
-    done = subprocess.run(command, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
-    if done.returncode != 0:
-        raise ConfigError(f"round {sweep_dir.name} failed (exit {done.returncode}); see its jobs' train.log, fix, and "
+    code = child_run.run(command, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+    if code != 0:
+        raise ConfigError(f"round {sweep_dir.name} failed (exit {code}); see its jobs' train.log, fix, and "
                           "run this command again to resume.")
 
 

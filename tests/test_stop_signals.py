@@ -256,3 +256,27 @@ def test_a_forked_worker_dies_of_sigterm_in_silence() -> None:
     done = subprocess.run([sys.executable, "-c", FORKED_WORKER], env=CHECKOUT_ENV, capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
     assert done.returncode == 0 and done.stdout == f"{-signal.SIGTERM}\n" and done.stderr == "", done
+
+
+def test_sigterm_to_a_command_that_runs_train_py_stops_its_run_as_alone_with_its_save(tmp_path: Path) -> None:
+    """scripts/sequential_sweep.py runs each round as a train.py child (as scripts/campaign.py run does, through the
+    same gptlab.launch.child_run): SIGTERM to it reaches the round's run, which saves last.ckpt at its step and stops;
+    the command then exits as the run did. subprocess.run SIGKILLed the run instead, before any save."""
+    study, paused, resume, log = tmp_path / "study", tmp_path / "paused", tmp_path / "resume", tmp_path / "out.log"
+    proc = _popen([sys.executable, str(ROOT / "scripts" / "sequential_sweep.py"), str(study), "--start", "2",
+                   "--step", "1", "--budget", "2", "--", *TINY, "trainer.max_steps=6", "model.norm=pre,post",
+                   "+callbacks.hold._target_=helpers.PauseAtStep", "+callbacks.hold.step=3",
+                   f"+callbacks.hold.paused={paused}", f"+callbacks.hold.resume={resume}"], tmp_path, log)
+    try:
+        _signal_on_marker(proc, paused, signal.SIGTERM)
+        resume.touch()  # the held step ends; the run acts on the signal at its boundary
+        assert proc.wait(HANG_GUARD_S) == 143, log.read_text()[-3000:]
+    finally:
+        resume.touch()  # never left held, whatever failed
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    saved = list((study / "round_1").rglob("last.ckpt"))
+    assert len(saved) == 1 and "gptlab: preempted (SIGTERM at step" in text, text[-3000:]
+    assert _gptlab_lines(text)[-1] == ("gptlab: stopped by SIGTERM with the run it started (its own line above says "
+                                       "what it saved); run the same command again to continue.")
+    assert not (study / "round_1" / "1").exists()  # the round's next job never started

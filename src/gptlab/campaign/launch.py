@@ -4,12 +4,12 @@ and the campaign's seeds, into a sweep dir of its own under outputs/campaigns/<n
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from gptlab.errors import ConfigError
+from gptlab.launch import child_run
 
 TRAIN = Path(__file__).resolve().parents[2] / "train.py"
 
@@ -34,9 +34,9 @@ def train(overrides: dict[str, str], seeds: list[int], out: Path) -> None:
     argv = [sys.executable, str(TRAIN), "-m", *(f"{k}={v}" for k, v in overrides.items()),
             "seed=" + ",".join(map(str, seeds)), f"hydra.sweep.dir={out}"]
     print("running: " + " ".join(argv[1:]), flush=True)
-    done = subprocess.run(argv, check=False)
-    if done.returncode != 0 and not out.is_dir():
-        raise ConfigError(f"the variant's sweep stopped before any job ran (exit {done.returncode}, its error is "
-                          "above); fix the overrides and run the same campaign command again.")
-    if done.returncode != 0:
-        print(f"the sweep exited with {done.returncode}; recording the jobs that finished", file=sys.stderr)
+    code = child_run.run(argv)
+    if code != 0 and not out.is_dir():
+        raise ConfigError(f"the variant's sweep stopped before any job ran (exit {code}, its error is above); fix the "
+                          "overrides and run the same campaign command again.")
+    if code != 0:
+        print(f"the sweep exited with {code}; recording the jobs that finished", file=sys.stderr)
