@@ -72,8 +72,8 @@ def run_sequential(argv: list[str], capsys) -> tuple[int, str, list]:
 
     launched = []
     with mock.patch.object(sys, "argv", ["scripts/sequential_sweep.py", *argv]), \
-            mock.patch("subprocess.run", side_effect=lambda command, **_: launched.append(command) or
-                       mock.Mock(returncode=0)), pytest.raises(SystemExit) as exit_:
+            mock.patch("gptlab.launch.child_run.run", side_effect=lambda command, **_: launched.append(command) or 0), \
+            pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(ROOT / "scripts" / "sequential_sweep.py"), run_name="__main__")
     return exit_.value.code, capsys.readouterr().err, launched
 
