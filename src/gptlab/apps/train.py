@@ -61,12 +61,13 @@ def _sweep_job(cfg: DictConfig, output_dir: Path) -> Optional[float]:
     finished = sweep_jobs.finished_sweep_job(cfg, output_dir)
     if finished is not None:  # its files stay as they are; the sweeper still gets its value
         log.info("sweep job %s already finished (step %s, best val/loss %s); skipped", output_dir,
-                 finished.get("global_step"), finished.get("best_val_loss"))
+                 finished.get("global_step"), finished.get("best_val_loss"), extra={sweep_jobs.SWEEP_SKIP: True})
         return finished.get("best_val_loss")
     failed = sweep_failures.earlier_failure(output_dir)
     if failed is not None:
         log.warning("sweep job %s failed in an earlier launch (%s: %s); skipped (delete its %s to run it again)",
-                    output_dir, failed.get("kind"), failed.get("reason"), FAILURE_FILE)
+                    output_dir, failed.get("kind"), failed.get("reason"), FAILURE_FILE,
+                    extra={sweep_jobs.SWEEP_SKIP: True})
         return None
     return sweep_failures.run_recording_failure(lambda: _train(cfg), output_dir, sweep_jobs.sweep_job_name())
 

@@ -32,8 +32,28 @@ log = logging.getLogger(__name__)
 RAY_NICENESS_ENV = "RAY_worker_niceness"  # read by the raylet a local ray.init starts; a cluster's own is its own
 
 
-def run_sweep_job(launcher: RayLauncher, overrides: list[str], idx: int, state: dict[Any, Any]) -> JobReturn:
-    """One job, in a Ray worker: the basic launcher's steps for it, from the launch dir."""
+class _SkipLines(logging.Filter):
+    """Takes the line a job logs when it skips itself (gptlab.runs.sweep_jobs.SWEEP_SKIP) for the launching process
+    to print: Ray forwards a worker's output to it asynchronously and drops what is unsent at ray.shutdown, which
+    the end of a sweep of skipped jobs reaches at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[int, str]] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from gptlab.runs.sweep_jobs import SWEEP_SKIP
+
+        if getattr(record, SWEEP_SKIP, False):
+            self.lines.append((record.levelno, record.getMessage()))
+            return False
+        return True
+
+
+def run_sweep_job(launcher: RayLauncher, overrides: list[str], idx: int,
+                  state: dict[Any, Any]) -> tuple[JobReturn, list[tuple[int, str]]]:
+    """One job, in a Ray worker: the basic launcher's steps for it, from the launch dir; with the line it logged if
+    it skipped itself."""
     assert launcher.config is not None and launcher.hydra_context is not None
     launch_dir = str(launcher.config.hydra.runtime.cwd)
     if os.path.isdir(launch_dir):
@@ -44,8 +64,14 @@ def run_sweep_job(launcher: RayLauncher, overrides: list[str], idx: int, state: 
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = f"ray_{idx}"
         sweep_config.hydra.job.num = idx
-    return run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function, config=sweep_config,
-                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    skips, train_log = _SkipLines(), logging.getLogger("gptlab.apps.train")
+    train_log.addFilter(skips)
+    try:
+        done = run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function,
+                       config=sweep_config, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    finally:
+        train_log.removeFilter(skips)
+    return done, skips.lines
 
 
 def worker_env() -> dict[str, str]:
@@ -107,7 +133,9 @@ class RayLauncher(Launcher):
                 (done,), _ = ray.wait(list(pending), num_returns=1)
                 idx, overrides = pending.pop(done)
                 try:
-                    results[idx] = ray.get(done)
+                    results[idx], skipped = ray.get(done)
+                    for level, line in skipped:
+                        logging.getLogger("gptlab.apps.train").log(level, line)
                 except (ray.exceptions.RayError, OSError) as err:  # the worker died: a result like the others
                     results[idx] = died(sweep_dir / str(idx), overrides, err, "the Ray worker's log (ray logs)")
         finally:

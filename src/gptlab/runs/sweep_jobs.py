@@ -55,6 +55,9 @@ def swept_overrides() -> dict[str, str]:
 
 
 # What may change between two launches of the same sweep job: a larger max_steps continues a finished job.
+# The `extra` key of the line a relaunched sweep's job logs when it skips itself (finished, or failed before): a
+# launcher whose jobs run elsewhere (hydra/launcher=ray) hands these lines back to print them itself.
+SWEEP_SKIP = "gptlab_sweep_skip"
 RELAUNCH_MAY_CHANGE = {"trainer.max_steps", "ckpt_path", "resume", "print_config"}
 
 
