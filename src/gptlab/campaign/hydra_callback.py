@@ -5,7 +5,6 @@ refused before anything is written or trained."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +12,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from gptlab.errors import ConfigError
-
-
-def _refuse(err: ConfigError) -> None:
-    print(f"gptlab: error: {err}", file=sys.stderr)
-    sys.exit(2)
+from gptlab.launch.cli import refuse
 
 
 class RecordInCampaign(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         name = config.get("campaign")
         if name:
-            _refuse(ConfigError(
+            refuse(ConfigError(
                 f"campaign={name}: a campaign records sweeps over seeds (a verdict needs several seeds per arm); "
                 f"launch one with -m: python src/train.py -m campaign={name} seed=1,2,3 <overrides>"))
 
@@ -37,7 +32,7 @@ class RecordInCampaign(Callback):
         try:
             ledger.load(config.paths.tracking_uri, str(name))
         except ConfigError as err:
-            _refuse(err)
+            refuse(err)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Before the sweep's own end line (conf/train.yaml lists this callback first), so that the jobs that
@@ -50,6 +45,6 @@ class RecordInCampaign(Callback):
         try:
             campaign = actions.add(config.paths.tracking_uri, str(name), Path(config.hydra.sweep.dir))
         except ConfigError as err:
-            _refuse(err)
+            refuse(err)
         print(f"gptlab: the sweep is recorded in campaign {name} ({config.paths.tracking_uri}):\n"
               f"{view.markdown(campaign)}", flush=True)

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar
 
 from gptlab.errors import NonFiniteLossError, PreemptedError, StoppedBySignal, find_config_error
 from gptlab.launch.arguments import ArgumentParser  # noqa: F401  (the scripts' parser, re-exported)
@@ -16,6 +16,12 @@ from gptlab.launch.continuing import preempted_message
 from gptlab.signals import requeue_slurm_job
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def refuse(error: object) -> NoReturn:
+    """A user's mistake found outside a main that user_errors_exit wraps (a Hydra callback): one line, exit 2."""
+    print(f"gptlab: error: {error}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def global_rank() -> int:

@@ -17,6 +17,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from gptlab.errors import ConfigError
+from gptlab.launch.cli import refuse
 
 
 class AnnounceSweepDir(Callback):
@@ -59,8 +60,7 @@ class CheckSweep(Callback):
         try:
             self.check(config)
         except ConfigError as err:
-            print(f"gptlab: error: {err}", file=sys.stderr)
-            sys.exit(2)
+            refuse(err)
 
 
 def check_one_choice_per_group(config: DictConfig) -> None:
@@ -120,8 +120,7 @@ class CheckOutputDir(Callback):
         try:
             writable_dir(field, value)
         except ConfigError as err:
-            print(f"gptlab: error: {err}", file=sys.stderr)
-            sys.exit(2)
+            refuse(err)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from gptlab.runs.run_dir import note_origin, owns_run_dir
@@ -156,15 +155,13 @@ class CheckArguments(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         missing = missing_values(config)
         if missing:
-            print(f"gptlab: error: {missing_message(missing, config.hydra.job.config_name)}", file=sys.stderr)
-            sys.exit(2)
+            refuse(missing_message(missing, config.hydra.job.config_name))
         name = config.hydra.job.config_name
         unread = None if name in TRAIN_CONFIGS else unread_appended(
             config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices),
             lambda overrides: composed(name, overrides))
         if unread:
-            print(f"gptlab: error: {unread}", file=sys.stderr)
-            sys.exit(2)
+            refuse(unread)
 
 
 # Configs that compose train.yaml and take train's command line: train's schema decides their appended keys

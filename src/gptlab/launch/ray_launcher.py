@@ -29,6 +29,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
+JOB_LOG = "gptlab.apps.train"  # the logger a sweep job says it skipped itself on
 RAY_NICENESS_ENV = "RAY_worker_niceness"  # read by the raylet a local ray.init starts; a cluster's own is its own
 
 
@@ -64,7 +65,7 @@ def run_sweep_job(launcher: RayLauncher, overrides: list[str], idx: int,
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = f"ray_{idx}"
         sweep_config.hydra.job.num = idx
-    skips, train_log = _SkipLines(), logging.getLogger("gptlab.apps.train")
+    skips, train_log = _SkipLines(), logging.getLogger(JOB_LOG)
     train_log.addFilter(skips)
     try:
         done = run_job(hydra_context=launcher.hydra_context, task_function=launcher.task_function,
@@ -135,7 +136,7 @@ class RayLauncher(Launcher):
                 try:
                     results[idx], skipped = ray.get(done)
                     for level, line in skipped:
-                        logging.getLogger("gptlab.apps.train").log(level, line)
+                        logging.getLogger(JOB_LOG).log(level, line)
                 except (ray.exceptions.RayError, OSError) as err:  # the worker died: a result like the others
                     results[idx] = died(sweep_dir / str(idx), overrides, err, "the Ray worker's log (ray logs)")
         finally:

@@ -23,13 +23,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
 from gptlab.errors import ConfigError, find_config_error
+from gptlab.launch.cli import refuse
 from gptlab.runs.run_dir import first_missing, note_origin, owns_run_dir, remove_created, say_removed
 from gptlab.runs.run_dir_lock import LOCK_FILE, lock_run_dir, release
 
 
 def _refuse(err: BaseException) -> NoReturn:
-    print(f"gptlab: error: {find_config_error(err)}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    refuse(find_config_error(err))
 
 
 def _task_config(config: DictConfig, run_dir: Path) -> DictConfig:

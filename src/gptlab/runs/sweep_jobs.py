@@ -54,10 +54,10 @@ def swept_overrides() -> dict[str, str]:
     return {o.key_or_group: o.value() for o in overrides if o.key_or_group not in excluded}
 
 
-# What may change between two launches of the same sweep job: a larger max_steps continues a finished job.
 # The `extra` key of the line a relaunched sweep's job logs when it skips itself (finished, or failed before): a
 # launcher whose jobs run elsewhere (hydra/launcher=ray) hands these lines back to print them itself.
 SWEEP_SKIP = "gptlab_sweep_skip"
+# What may change between two launches of the same sweep job: a larger max_steps continues a finished job.
 RELAUNCH_MAY_CHANGE = {"trainer.max_steps", "ckpt_path", "resume", "print_config"}
 
 
