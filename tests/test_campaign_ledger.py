@@ -156,6 +156,23 @@ def test_a_wall_clock_verdict_across_machines_is_refused_by_name(uri: str, tmp_p
     assert "NVIDIA H100" in row["status"]
 
 
+def test_a_seconds_budget_matches_on_the_seconds_of_training_steps(uri: str, tmp_path: Path) -> None:
+    """budget=seconds:N bounds a run's training steps (validation not counted): the summary's train_seconds, not
+    its fit_seconds, is what the arms must share."""
+    at = {"train_seconds": 60.0, "fit_seconds": 75.0}
+    assert in_child(actions.start, uri, "s", sweep(tmp_path, "b", {"model.norm": "pre"}, BASE, extra=at), 0.05,
+                    "seconds", None) == 0
+    validated_more = {"train_seconds": 60.3, "fit_seconds": 90.0}
+    assert in_child(actions.add, uri, "s", sweep(tmp_path, "v", {"model.norm": "post"}, [2.8, 2.86, 2.78],
+                                                 extra=validated_more)) == 0
+    assert view.rows(ledger.load(uri, "s"))[1]["verdict"] is not None
+    longer = {"train_seconds": 90.0, "fit_seconds": 105.0}
+    assert in_child(actions.add, uri, "s", sweep(tmp_path, "w", {"model.pos_emb": "none"}, [2.8, 2.86, 2.78],
+                                                 extra=longer)) == 0
+    row = view.rows(ledger.load(uri, "s"))[2]
+    assert row["verdict"] is None and "unmatched budget: seconds range 60..90" in row["status"]
+
+
 def test_the_cli_prints_versioned_json_and_refuses_in_one_line(uri: str, tmp_path: Path) -> None:
     start(uri, tmp_path)
     out = run_script("scripts/campaign.py", ["list", "c", "--json", "--store", uri], check=True)

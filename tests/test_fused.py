@@ -239,7 +239,8 @@ def test_a_group_that_does_not_fit_is_refused_naming_the_group_size_that_does() 
     ("trainer=ddp", "use trainer=default"), ("trainer=fsdp", "use trainer=default"),
     ("trainer.devices=2", "set trainer.devices=1"), ("trainer.num_nodes=2", "set trainer.num_nodes=1"),
     ("runtime.activation_checkpointing=true", "set runtime.activation_checkpointing=false"),
-    ("runtime.float8=true", "set runtime.float8=false"), ("runtime.compile=true", "set runtime.compile=false")])
+    ("runtime.float8=true", "set runtime.float8=false"), ("runtime.compile=true", "set runtime.compile=false"),
+    ("budget=seconds:60", "give a tokens or flops budget")])
 def test_what_cannot_fuse_is_one_line_naming_the_key(override: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says) as refused:
         plan_groups([_job(0, override)], max_members=8)

@@ -150,6 +150,9 @@ RULE_CASES = {
     "whole_model_compile_without_fsdp": [("trainer=fsdp", "runtime.compile_scope=model")],
     "stages_fit_the_batch": [("stages.seq_lens=[24]",), ("stages.batch_sizes=[8,64]",)],
     "untie_on_one_device": [("model.untie_at=0.5", "trainer=fsdp"), ("model.untie_at=0.5", "trainer=ddp")],
+    "seconds_without_step_plans": [("budget=seconds:60", "model.untie_at=0.5"),
+                                   ("budget=seconds:60", "stages.seq_lens=[16,32]"),
+                                   ("budget=seconds:60", "scheduler._target_=torch.optim.lr_scheduler.StepLR")],
 }
 ONLY_WHEN_CASES = {
     "model.rope_theta": ("model.rope_theta=500000.0",),
@@ -219,8 +222,8 @@ OTHER_CASES = [
     ("tokenizer._target_=os.system",),
     # the ladder's steps from its ratio (gptlab.config.ladder_steps)
     ("experiment=ladder_gpt2_to_llama", "ladder_tokens_per_param=null"),
-    # a budget of a kind the steps cannot be counted from (gptlab.config.ladder_steps.budget_steps)
-    ("trainer.max_steps=${gptlab.budget_steps:seconds,60}",),
+    # a budget of a kind gptlab does not know (gptlab.config.budget)
+    ("budget=hours:1",), ("budget=tokens:-5",),
 ]
 MIXTURE = "data=mixture_example"
 # Refusals the checks pass and building the run's objects raises (gptlab.apps.build.build_run: the datamodule and its

@@ -262,7 +262,9 @@ def app_refusal(app: str, command: tuple[str, ...]) -> Optional[Refusal]:
 
 # ---- reading a message -------------------------------------------------------------------------------------------
 KEY = r"\+{0,2}[A-Za-z_][\w]*(?:[./][\w]+)*"
-VALUE = r"(?:<[^>]*>|\[[^\]]*\]|\{[^}]*\}|'[^']*'|\"[^\"]*\"|[^\s,;:?!()\[\]{}'\"]+)"
+PLAIN = r"[^\s,;:?!()\[\]{}'\"]+"
+# a plain value may hold colons (budget=tokens:2e6), not end with one
+VALUE = rf"(?:<[^>]*>|\[[^\]]*\]|\{{[^}}]*\}}|'[^']*'|\"[^\"]*\"|{PLAIN}(?::{PLAIN})*)"
 OR_VALUE = r",?\s+or\s+(?![\w.]*[<>=])[\w.+-]*\w(?=[,.;)]|\s*\(|\s*$)(?:\s*\([^)]*\))?"
 TOKEN = re.compile(rf"(?<![\w.+/<-])({KEY})=({VALUE})((?:\s*\([^)]*\))?(?:{OR_VALUE})*)")
 ALTERNATIVE = re.compile(r"\bor\s+([\w.+-]*\w)")
@@ -560,7 +562,7 @@ AREAS = {
         "apps/evaluate.py", "apps/context_eval.py", "eval/extrapolation.py", "report/context_report.py",
         "eval/sampling.py", "eval/zeroshot.py", "data/datamodule.py", "data/mixture.py",
         "data/mixture_store.py", "train/optim.py", "train/muon.py", "train/normuon.py", "train/joint_optimizer.py",
-        "train/callbacks/loss_spike.py", "train/callbacks/preemption.py",
+        "train/callbacks/loss_spike.py", "train/callbacks/preemption.py", "config/budget.py",
     ],
     # the corpus: sources, tokenizers, prepare_data.py's shards, the stores that read them
     "test_ways_out_data.py": [

@@ -54,6 +54,10 @@ PRIVATE = (
             "restart mid-evaluation), so that a resume runs it again"),
     Private("trainer:fit_loop.epoch_loop.batch_progress.current.completed",
             "epoch_batches_done", "whether the last batch of this epoch completed before a save (data/position.py)"),
+    Private("trainer:fit_loop.epoch_loop.max_steps",
+            "end_training_after", "ends training after the step just done as reaching trainer.max_steps does (final "
+            "validation, last checkpoint, summary): a seconds budget's end (train/callbacks/time_budget.py); "
+            "Trainer.max_steps has no setter"),
     Private("lightning_module:_trainer",
             "attached_trainer", "the trainer a module is attached to, or None (the public property raises)"),
     Private("torch.utils.tensorboard.writer:SummaryWriter._get_file_writer",
@@ -123,6 +127,11 @@ def logs_this_step(trainer: Any) -> bool:
 def completes_optimizer_step(trainer: Any) -> bool:
     """Whether the micro-batch about to be trained completes an optimizer step (not one accumulated into the next)."""
     return not trainer.fit_loop._should_accumulate()
+
+
+def end_training_after(trainer: Any, step: int) -> None:
+    """Training ends once `step` optimizer steps are done, as if trainer.max_steps were `step`."""
+    trainer.fit_loop.epoch_loop.max_steps = step
 
 
 def micro_batches_trained(trainer: Any) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 import lightning as L
 
+from gptlab.config import budget
 from gptlab.config.schemas import Runtime
 from gptlab.execution.checkpointing import hardware_flops_per_token
 from gptlab.model import GPTConfig, training_flops_per_token
@@ -43,6 +44,16 @@ def runtime_line(runtime: Runtime, model_cfg: GPTConfig, sharded: bool) -> str:
             f"{model:,} (x_throughput/mfu), hardware {hardware:,} (x_throughput/hfu, {recomputed})")
 
 
+def steps_said(cfg: Any, max_steps: int) -> str:
+    """The run's length: its steps, and the budget that set them (gptlab.config.budget)."""
+    bound = budget.of(cfg)
+    if bound is None:
+        return f"{max_steps:,} steps"
+    if bound.kind == "seconds":
+        return f"steps for {bound.amount:g} s of training (budget={bound}; the lr schedule runs over them)"
+    return f"{max_steps:,} steps (budget={bound})"
+
+
 def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, datamodule: Any,
                  trainer: L.Trainer, tokens_per_step: int, output_dir: Path, runtime: Runtime,
                  sharded: bool) -> list[str]:
@@ -58,7 +69,7 @@ def banner_lines(cfg: Any, model_cfg: GPTConfig, n_params: int, tokenizer: Any, 
         f"({cfg.data.get('store')} store)",
         f"step     {tokens_per_step:,} tokens = micro-batch {datamodule.batch_size} x {model_cfg.block_size} x "
         f"{trainer.num_devices} devices x {trainer.num_nodes} nodes x {trainer.accumulate_grad_batches} accumulated; "
-        f"{trainer.max_steps:,} steps",
+        f"{steps_said(cfg, trainer.max_steps)}",
         f"devices  {trainer.num_devices} x {type(trainer.accelerator).__name__.replace('Accelerator', '').lower()} "
         f"per node, {trainer.num_nodes} node(s), strategy {strategy}, precision {trainer.precision}",
         runtime_line(runtime, model_cfg, sharded),

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from gptlab import lightning_internals
 from gptlab.apps.seeds import run_seed
 from gptlab.checkpoint.atomic_io import AtomicCheckpointIO
+from gptlab.config import budget
 from gptlab.config.schemas import Runtime, Stages
 from gptlab.errors import ConfigError, find_config_error, is_int
 from gptlab.execution import threads as cpu_threads
@@ -29,6 +30,7 @@ from gptlab.train.callbacks.final_validation import FinalValidation
 from gptlab.train.callbacks.nonfinite import NonFiniteLossCheck
 from gptlab.train.callbacks.preemption import PreemptionCheckpoint
 from gptlab.train.callbacks.relog import RelogLastStep
+from gptlab.train.callbacks.time_budget import TimeBudget
 from gptlab.train.callbacks.training_clock import TrainingClock
 from gptlab.train.module import GPTLitModule
 from gptlab.train.step_axis import steps_done_axis
@@ -101,6 +103,9 @@ def build_callbacks(cfg: DictConfig) -> list[Any]:
     configured = instantiate_dict(cfg.get("callbacks")).values()
     callbacks = [NonFiniteLossCheck(cfg.nonfinite_check_every), *configured, FinalValidation(),
                  TrainingClock(), RelogLastStep()]
+    bound = budget.of(cfg)
+    if bound is not None and bound.kind == "seconds":  # after the clock it reads
+        callbacks.append(TimeBudget(bound.amount))
     if cfg.trainer.get("fast_dev_run"):  # debug=fast_dev_run writes nothing: no checkpoint of any kind, no run files
         callbacks = [c for c in callbacks if not isinstance(c, (ModelCheckpoint, PreemptionCheckpoint))]
     return callbacks

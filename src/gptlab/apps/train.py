@@ -18,7 +18,10 @@ from gptlab.apps.build import Run, build_run
 from gptlab.apps.run_files import write_setup_files
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import read_checkpoint
-from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
+from gptlab.config import (
+    budget,
+    ladder_steps,  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
+)
 from gptlab.entry_signals import Terminated
 from gptlab.execution.fused import clock
 from gptlab.launch import quiet
@@ -79,6 +82,7 @@ def _train(cfg: DictConfig) -> Optional[float]:
     # whatever happens: its failure record goes there (sweep_failures).
     discard = contextlib.nullcontext(Progress()) if sweep_jobs.in_sweep_job() else discard_on_early_error(output_dir)
     with discard as progress:
+        budget.apply(cfg)  # budget=tokens:N, flops:N or seconds:N sets trainer.max_steps (gptlab.config.budget)
         checked = check_before_run(cfg)  # the Hydra callback run_dir_guard ran them before the run dir existed
         for line in checked.warnings:
             log.warning("%s", line)
@@ -161,6 +165,8 @@ def _summarise(cfg: DictConfig, output_dir: Path, run: Run, fit_seconds: float) 
             "tokens_per_step": run.tokens_per_step,
             "tokens_seen": tokens_through(trainer.global_step),  # trained on: stages.batch_sizes skips rows
             "fit_seconds": fit_seconds,
+            # in training steps, validation not counted (TrainingClock): what budget=seconds:N bounds
+            "train_seconds": clock.earlier + clock.seconds,
             "tokens_per_sec": clock.tokens_per_sec(trainer.global_step, tokens_through),  # see TrainingClock
         }
         if bool(getattr(run.model, "head_untied", False)):  # model.untie_at reached: what the model holds now

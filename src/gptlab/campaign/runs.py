@@ -76,7 +76,8 @@ def _record(job: JobResult, baseline: dict[str, str], root: tuple[dict[str, str]
             TAG + "job_dir": str(job.job_dir.resolve()),
             TAG + "overrides": dumps(setting(job.overrides)), **{TAG + k: v for k, v in where.items()}}
     metrics = {"final_val_loss": summary.get("final_val_loss"), "best_val_loss": summary.get("best_val_loss"),
-               "tokens": tokens, "flops": flops, "wall_seconds": summary.get("fit_seconds")}
+               "tokens": tokens, "flops": flops, "wall_seconds": summary.get("fit_seconds"),
+               "train_seconds": summary.get("train_seconds")}
     params = {f"diff.{k}": v for k, v in config_diff(job.overrides, baseline).items()}
     return Record("run", tags, params or {"diff": "none (the baseline's config)"},
                   {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})

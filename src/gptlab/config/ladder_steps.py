@@ -1,9 +1,8 @@
 """The scaling ladder's token rule, as an OmegaConf resolver: `trainer.max_steps: ${gptlab.ladder_steps:20}` trains
 each size for 20 tokens per non-embedding parameter (Chinchilla's compute-optimal ratio is ~20 per parameter).
 Hydra interpolation cannot multiply, and the parameter count depends on the composed model, hence a resolver.
-Importing this module registers it (gptlab.apps.train does, so every training entry point has it), and the
-campaign's budget rule beside it: `trainer.max_steps: ${gptlab.budget_steps:flops,1e12}` trains to a number of
-tokens or training FLOPs (docs/campaigns.md#budgets)."""
+Importing this module registers it (gptlab.apps.train does, so every training entry point has it). A run bounded
+by tokens, FLOPs or seconds takes `budget=` instead (gptlab.config.budget)."""
 
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ from gptlab.config.schemas import Train
 from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
-from gptlab.model.accounting import count_parameters, training_flops_per_token
+from gptlab.model.accounting import count_parameters
 
 RESOLVER = "gptlab.ladder_steps"
-BUDGET_RESOLVER = "gptlab.budget_steps"
-BUDGET_KINDS = ("tokens", "flops")
 
 
 def non_embedding_parameters(model: dict[str, Any], vocab_size: int) -> int:
@@ -49,29 +46,4 @@ def ladder_steps(tokens_per_param: float, *, _root_: DictConfig) -> int:
     return max(1, math.ceil(tokens_per_param * non_embedding_parameters(model, vocab) / per_step))
 
 
-def _model_and_step(root: DictConfig) -> tuple[GPTConfig, int]:
-    """The composed model and the tokens of one optimizer step (global_batch_tokens, else batch × block)."""
-    model = OmegaConf.to_container(root.model, resolve=True)
-    vocab = model.get("vocab_size")
-    if vocab is None:
-        from hydra.utils import instantiate
-
-        vocab = instantiate(root.tokenizer).vocab_size
-    return GPTConfig.for_tokenizer(model, vocab), root.get("global_batch_tokens") or root.data.batch_size * \
-        model["block_size"]
-
-
-def budget_steps(kind: str, amount: float, *, _root_: DictConfig) -> int:
-    """Optimizer steps that train on `amount` tokens or training FLOPs (6N + attention per token,
-    model.accounting): ⌈amount / (tokens per step × FLOPs per token)⌉, so variants of different sizes compared at
-    one FLOPs budget each get their own steps."""
-    if kind not in BUDGET_KINDS or not isinstance(amount, (int, float)) or not amount > 0:
-        raise ConfigError(f"${{{BUDGET_RESOLVER}:{kind},{amount}}}: a budget is tokens or flops and a positive "
-                          f"number, e.g. trainer.max_steps=${{{BUDGET_RESOLVER}:flops,1e12}}")
-    model, per_step = _model_and_step(_root_)
-    per_token = training_flops_per_token(model)["total"] if kind == "flops" else 1
-    return max(1, math.ceil(float(amount) / (per_step * per_token)))
-
-
 OmegaConf.register_new_resolver(RESOLVER, ladder_steps, replace=True)
-OmegaConf.register_new_resolver(BUDGET_RESOLVER, budget_steps, replace=True)

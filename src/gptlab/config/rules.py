@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 from hydra.utils import get_object
 from omegaconf import DictConfig
 
+from gptlab.config import budget
 from gptlab.config.fsdp_keys import fsdp_strategy_keys, is_fsdp
 from gptlab.config.ranges import logged_metric
 from gptlab.errors import ConfigError
@@ -155,7 +156,7 @@ def untie_on_one_device(cfg: DictConfig) -> Optional[str]:
 RULES: tuple[Rule, ...] = (windows_fit_the_context, mup_trains_with_adam, muon_needs_whole_matrices,
                           fused_step_without_loss_scaling, fsdp_strategy_keys, ckpt_path_or_resume,
                           monitors_name_logged_metrics, whole_model_compile_without_fsdp, stages_fit_the_batch,
-                          untie_on_one_device)
+                          untie_on_one_device, budget.seconds_without_step_plans)
 
 
 def check_rules(cfg: DictConfig) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 import gptlab.config.ranges as c
+from gptlab.config.budget import check as budget_check
 from gptlab.config.fields import setting
 
 # Lightning also names "transformer-engine": it needs NVIDIA Transformer Engine, which gptlab neither installs nor
@@ -133,6 +134,9 @@ class Train:
     check_memory: bool = setting(
         True, "refuse a run whose estimated memory (weights, grads, Adam, activations) exceeds free RAM/GPU memory",
         c.boolean)
+    budget: Optional[str] = setting(
+        None, "bounds the run, one key: tokens:2e6 or flops:1e12 (sets trainer.max_steps) | seconds:300 (seconds of "
+        "training steps; the lr schedule runs over them): docs/campaigns.md#budgets", budget_check)
     campaign: Optional[str] = setting(
         None, "with -m: record the sweep in this campaign's ledger when it ends and test its variants "
         "(scripts/campaign.py, docs/campaigns.md)", c.optional(c.text))

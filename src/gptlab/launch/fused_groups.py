@@ -87,6 +87,10 @@ def check_fusable(cfg: DictConfig, job: str) -> None:
         if trainer.get(key) not in (1, None):
             raise ConfigError(f"hydra/launcher=fused runs a group's members in one process on one device, but job "
                               f"{job} has trainer.{key}={trainer.get(key)}; set trainer.{key}=1, {WAY_OUT}.")
+    if str(cfg.get("budget") or "").startswith("seconds:"):
+        raise ConfigError(f"hydra/launcher=fused trains a group's members in turns on one device, so a member's "
+                          f"seconds are not its own run's (job {job} has budget={cfg.budget}); give a tokens or "
+                          f"flops budget (e.g. budget=tokens:2e6), {WAY_OUT}.")
     runtime = Runtime(**cfg.get("runtime", {}))
     eager = {"runtime.compile": (runtime.compile, "false"), "runtime.float8": (runtime.float8, "false"),
              "runtime.activation_checkpointing": (runtime.checkpointing(sharded=False) != "none", "false")}

@@ -32,6 +32,8 @@ from gptlab.checkpoint.reader import (
     run_checkpoints,
 )
 from gptlab.checkpoint.sharded import is_sharded
+from gptlab.config import budget
+from gptlab.config.budget import Budget
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.runs import sweep_jobs
@@ -128,12 +130,17 @@ class Finished:
     step: int
     max_steps: int
     best_val_loss: Optional[float]
+    bound: Optional[Budget] = None  # the budget= that set its length (gptlab.config.budget)
 
     def message(self, output_dir: Path) -> str:
         best = "" if self.best_val_loss is None else f", best val/loss {self.best_val_loss:.4f}"
-        return (f"{output_dir} is finished: its newest checkpoint ({self.checkpoint}) is at step {self.step} of "
-                f"trainer.max_steps={self.max_steps}{best}; nothing was run and its files were left as they were. "
-                f"To train it further, raise trainer.max_steps past step {self.step}, e.g. "
+        if self.bound is None:
+            end, raise_it = f"step {self.step} of trainer.max_steps={self.max_steps}", \
+                f"raise trainer.max_steps past step {self.step}"
+        else:
+            end, raise_it = f"step {self.step}, the end of budget={self.bound}", "raise its budget"
+        return (f"{output_dir} is finished: its newest checkpoint ({self.checkpoint}) is at {end}{best}; nothing was "
+                f"run and its files were left as they were. To train it further, {raise_it}, e.g. "
                 f"{self.further_command(output_dir)}")
 
     def further_command(self, output_dir: Path) -> str:
@@ -145,12 +152,13 @@ class Finished:
 
         from hydra.core.hydra_config import HydraConfig
 
-        further = [f"trainer.max_steps={2 * max(self.step, self.max_steps, 1)}", "resume=auto",
-                   f"hydra.run.dir={hydra_value(str(output_dir))}"]
+        longer = f"trainer.max_steps={2 * max(self.step, self.max_steps, 1)}" if self.bound is None else \
+            f"budget={Budget(self.bound.kind, 2 * self.bound.amount)}"
+        further = [longer, "resume=auto", f"hydra.run.dir={hydra_value(str(output_dir))}"]
         if not HydraConfig.initialized():  # train() called without a command line: the keys alone
             return " ".join(further)
-        kept = [a for a in sys.argv[1:]
-                if not a.lstrip("+").startswith(("hydra.run.dir=", "resume=", "ckpt_path=", "trainer.max_steps="))]
+        kept = [a for a in sys.argv[1:] if not a.lstrip("+").startswith(
+            ("hydra.run.dir=", "resume=", "ckpt_path=", "trainer.max_steps=", "budget="))]
         return shlex.join(["python", sys.argv[0], *kept, *further])
 
 
@@ -165,9 +173,13 @@ def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str],
         return None
     summary: dict[str, Any] = json.loads(summary_file.read_text())
     step = int(read_checkpoint(ckpt_path, mmap=True).get("global_step", 0))
-    if min(step, summary.get("global_step", 0)) < max_steps:
+    bound = budget.of(cfg)
+    if bound is not None and bound.kind == "seconds":  # its steps are what the seconds bought
+        if step < summary.get("global_step", 0) or summary.get("train_seconds", 0.0) < bound.amount:
+            return None
+    elif min(step, summary.get("global_step", 0)) < max_steps:
         return None
-    return Finished(ckpt_path, step, max_steps, summary.get("best_val_loss"))
+    return Finished(ckpt_path, step, max_steps, summary.get("best_val_loss"), bound)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from gptlab.config.budget import SECONDS_STEP_CEILING
 from gptlab.execution.fused import clock
 
 
@@ -42,11 +43,13 @@ class StepProgressBar(ProgressBar):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not (self._enabled and trainer.is_global_zero) or self.refresh_rate == 0:
             return
+        # a seconds budget ends the run, not a step count (gptlab.config.budget): no total, no ETA in steps
+        total = trainer.max_steps if 0 < trainer.max_steps < SECONDS_STEP_CEILING else None
         if _is_terminal(sys.stderr):
-            self._bar = tqdm(total=trainer.max_steps, initial=trainer.global_step, unit="step", dynamic_ncols=True,
+            self._bar = tqdm(total=total, initial=trainer.global_step, unit="step", dynamic_ncols=True,
                              file=sys.stderr, desc="train", smoothing=0.1)
         else:
-            self._bar = _Lines(trainer.max_steps, trainer.global_step, _job_label())
+            self._bar = _Lines(total or -1, trainer.global_step, _job_label())
         self._last = (trainer.global_step, clock())
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
@@ -77,6 +80,8 @@ class StepProgressBar(ProgressBar):
         self._bar.set_postfix(self._postfix, refresh=True)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._bar is not None and trainer.global_step > self._bar.n:  # a stop between redraws (a seconds budget)
+            self._bar.update(trainer.global_step - self._bar.n)
         self._close()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:

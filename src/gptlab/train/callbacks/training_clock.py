@@ -19,6 +19,7 @@ from gptlab.execution.fused import clock
 class TrainingClock(L.Callback):
     def __init__(self) -> None:
         self.seconds = 0.0  # in training steps, this fit
+        self.earlier = 0.0  # in the fits a time-budgeted run continued from (train/callbacks/time_budget.py)
         self._mark: Optional[float] = None
         self._first_step = 0
 
@@ -34,6 +35,10 @@ class TrainingClock(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._mark = clock()  # the validation just ended is not training time
+
+    def so_far(self) -> float:
+        """This fit's training seconds up to now, the step under way included."""
+        return self.seconds + (clock() - self._mark if self._mark is not None else 0.0)
 
     def tokens_per_sec(self, global_step: int, tokens_through: Callable[[int], int]) -> Optional[float]:
         """Tokens per second of this fit's optimizer steps (all devices); None if it trained no step.
