@@ -119,7 +119,7 @@ def judge_locked(uri: str, campaign: Campaign) -> None:
                    "seeds_baseline": comp.seeds[0], "seeds_variant": comp.seeds[1],
                    "seeds_needed": seeds_needed(comp, granted.level)}
         ledger.write(uri, campaign, Record("verdict", tags, {}, {k: v for k, v in metrics.items() if v is not None}),
-                     f"verdict {variant}")
+                     f"verdict {variant}: {tags[TAG + 'status']}")  # the outcome in the UI's run list
 
 
 def arm_seeds(campaign: Campaign, variant: str) -> list[int]:

@@ -58,7 +58,7 @@ def judge_confirmation(uri: str, name: str, variant: str) -> Record:
                 TAG + "seeds": ",".join(sorted(r.tag("seed") for r in mine))}
         metrics = {"diff": found.comparison.diff, "p": found.p, "level": q, "ci_low": low, "ci_high": high}
         record = Record("confirmation", tags, {}, metrics)
-        ledger.write(uri, campaign, record, f"confirmation {variant}")
+        ledger.write(uri, campaign, record, f"confirmation {variant}: {tags[TAG + 'status']}")
         return record
 
 

@@ -16,6 +16,7 @@ from gptlab.errors import ConfigError
 SCHEMA = 1  # the ledger's tag layout and the JSON's version (docs/campaigns.md)
 TAG = "gptlab."
 KINDS = ("run", "verdict", "confirmation", "baseline")
+UI_KIND = "mlflow.experimentKind"  # the MLflow UI's view of an experiment (3.x)
 MAX_TAG = 5000  # MLflow's limit on a tag value is 8000 characters
 
 
@@ -60,7 +61,8 @@ def create(uri: str, name: str, settings: dict[str, str]) -> str:
     if _experiment(mlflow, name) is not None:
         raise ConfigError(f"campaign {name} exists already in {uri}; add to it (scripts/campaign.py run {name} ...) "
                           "or name a new one.")
-    tags = {TAG + "campaign": "1", TAG + "schema": str(SCHEMA), **{TAG + k: v for k, v in settings.items()}}
+    tags = {TAG + "campaign": "1", TAG + "schema": str(SCHEMA), **{TAG + k: v for k, v in settings.items()},
+            UI_KIND: "custom_model_development"}  # MLflow's UI then opens it on its runs, not on GenAI traces
     return retried(lambda: mlflow.create_experiment(name, tags=tags))
 
 

@@ -1,11 +1,13 @@
 """The campaign's MLflow tracking store: an embedded SQLite file under outputs/ by default (no server), or any
-tracking URI (a team's server or database). Writers are serialised: for a SQLite file by an flock beside it
-(gptlab.dir_lock), so a multirun's jobs, several launchers and a SLURM array's jobs on one file system write one at a
-time; SQLite's own "database is locked" (a writer outside gptlab, such as logger=mlflow) is waited out and retried."""
+tracking URI (a team's server or database). Writers are serialised by an flock (gptlab.dir_lock): beside a SQLite
+file, so a multirun's jobs, several launchers and a SLURM array's jobs on one file system write one at a time; for a
+server, in this user's cache, so this machine's writers do. SQLite's own "database is locked" (a writer outside
+gptlab, such as logger=mlflow) is waited out and retried."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -64,16 +66,23 @@ def retried(call: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+def lock_path(uri: str) -> Path:
+    """The flock that serialises this store's campaign writers: beside a SQLite file (every machine that mounts it
+    takes it), else one per store URI in this user's cache (a server's writers on this machine)."""
+    path = sqlite_path(uri)
+    if path is not None:
+        return path.with_name(path.name + ".lock")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "gptlab" / "campaign-locks" / (hashlib.sha256(uri.encode()).hexdigest()[:16] + ".lock")
+
+
 @contextlib.contextmanager
 def writing(uri: str) -> Iterator[None]:
-    """One campaign writer at a time on this store (a SQLite file; a server serialises its own writes, but the
-    campaign's read-then-test step is only serialised per machine there: docs/campaigns.md)."""
-    path = sqlite_path(uri)
-    if path is None:
-        yield
-        return
+    """One campaign writer at a time on this store: for a SQLite file, on every machine that shares it; for a
+    server, on this machine only (MLflow has no lock a client can take: docs/campaigns.md)."""
+    path = lock_path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = dir_lock.wait_lock(path.with_name(path.name + ".lock"), lambda who: print(f"waiting for {who}", flush=True))
+    fd = dir_lock.wait_lock(path, lambda who: print(f"waiting for {who}", flush=True))
     try:
         yield
     finally:
