@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The gallery's campaign (docs/gallery.md): a small GPT on this CPU, a baseline on seeds 1-3, 10 A/A arms (the
+# The gallery's campaign (docs/gallery.md): a small GPT on this CPU, a baseline on seeds 1-SEEDS, 10 A/A arms (the
 # baseline's config under another name, on fresh seeds) and 10 real changes, each run, recorded and tested with
 # scripts/campaign.py alone, PARALLEL at a time (the ledger takes concurrent writers); every claimed win is then
 # re-run on fresh seeds. Run again, it skips what the ledger already holds. Prints the campaign at the end.
 #   OMP_NUM_THREADS=1 nohup bash scripts/campaign_gallery.sh > outputs/campaign_gallery.log 2>&1 &
-# STEPS=2 ARMS=1 ROOT=/tmp/smoke bash scripts/campaign_gallery.sh runs it as a smoke test.
+# STEPS=2 ARMS=1 SEEDS=3 ROOT=/tmp/smoke bash scripts/campaign_gallery.sh runs it as a smoke test.
 set -euo pipefail
 export PYTHONPATH=src
 NAME=${NAME:-gallery}
 ROOT=${ROOT:-outputs/campaign_gallery}
-STEPS=${STEPS:-40}
+STEPS=${STEPS:-100}
+SEEDS=${SEEDS:-10}  # per arm: at 3, a paired t-test has 2 degrees of freedom and claims nothing at LORD++'s levels
 ARMS=${ARMS:-10}  # A/A arms, and real changes (of the 10 below)
 PARALLEL=${PARALLEL:-3}
 export GPTLAB_TRACKING_URI="sqlite:///$ROOT/mlflow.db"
@@ -19,7 +20,7 @@ SMALL="model.n_layer=2 model.n_embd=64 model.n_head=4 model.block_size=64 data.b
   callbacks.text_samples=null callbacks.progress_bar=null trainer.enable_model_summary=false"
 if ! $C list "$NAME" > /dev/null 2>&1; then
   # shellcheck disable=SC2086
-  python src/train.py -m $SMALL seed=1,2,3 hydra.sweep.dir="$ROOT/baseline"
+  python src/train.py -m $SMALL seed="$(seq -s, 1 "$SEEDS")" hydra.sweep.dir="$ROOT/baseline"
   $C init "$NAME" --baseline-sweep "$ROOT/baseline" --label baseline --budget tokens
 fi
 $C list "$NAME" --json > "$ROOT/before.json"
@@ -53,7 +54,7 @@ for row in json.load(open(sys.argv[1]))["variants"]:
         print(row["variant"])
 PY
 while read -r variant; do
-  $C confirm "$NAME" --variant "$variant" --seeds 3 --out "$ROOT/runs" > /dev/null
+  $C confirm "$NAME" --variant "$variant" --seeds "$SEEDS" --out "$ROOT/runs" > /dev/null
 done < "$ROOT/claimed.txt"
 $C list "$NAME"
 $C list "$NAME" --json | tee "$ROOT/campaign.json"
