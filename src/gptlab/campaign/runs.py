@@ -15,11 +15,13 @@ from gptlab.campaign.ledger import TAG, Campaign, Record, dumps
 from gptlab.report.runs import SEED_KEY, JobResult, drop_repeats, load_sweep
 from gptlab.report.verdicts import job_paired, job_seed
 
-SETTING_KEYS = ("hydra.", "paths.")  # where a run was written, not what it trained: not part of a variant
+# where a run was written and logged, not what it trained: not part of a variant
+SETTINGS = (SEED_KEY, "campaign", "logger")
+SETTING_KEYS = ("hydra.", "paths.", "logger.")
 
 
 def setting(overrides: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in overrides.items() if k not in (SEED_KEY, "campaign") and not k.startswith(SETTING_KEYS)}
+    return {k: v for k, v in overrides.items() if k not in SETTINGS and not k.startswith(SETTING_KEYS)}
 
 
 def variant_key(overrides: dict[str, str], label: str | None, root: tuple[dict[str, str], str]) -> str:
