@@ -57,22 +57,28 @@ def of(cfg: DictConfig) -> Optional[Budget]:
     return None if value is None else parse("budget", value)
 
 
-def steps_for(budget: Budget, cfg: DictConfig) -> int:
-    """Optimizer steps a tokens or FLOPs budget buys: tokens per step = global_batch_tokens, else data.batch_size ×
-    model.block_size (one device, no accumulation); FLOPs per token as the report counts them (6N + attention,
-    forward and backward: gptlab.model.accounting)."""
-    from gptlab.model import GPTConfig
-    from gptlab.model.accounting import training_flops_per_token
-
+def model_and_step(cfg: DictConfig) -> tuple[dict[str, Any], int, int]:
+    """The composed model's values, its vocabulary (the preset's, else the tokenizer's) and the tokens of one
+    optimizer step: global_batch_tokens, else data.batch_size × model.block_size (one device, no accumulation)."""
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    vocab = model.get("vocab_size")  # type: ignore[union-attr]
+    assert isinstance(model, dict)
+    vocab = model.get("vocab_size")
     if vocab is None:
         from hydra.utils import instantiate
 
         vocab = instantiate(cfg.tokenizer).vocab_size
-    model_cfg = GPTConfig.for_tokenizer(model, vocab)
-    per_step = cfg.get("global_batch_tokens") or cfg.data.batch_size * model_cfg.block_size
-    per_token = training_flops_per_token(model_cfg)["total"] if budget.kind == "flops" else 1
+    return model, vocab, cfg.get("global_batch_tokens") or cfg.data.batch_size * model["block_size"]
+
+
+def steps_for(budget: Budget, cfg: DictConfig) -> int:
+    """Optimizer steps a tokens or FLOPs budget buys; FLOPs per token as the report counts them (6N + attention,
+    forward and backward: gptlab.model.accounting)."""
+    from gptlab.model import GPTConfig
+    from gptlab.model.accounting import training_flops_per_token
+
+    model, vocab, per_step = model_and_step(cfg)
+    per_token = training_flops_per_token(GPTConfig.for_tokenizer(model, vocab))["total"] \
+        if budget.kind == "flops" else 1
     return max(1, math.ceil(budget.amount / (per_step * per_token)))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config.budget import model_and_step
 from gptlab.config.schemas import Train
 from gptlab.config.validate import check_fields
 from gptlab.errors import ConfigError
@@ -36,13 +37,7 @@ def ladder_steps(tokens_per_param: float, *, _root_: DictConfig) -> int:
                           "(${gptlab.ladder_steps:...}): set ladder_tokens_per_param=20 (Chinchilla's tokens per "
                           "parameter), or give the steps yourself, e.g. trainer.max_steps=1000.")
     check_fields("", {"ladder_tokens_per_param": tokens_per_param}, Train)  # the schema's range, one source
-    model = OmegaConf.to_container(_root_.model, resolve=True)
-    vocab = model.get("vocab_size")
-    if vocab is None:
-        from hydra.utils import instantiate
-
-        vocab = instantiate(_root_.tokenizer).vocab_size
-    per_step = _root_.get("global_batch_tokens") or _root_.data.batch_size * model["block_size"]
+    model, vocab, per_step = model_and_step(_root_)
     return max(1, math.ceil(tokens_per_param * non_embedding_parameters(model, vocab) / per_step))
 
 
