@@ -123,10 +123,10 @@ def test_resume_auto_leaves_a_run_that_spent_its_seconds_as_it_is(tmp_path: Path
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     cfg = compose_tiny(run, "budget=seconds:8", "resume=auto")
     budget.apply(cfg)
-    done = finished_run(cfg, run, str(checkpoints_newest_first(run)[0]), "auto")
+    done = finished_run(cfg, run, str(checkpoints_newest_first(run)[0]), "auto", budget.of(cfg))
     assert done is not None and done.step == 4
     assert "at step 4, the end of budget=seconds:8" in done.message(run) and "budget=seconds:16" in done.message(run)
     # with seconds left, the same run is not finished: resume=auto trains them
     longer = compose_tiny(run, "budget=seconds:12", "resume=auto")
     budget.apply(longer)
-    assert finished_run(longer, run, str(checkpoints_newest_first(run)[0]), "auto") is None
+    assert finished_run(longer, run, str(checkpoints_newest_first(run)[0]), "auto", budget.of(longer)) is None

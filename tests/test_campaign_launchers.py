@@ -21,8 +21,6 @@ LAUNCHERS = {
     "local_gpus": ["hydra/launcher=local_gpus", f"hydra.launcher.device_ids=[{','.join(map(str, range(JOBS)))}]",
                    "hydra.launcher.poll_s=0.2"],
     "fused": ["hydra/launcher=fused", f"hydra.launcher.max_members={JOBS}"],
-    # the submitit plugin's local executor: a SLURM array's submission (one array of JOBS tasks), as processes here
-    "submitit_local": ["hydra/launcher=submitit_local"],
 }
 
 

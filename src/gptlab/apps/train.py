@@ -18,10 +18,7 @@ from gptlab.apps.build import Run, build_run
 from gptlab.apps.run_files import write_setup_files
 from gptlab.atomic import atomic_write_text
 from gptlab.checkpoint.reader import read_checkpoint
-from gptlab.config import (
-    budget,
-    ladder_steps,  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
-)
+from gptlab.config import ladder_steps  # noqa: F401  (registers the ladder's ${gptlab.ladder_steps:r} resolver)
 from gptlab.entry_signals import Terminated
 from gptlab.execution.fused import clock
 from gptlab.launch import quiet
@@ -82,11 +79,10 @@ def _train(cfg: DictConfig) -> Optional[float]:
     # whatever happens: its failure record goes there (sweep_failures).
     discard = contextlib.nullcontext(Progress()) if sweep_jobs.in_sweep_job() else discard_on_early_error(output_dir)
     with discard as progress:
-        budget.apply(cfg)  # budget=tokens:N, flops:N or seconds:N sets trainer.max_steps (gptlab.config.budget)
         checked = check_before_run(cfg)  # the Hydra callback run_dir_guard ran them before the run dir existed
         for line in checked.warnings:
             log.warning("%s", line)
-        start = continuation(cfg, output_dir, checked.given, checked.model_cfg, checked.fsdp)
+        start = continuation(cfg, output_dir, checked.given, checked.model_cfg, checked.fsdp, bound=checked.bound)
         if start.mode == "auto" and start.ckpt_path is not None:
             log.info("resume=auto: continuing from %s", start.ckpt_path)
         if start.finished is not None:  # resume=auto on a finished run: it stays exactly as it was

@@ -17,6 +17,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from gptlab.config import budget
+from gptlab.config.budget import Budget
 from gptlab.config.callbacks import BY_TARGET
 from gptlab.config.fields import check_of, schema_fields
 from gptlab.config.fsdp_keys import uses_fsdp
@@ -38,9 +40,10 @@ PASSED_BY_GPTLAB = {"params", "tokenizer", "optimizer", "total_steps", "callback
 @dataclass(frozen=True)
 class Decided:
     """What a checked train config decides by itself, for the builders: how the model runs, and whether it runs
-    under trainer=fsdp (sharded checkpoints)."""
+    under trainer=fsdp (sharded checkpoints), and the budget= that set trainer.max_steps (None: none)."""
     runtime: Runtime
     fsdp: bool
+    bound: Optional[Budget] = None
 
 
 GROUPS = ("runtime", "stages", "tokenizer", "data", "optimizer", "scheduler", "trainer", "paths")
@@ -51,18 +54,20 @@ def check(cfg: DictConfig, overrides: Optional[Sequence[str]] = None, targets: b
     """Raise ConfigError naming the first bad key of a composed train config. `overrides` are the command line's
     (default: Hydra's record of them, when Hydra ran). The _target_ paths come last, after `before_targets` (the
     machine's refusals): looking one up imports its module (Lightning's Trainer and loggers: seconds), which a
-    refusal for a reason that needs no import should not wait for. `targets=False` skips them."""
+    refusal for a reason that needs no import should not wait for. `targets=False` skips them. A budget= sets
+    trainer.max_steps here (gptlab.config.budget), once the keys it reads are checked."""
     strict_booleans(cfg, hydra_overrides() if overrides is None else overrides)
     check_node("", cfg, targets=False)
     check_model(cfg.get("model"))  # before data, whose block_size follows model.block_size
     for prefix, node in _group_nodes(cfg):
         check_node(prefix, node, targets=False)
     check_rules(cfg)
+    bound = budget.apply(cfg)  # budget= sets trainer.max_steps, from the keys checked above (config.budget)
     if before_targets is not None:
         before_targets()
     if targets:
         check_targets(cfg)
-    return Decided(Runtime(**cfg.get("runtime", {})), uses_fsdp(cfg.get("trainer")))
+    return Decided(Runtime(**cfg.get("runtime", {})), uses_fsdp(cfg.get("trainer")), bound)
 
 
 def check_targets(cfg: DictConfig) -> None:

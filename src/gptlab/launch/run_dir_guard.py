@@ -103,7 +103,6 @@ class GuardRunDir(HoldRunDir):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not owns_run_dir():  # a DDP rank > 0 joins the dir its rank 0 holds and checked
             return
-        from gptlab.config import budget
         from gptlab.config.ranges import writable_dir
         from gptlab.preflight.early_checks import check_before_run
         from gptlab.runs.resume import continuation
@@ -114,7 +113,6 @@ class GuardRunDir(HoldRunDir):
         try:
             check_sweep_is_multirun(config)  # on_run_start: Hydra runs this config as one job
             writable_dir("hydra.run.dir", config.hydra.run.dir)  # as CheckOutputDir, which may run after this
-            budget.apply(task)  # as train() will: budget=... sets trainer.max_steps (gptlab.config.budget)
             checked = check_before_run(task)
         except Exception as err:
             if find_config_error(err) is None:
@@ -126,7 +124,8 @@ class GuardRunDir(HoldRunDir):
         log_file = f"{config.hydra.job.name}.log"
         try:
             # train() names the checkpoints it skips in its log
-            finished = continuation(task, run_dir, checked.given, checked.model_cfg, checked.fsdp, warn=False).finished
+            finished = continuation(task, run_dir, checked.given, checked.model_cfg, checked.fsdp, warn=False,
+                                    bound=checked.bound).finished
         except Exception as err:
             if find_config_error(err) is None:
                 raise

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from gptlab.checkpoint.reader import check_resumable
+from gptlab.config.budget import Budget
 from gptlab.config.schemas import Runtime
 from gptlab.config.validate import Decided, check
 from gptlab.data import mixture
@@ -60,6 +61,8 @@ class Checked:
     fsdp: bool  # trainer=fsdp: sharded checkpoints
     parameters: int  # the model's parameter count (count_parameters' total)
     given: Optional[str]  # the checkpoint ckpt_path names, checked against model_cfg (None: no ckpt_path)
+    bound: Optional[Budget] = None  # the budget= that set trainer.max_steps (gptlab.config.budget)
+    max_steps: Optional[int] = None  # the steps it set
 
 
 def is_launcher() -> bool:
@@ -128,7 +131,11 @@ def check_before_run(cfg: DictConfig) -> Checked:
     key = OmegaConf.to_yaml(cfg)
     if key not in _PASSED:
         _PASSED[key] = _check_before_run(cfg)
-    return _PASSED[key]
+    checked = _PASSED[key]
+    if checked.bound is not None:  # the steps the budget set (config.validate), on this copy of the config too
+        with open_dict(cfg):
+            cfg.trainer.max_steps = checked.max_steps
+    return checked
 
 
 def _check_before_run(cfg: DictConfig) -> Checked:
@@ -152,4 +159,5 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
         check_checkpoint_space(cfg.get("callbacks"), checkpoint_bytes(parameters),
                                (cfg.get("paths") or {}).get("log_dir"))
-    return Checked(tokenizer, model_cfg, warnings, decided.runtime, decided.fsdp, parameters, given)
+    return Checked(tokenizer, model_cfg, warnings, decided.runtime, decided.fsdp, parameters, given, decided.bound,
+                   cfg.trainer.max_steps)

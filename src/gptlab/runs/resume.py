@@ -32,7 +32,6 @@ from gptlab.checkpoint.reader import (
     run_checkpoints,
 )
 from gptlab.checkpoint.sharded import is_sharded
-from gptlab.config import budget
 from gptlab.config.budget import Budget
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
@@ -162,8 +161,8 @@ class Finished:
         return shlex.join(["python", sys.argv[0], *kept, *further])
 
 
-def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str],
-                 mode: Optional[str]) -> Optional[Finished]:
+def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str], mode: Optional[str],
+                 bound: Optional[Budget] = None) -> Optional[Finished]:
     """Whether `resume=auto` would continue a finished run. A run killed after its last checkpoint but before its
     summary is not finished: continuing it runs the final validation and writes the summary."""
     max_steps = cfg.trainer.get("max_steps", -1)
@@ -173,7 +172,6 @@ def finished_run(cfg: DictConfig, output_dir: Path, ckpt_path: Optional[str],
         return None
     summary: dict[str, Any] = json.loads(summary_file.read_text())
     step = int(read_checkpoint(ckpt_path, mmap=True).get("global_step", 0))
-    bound = budget.of(cfg)
     if bound is not None and bound.kind == "seconds":  # its steps are what the seconds bought
         if step < summary.get("global_step", 0) or summary.get("train_seconds", 0.0) < bound.amount:
             return None
@@ -191,17 +189,18 @@ class Continuation:
 
 
 def continuation(cfg: DictConfig, output_dir: Path, given: Optional[str], model_cfg: GPTConfig, fsdp: bool,
-                 warn: bool = True) -> Continuation:
+                 warn: bool = True, bound: Optional[Budget] = None) -> Continuation:
     """The checkpoint this run continues: `given` (ckpt_path's, already checked against the model by the preflight
     pass), or with resume=auto the newest one in the run dir that loads, checked against `model_cfg` here (`fsdp`:
-    the run can load a sharded one). Raises ConfigError for the runs it refuses (see the module docstring)."""
+    the run can load a sharded one; `bound`: the budget= that set its length). Raises ConfigError for the runs it
+    refuses (see the module docstring)."""
     mode = resume_mode(cfg)
     if not (cfg.get("trainer") or {}).get("fast_dev_run"):  # fast_dev_run writes nothing into its dir
         check_one_run(output_dir, named_run_dir(output_dir))
     ckpt_path = given if given is not None else checkpoint_in_run_dir(cfg, output_dir, mode, warn)
     if ckpt_path is not None and given is None:
         check_resumable(ckpt_path, model_cfg, fsdp, cfg.optimizer.get("_target_"), found_in_run_dir=True)
-    return Continuation(mode, ckpt_path, finished_run(cfg, output_dir, ckpt_path, mode))
+    return Continuation(mode, ckpt_path, finished_run(cfg, output_dir, ckpt_path, mode, bound))
 
 
 def start_over(mode: Optional[str], output_dir: Path) -> list[Path]:
