@@ -85,9 +85,10 @@ def steps_for(budget: Budget, cfg: DictConfig) -> int:
 def seconds_without_step_plans(cfg: DictConfig) -> Optional[str]:
     """Why a seconds budget cannot run with this config (gptlab.config.rules): a schedule it cannot stretch over
     time, or schedules planned over the run's steps (stages.*, model.untie_at), which have no step count to fall on."""
-    value = cfg.get("budget")
-    if value is None or not str(value).startswith("seconds:"):
+    bound = of(cfg)
+    if bound is None or bound.kind != "seconds":
         return None
+    value = cfg.get("budget")  # as typed, for the message
     target = str((cfg.get("scheduler") or {}).get("_target_", SCHEDULES))
     if not target.startswith(SCHEDULES):
         return (f"budget={value} lays the lr schedule over seconds, which it does for gptlab's schedules "

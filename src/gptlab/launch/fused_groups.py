@@ -15,6 +15,7 @@ from typing import Any, Optional
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from gptlab.config import budget
 from gptlab.config.schemas import Runtime
 from gptlab.errors import ConfigError
 from gptlab.preflight import guards
@@ -87,7 +88,8 @@ def check_fusable(cfg: DictConfig, job: str) -> None:
         if trainer.get(key) not in (1, None):
             raise ConfigError(f"hydra/launcher=fused runs a group's members in one process on one device, but job "
                               f"{job} has trainer.{key}={trainer.get(key)}; set trainer.{key}=1, {WAY_OUT}.")
-    if str(cfg.get("budget") or "").startswith("seconds:"):
+    bound = budget.of(cfg)
+    if bound is not None and bound.kind == "seconds":
         raise ConfigError(f"hydra/launcher=fused trains a group's members in turns on one device, so a member's "
                           f"seconds are not its own run's (job {job} has budget={cfg.budget}); give a tokens or "
                           f"flops budget (e.g. budget=tokens:2e6), {WAY_OUT}.")
