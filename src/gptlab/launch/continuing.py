@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from gptlab.errors import PreemptedError
-from gptlab.runs.resume import hydra_value  # noqa: F401  (one quoting for every continue line)
+from gptlab.runs.hydra_value import hydra_value
 
 
 def resume_command(err: PreemptedError) -> str:

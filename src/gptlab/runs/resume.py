@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -36,6 +35,7 @@ from gptlab.config.budget import Budget
 from gptlab.errors import ConfigError
 from gptlab.model import GPTConfig
 from gptlab.runs import sweep_jobs
+from gptlab.runs.hydra_value import hydra_value
 from gptlab.runs.one_run import check_one_run
 from gptlab.runs.run_dir import SUMMARY_FILE, event_files
 
@@ -214,11 +214,3 @@ def start_over(mode: Optional[str], output_dir: Path) -> list[Path]:
     for path in removed:
         remove(path)  # a folder: a sharded checkpoint (trainer=fsdp)
     return removed
-
-
-def hydra_value(text: str) -> str:
-    """`text` as a Hydra override value: quoted where Hydra's grammar would read a character of it as syntax
-    (`=`, `,`, spaces, brackets, ...), e.g. a sweep job dir named `model.norm=post`."""
-    if re.fullmatch(r"[\w./@%+-]+", text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
