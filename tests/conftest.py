@@ -57,15 +57,16 @@ SLOW_TEST_TIMEOUT_S = 4 * 3600  # the full drills and every README command: hour
 # The files with the longest runs (multi-process DDP jobs, sweeps, drills), scheduled first: pytest-xdist hands files
 # to workers in collection order, and a long file collected last keeps one worker busy while the others idle.
 # Only the order changes; a file missing here runs in its alphabetical place.
-LONGEST_FIRST = (  # by their time in a full run on 2 cores (2026-11-28), longest first
-    "test_preemption.py", "test_sweeps.py", "test_ways_out.py", "test_ways_out_runs.py", "test_fused.py",
-    "test_config_check.py", "test_readme.py", "test_lm_eval_adapter.py", "test_ways_out_data.py", "test_gpu_check.py",
-    "test_prepare_kill.py", "test_option_relevance.py", "test_speedrun_choices.py", "test_gpu_launcher.py",
-    "test_ways_out_files.py", "test_attention_layout.py", "test_val_loss_batching.py", "test_walk.py",
-    "test_entry_errors.py", "test_hydra_habits.py", "test_presets.py", "test_report_stats.py",
-    "test_sweep_failures.py", "test_fsdp.py", "test_fault_drill.py", "test_resume_world_size.py",
-    "test_run_dir_safety.py", "test_resume_modes.py", "test_first_view.py", "test_training.py", "test_run_dir_lock.py",
-    "test_zeroshot.py")
+LONGEST_FIRST = (  # by their time in a full run on 2 cores (2026-12-02), longest first
+    "test_campaign_server.py", "test_ways_out.py", "test_fused.py", "test_ray_launcher.py",
+    "test_campaign_launchers.py", "test_sweeps.py", "test_readme.py", "test_ways_out_data.py",
+    "test_ways_out_runs.py", "test_gpu_launcher.py", "test_preemption.py", "test_tensorboard_browser.py",
+    "test_sparse_attention.py", "test_lm_eval_adapter.py", "test_campaign_ledger.py", "test_stop_signals.py",
+    "test_config_check.py", "test_prepare_kill.py", "test_gpu_check.py", "test_modern_toggles.py", "test_presets.py",
+    "test_compile.py", "test_checkpointing.py", "test_ways_out_files.py", "test_mlflow_store.py", "test_walk.py",
+    "test_loggers.py", "test_speedrun_choices.py", "test_script_arguments.py", "test_config_schemas.py",
+    "test_prepare_memory.py", "test_run_dir_lock.py", "test_sweep_failures.py", "test_ladder.py",
+    "test_report_stats.py", "test_bench_fsdp.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
