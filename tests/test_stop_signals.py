@@ -62,10 +62,11 @@ def _gptlab_lines(text: str) -> list[str]:
 
 
 # Ctrl-C for every entry point (each must import gptlab.on_start before anything else); SIGTERM, handled by the same
-# function, for the three in src/ (train.py's goes through the preemption flag) and two scripts.
+# function, for the three in src/ (train.py's goes through the preemption flag) and two scripts; SIGUSR1 for two.
 CASES = [(script, signal.SIGINT) for script in ENTRY_POINTS] + [
     (script, signal.SIGTERM) for script in ENTRY_POINTS if script.startswith("src/") or script in (
-        "scripts/ablation_report.py", "scripts/convert_checkpoint.py")]
+        "scripts/ablation_report.py", "scripts/convert_checkpoint.py")] + [
+    (script, signal.SIGUSR1) for script in ("src/eval.py", "scripts/campaign.py")]  # SLURM's --signal=USR1@N
 
 
 @pytest.mark.parametrize("script, signum", CASES, ids=[f"{s}-{signal.Signals(n).name}" for s, n in CASES])
@@ -104,7 +105,7 @@ WRITING = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("signal_name, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
+@pytest.mark.parametrize("signal_name, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129), ("SIGUSR1", 138)])
 def test_a_signal_during_a_file_write_leaves_nothing_half_written(tmp_path: Path, signal_name: str,
                                                                   code: int) -> None:
     target = tmp_path / "out" / "report.md"

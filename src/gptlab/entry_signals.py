@@ -1,5 +1,5 @@
-"""What every entry script runs first, before its heavy imports (standard library only): Ctrl-C or SIGTERM at any
-moment ends it with one gptlab line and the exit code a shell and a scheduler read as "stopped by that signal".
+"""What every entry script runs first, before its heavy imports (standard library only): Ctrl-C, SIGTERM, SIGHUP or
+SIGUSR1 (SLURM's `--signal=USR1@N` warning before a time limit) at any moment ends it with one gptlab line and the exit code a shell and a scheduler read as "stopped by that signal".
 
 While an import is in progress the process ends at once (os._exit): a KeyboardInterrupt raised inside numpy's or
 torch's import leaves half-initialised modules behind, and the code that would then report it imports them again
@@ -18,11 +18,12 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-ANSWERED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # exit 128 + n, as if killed by it: 130, 143, 129
+# exit 128 + n, as if killed by it: 130, 143, 129, 138 (SIGUSR1's default action kills without a word)
+ANSWERED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 
 
 class Terminated(SystemExit):
-    """SIGTERM or SIGHUP outside an import: unwinds like sys.exit(128 + n), the line already said."""
+    """SIGTERM, SIGHUP or SIGUSR1 outside an import: unwinds like sys.exit(128 + n), the line already said."""
 
 
 def _importing(frame: Any) -> bool:

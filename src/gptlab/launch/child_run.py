@@ -1,6 +1,6 @@
 """A command that runs train.py as a child (scripts/sequential_sweep.py, scripts/campaign.py run/confirm) stops the way
-the child would alone: Ctrl-C, SIGTERM or SIGHUP reaching this process is passed to the child once, and this waits
-for it to save and stop, then exits with its code. subprocess.run instead SIGKILLs the child 0.25 s after a Ctrl-C,
+the child would alone: Ctrl-C, SIGTERM, SIGHUP or SIGUSR1 (SLURM's warning, on which train.py saves and requeues)
+reaching this process is passed to the child once, and this waits for it to save and stop, then exits with its code. subprocess.run instead SIGKILLs the child 0.25 s after a Ctrl-C,
 and on SIGTERM leaves or kills it, before it can save last.ckpt.
 
 The child gets a process group of its own, so a terminal's Ctrl-C (sent to the foreground group) reaches it once,
@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
-PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 
 
 def run(argv: Sequence[str], **popen: Any) -> int:
