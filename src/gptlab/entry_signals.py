@@ -1,5 +1,6 @@
 """What every entry script runs first, before its heavy imports (standard library only): Ctrl-C, SIGTERM, SIGHUP or
-SIGUSR1 (SLURM's `--signal=USR1@N` warning before a time limit) at any moment ends it with one gptlab line and the exit code a shell and a scheduler read as "stopped by that signal".
+SIGUSR1 (SLURM's `--signal=USR1@N` warning before a time limit) at any moment ends it with one gptlab line and the
+exit code a shell and a scheduler read as "stopped by that signal".
 
 While an import is in progress the process ends at once (os._exit): a KeyboardInterrupt raised inside numpy's or
 torch's import leaves half-initialised modules behind, and the code that would then report it imports them again

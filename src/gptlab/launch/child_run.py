@@ -1,7 +1,8 @@
 """A command that runs train.py as a child (scripts/sequential_sweep.py, scripts/campaign.py run/confirm) stops the way
 the child would alone: Ctrl-C, SIGTERM, SIGHUP or SIGUSR1 (SLURM's warning, on which train.py saves and requeues)
-reaching this process is passed to the child once, and this waits for it to save and stop, then exits with its code. subprocess.run instead SIGKILLs the child 0.25 s after a Ctrl-C,
-and on SIGTERM leaves or kills it, before it can save last.ckpt.
+reaching this process is passed to the child once, and this waits for it to save and stop, then exits with its code.
+subprocess.run instead SIGKILLs the child 0.25 s after a Ctrl-C, and on SIGTERM leaves or kills it, before it can
+save last.ckpt.
 
 The child gets a process group of its own, so a terminal's Ctrl-C (sent to the foreground group) reaches it once,
 through this process, not twice (a second Ctrl-C stops a run at once, without its save)."""
