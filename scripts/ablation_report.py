@@ -27,12 +27,8 @@ from pathlib import Path
 
 from gptlab.launch.arguments import ArgumentParser, integer, positive_int, positive_number, probability
 from gptlab.launch.cli import user_errors_exit
-from gptlab.report.context_report import write_context_report
+from gptlab.report.choices import BANDS, CORRECTIONS, TESTS, X_AXES
 from gptlab.report.output_dir import one_report_writer
-from gptlab.report.runs import BANDS, X_AXES
-from gptlab.report.sweep import write_sweep_report
-from gptlab.report.verdicts import CORRECTIONS, TESTS
-from gptlab.report.verdicts_json import sweep_verdicts
 
 
 @user_errors_exit
@@ -65,7 +61,7 @@ def main() -> None:
                         help="ladder: the compute to extrapolate the multiplier to (default 10x the largest rung; "
                              "beyond that it is marked EXTRAPOLATED)")
     parser.add_argument("--boot", type=integer(10), default=1000,
-                        help="ladder: bootstrap resamples, at least 10 (default 1000, for a 95% interval)")
+                        help="ladder: bootstrap resamples, at least 10 (default 1000, for a 95%% interval)")
     parser.add_argument("--json", action="store_true",
                         help="print the verdicts as JSON (docs/campaigns.md#the-reports-json) instead of the markdown")
     parser.add_argument("--campaign", default=None,
@@ -79,6 +75,10 @@ def main() -> None:
     if args.json and args.context is not None:
         parser.refuse("--json covers the final val/loss verdicts; drop --context, or drop --json and read "
                       "context_report_<L>.md.")
+    from gptlab.report.context_report import write_context_report
+    from gptlab.report.sweep import write_sweep_report
+    from gptlab.report.verdicts_json import sweep_verdicts
+
     with one_report_writer(args.sweep_dir):  # a second report of this sweep waits for this one
         if args.context is not None:
             table, plot = write_context_report(args.sweep_dir, args.context, args.baseline, args.alpha, args.test,

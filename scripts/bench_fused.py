@@ -23,11 +23,9 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 import platform
 import time
 
-import torch
-
 from gptlab.launch.arguments import ArgumentParser, positive_int
 from gptlab.launch.arguments import device as device_arg
-from gptlab.tools.benchmarks.fused_speed import SHAPES, measure, physics, table
+from gptlab.tools.benchmarks.fused_shapes import SHAPES
 
 
 def main() -> None:
@@ -40,6 +38,10 @@ def main() -> None:
     parser.add_argument("--device", type=device_arg, default="cpu", help="cpu | cuda")
     parser.add_argument("--model", choices=list(SHAPES), default="nano", help="the members' shape")
     args = parser.parse_args()
+    import torch
+
+    from gptlab.tools.benchmarks.fused_speed import measure, physics, table
+
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"

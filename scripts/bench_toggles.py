@@ -19,10 +19,8 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 # isort: split
 
-import torch
-
 from gptlab.launch.arguments import ArgumentParser, non_negative_int, positive_int
-from gptlab.tools.benchmarks.toggles import VARIANTS, measure, measure_attention_layer
+from gptlab.tools.benchmarks.toggle_variants import VARIANTS
 
 
 def main() -> None:
@@ -36,6 +34,10 @@ def main() -> None:
                         help="timed runs of one attention layer per variant")
     parser.add_argument("--threads", type=non_negative_int, default=0, help="torch threads; 0 = torch's default")
     args = parser.parse_args()
+    import torch
+
+    from gptlab.tools.benchmarks.toggles import measure, measure_attention_layer
+
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; nano shape, batch {args.batch}, fp32")

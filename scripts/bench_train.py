@@ -42,13 +42,10 @@ import os
 import time
 from pathlib import Path
 
-import torch
-
 from gptlab.launch.arguments import ArgumentParser, non_negative_int, positive_int
 from gptlab.launch.arguments import device as device_arg
 from gptlab.launch.cli import user_errors_exit
-from gptlab.tools.benchmarks.fit import compare_fit, step_cost
-from gptlab.tools.benchmarks.train_step import SHAPES, build, compare, library_kernel_share
+from gptlab.tools.benchmarks.train_step_shapes import SHAPES
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -65,6 +62,8 @@ def noise_note(ratio: float) -> str:
 
 
 def bench_steps(shape_names: list[str], compiled: bool, steps: int, repeats: int, noise: bool = True) -> list[str]:
+    from gptlab.tools.benchmarks.train_step import build, compare, library_kernel_share
+
     rows = []
     for name in shape_names:
         shape = SHAPES[name]
@@ -91,6 +90,8 @@ def bench_steps(shape_names: list[str], compiled: bool, steps: int, repeats: int
 
 def main_gpu(args: argparse.Namespace) -> None:
     import logging
+
+    import torch
 
     from gptlab.tools.benchmarks.fsdp_speed import bench_fsdp
     from gptlab.tools.benchmarks.gpu_train import bench_bound, bench_fit, bench_gpu_steps, bench_typed
@@ -150,6 +151,10 @@ def main() -> None:
                         help="torch threads; 0 = torch's default (all cores). "
                         "On a machine shared with other jobs 1 thread gives steadier ratios")
     args = parser.parse_args()
+    import torch
+
+    from gptlab.tools.benchmarks.fit import compare_fit, step_cost
+
     if torch.device(args.device).type == "cuda":
         if args.fit_steps == 240:  # the CPU default; a GPU fit of 0.5M-token steps needs far fewer
             args.fit_steps = 24

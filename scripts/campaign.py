@@ -23,9 +23,9 @@ import argparse
 import json
 from pathlib import Path
 
-from gptlab.campaign import actions, confirm, launch, ledger, view
+from gptlab.campaign import launch, ledger
+from gptlab.campaign.ledger import BUDGETS
 from gptlab.campaign.store import store_uri
-from gptlab.campaign.verdict import BUDGETS
 from gptlab.launch.arguments import ArgumentParser, existing_dir, integer, probability
 from gptlab.launch.cli import user_errors_exit
 
@@ -74,6 +74,8 @@ def _parser() -> ArgumentParser:
 
 
 def _run(uri: str, args: argparse.Namespace) -> None:
+    from gptlab.campaign import actions, confirm
+
     campaign = ledger.load(uri, args.name)
     overrides = {**actions.baseline_overrides(campaign), **launch.parse_overrides(args.overrides)}
     base = actions.baseline(campaign).tag("variant")
@@ -85,6 +87,8 @@ def _run(uri: str, args: argparse.Namespace) -> None:
 
 
 def _confirm(uri: str, args: argparse.Namespace) -> None:
+    from gptlab.campaign import actions, confirm
+
     campaign = ledger.load(uri, args.name)
     claim = confirm.claimed(campaign, args.variant)
     seeds = confirm.fresh_seeds(campaign, args.seeds)
@@ -101,6 +105,8 @@ def _confirm(uri: str, args: argparse.Namespace) -> None:
 @user_errors_exit
 def main() -> None:
     args = _parser().parse_args()
+    from gptlab.campaign import actions, confirm, view
+
     uri = store_uri(args.store)
     if args.command == "init":
         actions.start(uri, args.name, args.baseline_sweep, args.q, args.budget, args.label)

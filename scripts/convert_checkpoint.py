@@ -13,7 +13,6 @@ import gptlab.on_start  # noqa: F401, I001  (first: Ctrl-C or SIGTERM is one lin
 
 from pathlib import Path
 
-from gptlab.checkpoint.convert import to_one_file
 from gptlab.launch.arguments import ArgumentParser
 from gptlab.launch.cli import user_errors_exit
 from gptlab.runs.write_targets import check_new_file
@@ -27,6 +26,8 @@ def main() -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace `out` if it exists")
     args = parser.parse_args()
     check_new_file("out", args.out, args.overwrite, "--overwrite")
+    from gptlab.checkpoint.convert import to_one_file
+
     ckpt = to_one_file(args.checkpoint, args.out)
     n = sum(t.numel() for t in ckpt["state_dict"].values())
     print(f"wrote {args.out} (step {ckpt.get('global_step', 0)}, {len(ckpt['state_dict'])} tensors, {n:,} values)")

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from gptlab.atomic import atomic_write_text
-from gptlab.config.reference import page
 from gptlab.launch.arguments import ArgumentParser
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "configuration.md"
@@ -19,6 +18,8 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args()
+    from gptlab.config.reference import page
+
     text = page()
     if args.check:
         same = PAGE.exists() and PAGE.read_text(encoding="utf-8") == text

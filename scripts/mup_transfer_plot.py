@@ -18,7 +18,6 @@ from pathlib import Path
 
 from gptlab.launch.arguments import ArgumentParser, writable_file
 from gptlab.launch.cli import user_errors_exit
-from gptlab.report.mup_transfer import plot_transfer, transfer_table, transfer_verdicts, width_curves
 from gptlab.report.output_dir import report_dir
 from gptlab.runs.write_targets import check_new_file
 
@@ -33,6 +32,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.out is not None:
         check_new_file("--out", args.out, args.overwrite, "--overwrite")
+    from gptlab.report.mup_transfer import plot_transfer, transfer_table, transfer_verdicts, width_curves
+
     curves = width_curves(args.sweep_dir)
     print(transfer_table(curves))
     print()

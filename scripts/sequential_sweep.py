@@ -29,7 +29,6 @@ from gptlab.launch import child_run
 from gptlab.launch.arguments import ArgumentParser, integer, positive_int, positive_number, probability
 from gptlab.launch.cli import user_errors_exit
 from gptlab.report.sequential import PLAN_FILE, look_alphas, look_verdicts, looks, plan_refusal
-from gptlab.report.stats import verdict
 
 TRAIN = Path(__file__).resolve().parents[1] / "src" / "train.py"
 
@@ -81,6 +80,8 @@ def main() -> None:
         parser.refuse(f"--start {args.start} --budget {args.budget}: the first look cannot have more seeds than the "
                       "budget; use --start <= --budget, e.g. --start 3 --step 2 --budget 9.")
     check_plan(args)
+    from gptlab.report.stats import verdict
+
     counts = looks(args.start, args.step, args.budget)
     shares = look_alphas(counts, args.alpha)
     text, used, before = "", counts[-1], 0

@@ -1,12 +1,15 @@
 """What the entry points import before they do anything (issue 55 item 1): a config error and --cfg job are
-answered from Hydra and gptlab's config alone, never Lightning, torchmetrics or transformers (seconds of CPU).
+answered from Hydra and gptlab's config alone, never Lightning, torchmetrics or transformers (seconds of CPU), and
+every script's --help before torch, scipy or MLflow (a Hydra app's composes its config, which imports torch).
 scripts/bench_startup.py times them; this checks which modules they load, which no machine load changes."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from helpers import CHECKOUT_ENV, ROOT
 
@@ -45,3 +48,55 @@ def test_config_errors_and_cfg_job_never_import_lightning(tmp_path) -> None:
     assert seen["codes"] == [2, 0, 0, 0, 2, 2], proc.stderr[-3000:]
     assert "model.n_layerr is not a key of model" in proc.stderr
     assert seen["heavy"] == [], f"imported before any work: {seen['heavy']}"
+
+
+NOT_FOR_HELP = ("torch", "scipy", "mlflow", *HEAVY)  # a script parses its arguments before it imports these
+
+# Runs each script's --help in turn in one fresh interpreter, then prints each one's exit code and which of the
+# watched modules it imported (a module an earlier script imported is seen there, not again).
+HELP_DRIVER = """
+import json, runpy, sys
+from hydra.core.global_hydra import GlobalHydra
+scripts, watched, seen = json.loads(sys.argv[1]), json.loads(sys.argv[2]), {}
+for script in scripts:
+    GlobalHydra.instance().clear()
+    before = set(sys.modules)
+    sys.argv = [script, "--help"]
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exit:
+        code = exit.code
+    except Exception as err:
+        code = f"{type(err).__name__}: {err}"
+    seen[script] = {"code": code, "imported": [m for m in watched if m in sys.modules and m not in before]}
+print(json.dumps(seen))
+"""
+
+
+def hydra_app(script: Path) -> bool:
+    """A script whose arguments are Hydra overrides: its --help composes the config."""
+    return re.search(r"\b(gptlab_main|hydra\.main)\(", script.read_text(encoding="utf-8")) is not None
+
+
+def help_imports(scripts: list[Path], cwd: Path) -> dict[Path, dict]:
+    """Each script's --help exit code and the NOT_FOR_HELP modules it imported, the scripts run in one interpreter."""
+    proc = subprocess.run([sys.executable, "-c", HELP_DRIVER, json.dumps([str(s) for s in scripts]),
+                           json.dumps(NOT_FOR_HELP)], cwd=cwd, env=CHECKOUT_ENV, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {Path(s): v for s, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+
+
+def test_every_script_answers_help_before_its_heavy_imports(tmp_path) -> None:
+    scripts = sorted((ROOT / "scripts").glob("*.py"))
+    hydra = [s for s in scripts if hydra_app(s)]
+    assert 0 < len(hydra) < len(scripts), f"Hydra apps among scripts/: {hydra}"
+    seen = help_imports(hydra, tmp_path)  # together: each imports torch with its config
+    for script in set(scripts) - set(hydra):  # each alone, so every one that imports a module is named
+        seen.update(help_imports([script], tmp_path))
+    codes = {s.name: v["code"] for s, v in seen.items() if v["code"] != 0}
+    assert codes == {}, f"--help did not exit 0: {codes}"
+    heavy = {s.name: [m for m in v["imported"] if m in (HEAVY if s in hydra else NOT_FOR_HELP)]
+             for s, v in sorted(seen.items())}
+    assert {name: mods for name, mods in heavy.items() if mods} == {}, "--help imported these before parsing"

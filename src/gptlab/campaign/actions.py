@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 from gptlab.campaign import fdr, ledger
-from gptlab.campaign.ledger import TAG, Campaign, Record
-from gptlab.campaign.runs import sweep_records
+from gptlab.campaign.ledger import BUDGETS, TAG, Campaign, Record
 from gptlab.campaign.store import writing
-from gptlab.campaign.verdict import BUDGETS, arm_runs, interval, seeds_needed, test
+from gptlab.campaign.verdict import arm_runs, interval, seeds_needed, test
 from gptlab.errors import ConfigError
 from gptlab.report.stats import MIN_SEEDS
 
@@ -40,6 +39,8 @@ def root(campaign: Campaign) -> tuple[dict[str, str], str]:
 
 def start(uri: str, name: str, sweep: Path, q: float, budget: str | None, label: str = "baseline") -> Campaign:
     """A new campaign whose first baseline is the sweep's one variant (its seeds), recorded with its runs."""
+    from gptlab.campaign.runs import sweep_records
+
     if not 0 < q < 1:
         raise ConfigError(f"--q {q}: the campaign's false discovery rate is a fraction, e.g. --q 0.05.")
     if budget is not None and budget not in BUDGETS:
@@ -67,6 +68,8 @@ def start(uri: str, name: str, sweep: Path, q: float, budget: str | None, label:
 def add(uri: str, name: str, sweep: Path, label: str | None = None, purpose: str = EXPLORE,
         judge_now: bool = True, device: str | None = None) -> Campaign:
     """Record the sweep's runs not yet in the ledger; then test what is ready."""
+    from gptlab.campaign.runs import sweep_records
+
     with writing(uri):
         campaign = ledger.load(uri, name)
         for run in sweep_records(sweep, campaign, baseline_overrides(campaign), root(campaign), label, purpose,

@@ -16,6 +16,7 @@ from gptlab.errors import ConfigError
 SCHEMA = 1  # the ledger's tag layout and the JSON's version (docs/campaigns.md)
 TAG = "gptlab."
 KINDS = ("run", "verdict", "confirmation", "baseline")
+BUDGETS = ("tokens", "flops", "seconds")  # the budget setting: what verdicts are matched at (campaign.verdict)
 UI_KIND = "mlflow.experimentKind"  # the MLflow UI's view of an experiment (3.x)
 MAX_TAG = 5000  # MLflow's limit on a tag value is 8000 characters
 

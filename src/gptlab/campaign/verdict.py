@@ -16,7 +16,6 @@ from gptlab.report.stats import Comparison
 from gptlab.report.verdicts import Sample, choose_test
 
 METRIC = "final_val_loss"
-BUDGETS = ("tokens", "flops", "seconds")
 # seconds: of training steps, validation not counted (the run summary's train_seconds), what budget=seconds:N bounds
 BUDGET_METRIC = {"tokens": "tokens", "flops": "flops", "seconds": "train_seconds"}
 MATCH = 0.01  # arms within 1% of each other's budget are at the matched budget

@@ -17,6 +17,7 @@ import torch
 
 from gptlab.checkpoint import sharded
 from gptlab.checkpoint.dcp_index import INDEX_FILE, ForeignIndex
+from gptlab.checkpoint.dirs import CHECKPOINTS_DIR
 from gptlab.checkpoint.errors import load_error_reason, unreadable_reason
 from gptlab.errors import ConfigError
 from gptlab.model import GPT, GPTConfig
@@ -102,9 +103,6 @@ def read_checkpoint(path: PathLike, what: str = "ckpt_path", mmap: bool = False)
         raise ConfigError(f"{named(what, path)}: {err}; give " + give(what, "another checkpoint of the run: a .ckpt "
                           "written by src/train.py, or its run dir to take the newest one that loads") + "."
                           ) from err.__cause__
-
-
-CHECKPOINTS_DIR = "checkpoints"  # where a run's checkpoint callbacks write (conf/callbacks: <run dir>/checkpoints)
 
 
 def run_checkpoints(run_dir: Path) -> list[Path]:

@@ -108,7 +108,10 @@ def _tokenizer(field: str, value: Any) -> None:
 
 
 def _device(field: str, value: Any) -> None:
-    from gptlab.preflight.devices import check_device  # torch: imported only when a device is named
+    """Every machine has the cpu (the scripts' default), so only another device imports torch to be checked."""
+    if value == "cpu":
+        return
+    from gptlab.preflight.devices import check_device
 
     check_device(field, value)
 

@@ -20,6 +20,7 @@ from gptlab.launch.continuing import sweep_command
 from gptlab.model import GPTConfig
 from gptlab.model.accounting import count_parameters, training_flops_per_token
 from gptlab.recorded import build_recorded
+from gptlab.report.choices import BANDS, CORRECTIONS, TESTS, X_AXES
 from gptlab.report.instability import DEFINITIONS, Stability, classify
 from gptlab.report.job_scalars import probe_peaks, read_scalars, series
 from gptlab.report.membership import job_dirs, missing_jobs, screen
@@ -29,15 +30,13 @@ from gptlab.report.plot import X_LABELS, plot_val_loss
 from gptlab.report.stats import MIN_SEEDS, Band, Comparison, Summary, mean_curve, value_at, verdict
 from gptlab.report.tensorboard_bands import BANDS_DIR, write_seed_bands
 from gptlab.report.verdict_text import power_section, ranking, tests_paragraph, worth_note
-from gptlab.report.verdicts import CORRECTIONS, TESTS, judge
+from gptlab.report.verdicts import judge
 from gptlab.runs.one_run import SWEEP_FILES
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SUMMARY_FILE
 from gptlab.runs.sweep_failures import describe, failed_jobs
 from gptlab.train.stages import tokens_trained
 
 SEED_KEY = "seed"  # the axis averaged over, never a variant
-X_AXES = ("tokens", "flops", "seconds")
-BANDS = ("minmax", "std")
 
 
 @dataclass(frozen=True)

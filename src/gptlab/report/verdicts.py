@@ -20,8 +20,6 @@ from gptlab.report.family import holm
 from gptlab.report.power import Sigma, pooled_sigma
 from gptlab.report.stats import IDENTICAL, ZERO_VARIANCE, Comparison, compare, compare_paired
 
-TESTS = ("paired", "welch")  # --test: paired where valid (the default), or Welch's on every comparison
-CORRECTIONS = ("holm", "none")
 RESOLVED = "config_resolved.yaml"
 METRIC = "final_val_loss"
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from gptlab.checkpoint.reader import CHECKPOINTS_DIR
+from gptlab.checkpoint.dirs import CHECKPOINTS_DIR
 from gptlab.errors import ConfigError
 from gptlab.runs.run_dir import FAILURE_FILE, RESOLVED_CONFIG, SETUP_ENTRIES, SUMMARY_FILE, SWEEP_CONFIG
 

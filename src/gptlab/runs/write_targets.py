@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from gptlab.checkpoint.reader import CHECKPOINTS_DIR
+from gptlab.checkpoint.dirs import CHECKPOINTS_DIR
 from gptlab.errors import ConfigError
 from gptlab.runs.run_dir import RESOLVED_CONFIG, SUMMARY_FILE
 

@@ -28,11 +28,8 @@ from gptlab.model import GPT, GPTConfig
 from gptlab.model.accounting import training_flops_per_token
 from gptlab.model.loss import model_loss
 from gptlab.tools.benchmarks.fused_batched import batched_step, supports
+from gptlab.tools.benchmarks.fused_shapes import NANO, SHAPES
 from gptlab.train.optim import adamw, weight_decay_groups
-
-NANO = dict(n_layer=4, n_head=4, n_embd=128, block_size=256, vocab_size=257)  # conf/model/nano.yaml, bytes tokens
-GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, pad_vocab_to=64)
-SHAPES = {"nano": NANO, "gpt2_small": GPT2_SMALL}
 
 
 @dataclass

@@ -9,31 +9,15 @@ processes hits all of them alike), and each keeps its best round (noise only eve
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from gptlab.model import GPT, GPTConfig, next_token_loss
 from gptlab.tools.benchmarks.reference_gpt import ReferenceGPT
+from gptlab.tools.benchmarks.train_step_shapes import Shape
 from gptlab.train.optim import adamw, weight_decay_groups
 
-
-@dataclass(frozen=True)
-class Shape:
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    batch: int
-    vocab_size: int = 257  # the default run's byte tokenizer
-
-    @property
-    def label(self) -> str:
-        return f"L{self.n_layer} H{self.n_head} E{self.n_embd} T{self.block_size} B{self.batch}"
-
-
-SHAPES = {"nano": Shape(4, 4, 128, 128, 16), "wide": Shape(4, 12, 768, 256, 4)}
 Step = Callable[[], torch.Tensor]
 
 

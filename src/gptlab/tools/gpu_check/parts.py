@@ -16,9 +16,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parents[4]
 CONF_DIR = ROOT / "conf"
@@ -151,6 +152,8 @@ def float8_part(device: torch.device, tiny: bool, emit: Emit) -> None:
 
 def attention_part(device: torch.device, tiny: bool, emit: Emit) -> None:
     """bench_attention.py --device cuda: every kernel against dense at T=8192, then GPT-3 Small's shape per pattern."""
+    import torch
+
     from gptlab.tools.benchmarks.attention_speed import Shape, kernel_rows, model_rows
 
     dtype = torch.float32 if tiny else torch.bfloat16
@@ -203,7 +206,8 @@ def doctor_part(device: torch.device, tiny: bool, emit: Emit) -> None:
 def fused_sweep_part(device: torch.device, tiny: bool, emit: Emit) -> None:
     """bench_fused.py --device cuda: k fused sweep members against the same k steps one after another, bf16 autocast
     as trainer=gpu trains: nano at k = 1, 4, 16 (micro-batch 32, nano's default), GPT-2 small at k = 1, 4 (B=8)."""
-    from gptlab.tools.benchmarks.fused_speed import GPT2_SMALL, NANO, measure, table
+    from gptlab.tools.benchmarks.fused_shapes import GPT2_SMALL, NANO
+    from gptlab.tools.benchmarks.fused_speed import measure, table
 
     if tiny:
         toy = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab_size=97)
@@ -247,6 +251,7 @@ PARTS = {p.name: p for p in [
 def run_one(name: str, device: str, tiny: bool, result: Path, fail: bool = False) -> None:
     """Runs part `name`, appending to `result` one JSON line per emit ({"rows"}) and a last one ({"status", "reason"});
     an exception ends it without that last line (the runner reads the reason from its output)."""
+    import torch
 
     def write(record: dict) -> None:
         with result.open("a") as f:

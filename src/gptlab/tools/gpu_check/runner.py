@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from gptlab.launch.arguments import ArgumentParser, number, writable_dir
 from gptlab.tools.gpu_check.carry import RANKS, install_missing, prepare
 from gptlab.tools.gpu_check.parts import PARTS, ROOT, Part
@@ -54,6 +52,8 @@ class Result:
 
 def matmul_gflops(size: int = 1024, repeats: int = 5) -> float:
     """This CPU's fp32 matmul rate now (GFLOP/s, the median of `repeats`): what a loaded machine gives a part."""
+    import torch
+
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
     times = []
@@ -85,12 +85,16 @@ def part_limit(part: Part, tiny: bool, budget: float, spent: float, scale: float
 
 def machine(device: str) -> str:
     """"<device name>, torch <version>, <date>": the line every table carries."""
+    import torch
+
     name = gpu_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
     return f"{name}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}"
 
 
 def gpu_name() -> str:
     """nvidia-smi's name of GPU 0 where it answers: torch's would hold a CUDA context in this process all run long."""
+    import torch
+
     name = ""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "--id=0"],
@@ -232,12 +236,14 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.prepare:
         return args
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.refuse(f"--device cuda: torch {torch.__version__} sees no CUDA device; on a CPU run `python "
-                      "scripts/gpu_check.py --device cpu --tiny`.")
     if args.device == "cpu" and not args.tiny:
         parser.refuse("--device cpu runs only at toy sizes: add --tiny (`python scripts/gpu_check.py --device cpu "
                       "--tiny`).")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.refuse(f"--device cuda: torch {torch.__version__} sees no CUDA device; on a CPU run `python "
+                      "scripts/gpu_check.py --device cpu --tiny`.")
     return args
 
 
