@@ -9,7 +9,6 @@ from gptlab.signals import FLAG  # noqa: E402
 FLAG.install()  # a preemption signal from here on is recorded, and acted on at once until training starts
 FLAG.setting_up()
 
-import warnings  # noqa: E402
 from typing import Optional  # noqa: E402
 
 from omegaconf import DictConfig  # noqa: E402
@@ -17,10 +16,6 @@ from omegaconf import DictConfig  # noqa: E402
 from gptlab.config.entry import main as gptlab_main  # noqa: E402
 from gptlab.launch.cli import user_errors_exit  # noqa: E402
 from gptlab.launch.death_watch import watching  # noqa: E402
-
-# conf/hydra/launcher/submitit_slurm.yaml extends the plugin's config of the same name on purpose, so that
-# `hydra/launcher=submitit_slurm` maps devices and nodes to SLURM tasks; Hydra warns about the name match.
-warnings.filterwarnings("ignore", message=".*validated against ConfigStore schema with the same name.*")
 
 
 @gptlab_main(config_name="train")
