@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -23,33 +24,57 @@ TINY = ["model=nano", "trainer.accelerator=cpu", "trainer.limit_val_batches=2", 
         "~logger"]
 
 
-def commands(out: Path) -> dict[str, list[str]]:
-    """What is timed, by the name the table gives it. The first is the reference; the config commands must stay
-    within 1.5x of it (issue 55); `import lightning.pytorch` is what any command that trains pays at least."""
-    py, run_dir = sys.executable, f"hydra.run.dir={out / 'run'}"
+@dataclass(frozen=True)
+class Command:
+    """A timed command and what it must do to be the row its name says: its exit code and a text of its output (a
+    run that was refused, or skipped as finished, would be timed as a run otherwise)."""
+
+    argv: list[str]
+    code: int = 0
+    says: Optional[str] = None
+    after: Optional[str] = None  # a row that must run before it in the same round (it works on that row's output)
+
+
+ONE_STEP = "train.py nano, 1 step (launch to first step and out)"
+FINISHED = "train.py resume=auto on that finished run (nothing to do)"
+
+
+def commands(out: Path) -> dict[str, Command]:
+    """What is timed in one round (`out`: that round's own dir), by the name the table gives it. The first is the
+    reference; the config commands must stay within 1.5x of it (issue 55); `import lightning.pytorch` is what any
+    command that trains pays at least."""
+    py, run_dir, one_step = sys.executable, f"hydra.run.dir={out / 'run'}", f"hydra.run.dir={out / 'run1'}"
+    step = [*TINY, "trainer.max_steps=1", "trainer.val_check_interval=1"]
     return {
-        REFERENCE: [py, "-c", "import torch"],
-        "import lightning.pytorch": [py, "-c", "import lightning.pytorch"],
-        "train.py model.n_layerr=2 (config error)": [py, "src/train.py", "model.n_layerr=2"],
-        "train.py --help": [py, "src/train.py", "--help"],
-        "train.py --cfg job": [py, "src/train.py", "--cfg", "job"],
-        "train.py trainer.devices=8 (refusal)": [py, "src/train.py", "trainer.devices=8", run_dir],
-        "eval.py --cfg job": [py, "src/eval.py", "--cfg", "job", "ckpt_path=x.ckpt"],
-        "sample.py --cfg job": [py, "src/sample.py", "--cfg", "job", "ckpt_path=x.ckpt"],
-        "train.py nano, 1 step (launch to first step and out)": [
-            py, "src/train.py", *TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", run_dir + "1"],
-        # its extra over the row above is what a sweep's second job costs besides its step
-        "train.py -m nano seed=1,2, 1 step each (a 2-job sweep)": [
-            py, "src/train.py", "-m", *TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", "seed=1,2",
-            f"hydra.sweep.dir={out / 'sweep'}"],
+        REFERENCE: Command([py, "-c", "import torch"]),
+        "import lightning.pytorch": Command([py, "-c", "import lightning.pytorch"]),
+        "train.py model.n_layerr=2 (config error)": Command([py, "src/train.py", "model.n_layerr=2"], 2,
+                                                            "model.n_layerr is not a key"),
+        "train.py --help": Command([py, "src/train.py", "--help"]),
+        "train.py --cfg job": Command([py, "src/train.py", "--cfg", "job"]),
+        "train.py trainer.devices=8 (refusal)": Command([py, "src/train.py", "trainer.devices=8", run_dir], 2,
+                                                        "asks for 8 GPUs"),
+        "eval.py --cfg job": Command([py, "src/eval.py", "--cfg", "job", "ckpt_path=x.ckpt"]),
+        "sample.py --cfg job": Command([py, "src/sample.py", "--cfg", "job", "ckpt_path=x.ckpt"]),
+        "campaign.py --help": Command([py, "scripts/campaign.py", "--help"]),
+        ONE_STEP: Command([py, "src/train.py", *step, one_step], says="Best val/loss"),
+        FINISHED: Command([py, "src/train.py", *step, one_step, "resume=auto"], says="is finished", after=ONE_STEP),
+        # its extra over the 1-step row is what a sweep's second job costs besides its step
+        "train.py -m nano seed=1,2, 1 step each (a 2-job sweep)": Command(
+            [py, "src/train.py", "-m", *step, "seed=1,2", f"hydra.sweep.dir={out / 'sweep'}"], says="Best val/loss"),
     }
 
 
-def cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
-    """User+sys CPU seconds of one run of `argv` (and of any children it waited for)."""
+def cpu_seconds(name: str, command: Command, env: dict[str, str]) -> float:
+    """User+sys CPU seconds of one run of the command (and of any children it waited for); raises if it did not do
+    what its row names."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    done = subprocess.run(command.argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    said = done.stdout + done.stderr
+    if done.returncode != command.code or (command.says is not None and command.says not in said):
+        raise RuntimeError(f"{name!r} exited {done.returncode} (the row needs {command.code}"
+                           f"{f' and {command.says!r} in its output' if command.says else ''}):\n{said[-2000:]}")
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -58,13 +83,15 @@ def main(repeats: int, only: Optional[list[str]] = None) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH"))
                                                        if p)}
     with tempfile.TemporaryDirectory(prefix="gptlab_bench_startup_") as tmp:
-        chosen = {name: argv for name, argv in commands(Path(tmp)).items()
-                  if name == REFERENCE or not only or any(o in name for o in only)}
+        rows = commands(Path(tmp))
+        chosen = {name for name in rows if name == REFERENCE or not only or any(o in name for o in only)}
+        chosen |= {rows[name].after for name in chosen if rows[name].after}
         load_before = os.getloadavg()[0]
-        times: dict[str, list[float]] = {name: [] for name in chosen}
-        for _ in range(repeats):
-            for name, argv in chosen.items():
-                times[name].append(cpu_seconds(argv, env))
+        times: dict[str, list[float]] = {name: [] for name in rows if name in chosen}
+        for round_number in range(repeats):
+            for name, command in commands(Path(tmp) / f"round{round_number}").items():
+                if name in chosen:
+                    times[name].append(cpu_seconds(name, command, env))
         load_after = os.getloadavg()[0]
     median = {name: statistics.median(t) for name, t in times.items()}
     print(f"{datetime.date.today()}, {cpu_name()}, {os.cpu_count()} logical cores; CPU seconds (user+sys), median of "
