@@ -1,6 +1,6 @@
 """Each sweep job's config composed once: Hydra's basic sweeper composes every job of a batch to check it before
-launching (`Sweeper.validate_batch_is_legal`), and the launcher then composes each again to run it, 0.2-0.3 s of
-CPU a job for a config that is the same both times (issue 55: a sweep job's fixed cost).
+launching (`Sweeper.validate_batch_is_legal`), and the launcher then composes each again to run it: about 0.1 s of
+CPU a job (docs/benchmarks.md) for a config that is the same both times (issue 55: a sweep job's fixed cost).
 
 `BasicSweeper` is Hydra's, with its launcher's config loader wrapped: the config the check composed for a job is
 handed, once, to the launcher's compose of the same job. The check still runs first, so a batch with a job that cannot

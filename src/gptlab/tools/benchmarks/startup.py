@@ -35,6 +35,7 @@ class Command:
     after: Optional[str] = None  # a row that must run before it in the same round (it works on that row's output)
 
 
+HYDRA_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 ONE_STEP = "train.py nano, 1 step (launch to first step and out)"
 FINISHED = "train.py resume=auto on that finished run (nothing to do)"
 
@@ -62,6 +63,10 @@ def commands(out: Path) -> dict[str, Command]:
         # its extra over the 1-step row is what a sweep's second job costs besides its step
         "train.py -m nano seed=1,2, 1 step each (a 2-job sweep)": Command(
             [py, "src/train.py", "-m", *step, "seed=1,2", f"hydra.sweep.dir={out / 'sweep'}"], says="Best val/loss"),
+        # the same under Hydra's own basic sweeper, which composes each job twice (gptlab/launch/compose_once.py)
+        "the 2-job sweep, each job composed twice (Hydra's basic sweeper)": Command(
+            [py, "src/train.py", "-m", *step, "seed=1,2", f"hydra.sweep.dir={out / 'sweep_hydra'}",
+             f"hydra.sweeper._target_={HYDRA_SWEEPER}"], says="Best val/loss"),
     }
 
 
