@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import CHECKOUT_ENV, ROOT
+from helpers import CHECKOUT_ENV, ROOT, TINY, run_tiny
 
 HEAVY = ("lightning", "lightning_fabric", "pytorch_lightning", "torchmetrics", "transformers",
          "torch.distributed.checkpoint", "torch._dynamo")
@@ -48,6 +48,23 @@ def test_config_errors_and_cfg_job_never_import_lightning(tmp_path) -> None:
     assert seen["codes"] == [2, 0, 0, 0, 2, 2], proc.stderr[-3000:]
     assert "model.n_layerr is not a key of model" in proc.stderr
     assert seen["heavy"] == [], f"imported before any work: {seen['heavy']}"
+
+
+def test_a_run_dir_that_needs_no_training_is_answered_without_lightning(tmp_path) -> None:
+    """resume=auto on a finished run (nothing to do) and a new run into a dir that holds one (refused): the run dir's
+    verdict comes before the checks that import Lightning (the issue measured the first at 270 s at load 18)."""
+    run_dir = tmp_path / "run"
+    steps = ["trainer.max_steps=2", "trainer.val_check_interval=2"]
+    run_tiny(run_dir, *steps)
+    given = [*TINY, *steps, f"hydra.run.dir={run_dir}"]
+    runs = [("src/train.py", [*given, "resume=auto"]), ("src/train.py", given)]
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), json.dumps(HEAVY)], cwd=ROOT,
+                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["codes"] == [0, 2], proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert f"{run_dir} is finished" in proc.stdout and "holds" in proc.stderr, proc.stdout + proc.stderr
+    assert seen["heavy"] == [], f"imported to answer a dir that needs no training: {seen['heavy']}"
 
 
 NOT_FOR_HELP = ("torch", "scipy", "mlflow", *HEAVY)  # a script parses its arguments before it imports these

@@ -92,6 +92,7 @@ def walk_train(cfg: DictConfig) -> Walk:
     from gptlab.preflight import early_checks
 
     early_checks._PASSED.clear()  # a fresh process: nothing checked yet
+    early_checks._TRAINS.clear()
     walk = Walk()
     steps: dict[int, tuple[Any, str]] = {}  # id(frame) -> (code, room) of each step, to see which still run
 

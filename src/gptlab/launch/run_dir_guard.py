@@ -7,6 +7,8 @@ earlier run's `.hydra/`). `on_run_start` runs before all of that, in this order:
 2. the run dir's lock (gptlab.runs.run_dir_lock): a second run into a dir in use is refused, naming the holder;
 3. what the dir holds (gptlab.runs.resume): a finished run is left as it was (exit 0), unreadable checkpoints or
    an earlier run without resume=auto/restart are refused; what step 2 created is removed again, and said.
+In a dir that exists already, the checks of step 1 that import Lightning (early_checks.check_to_train: the _target_
+lookups, the checkpoints' disk space) come after step 3, so that its answers take no Lightning import.
 A sweep holds its sweep dir's lock for the whole sweep instead (its jobs run in this process or under it).
 """
 
@@ -113,7 +115,10 @@ class GuardRunDir(HoldRunDir):
         try:
             check_sweep_is_multirun(config)  # on_run_start: Hydra runs this config as one job
             writable_dir("hydra.run.dir", config.hydra.run.dir)  # as CheckOutputDir, which may run after this
-            checked = check_before_run(task)
+            # A dir that exists may hold a finished run, answered before the checks that import Lightning (seconds);
+            # a new one is checked in full before it is made, so that a refusal leaves nothing behind.
+            fresh = not run_dir.exists() or bool(task.trainer.get("fast_dev_run"))
+            checked = check_before_run(task, trains=fresh)
         except Exception as err:
             if find_config_error(err) is None:
                 raise
@@ -126,6 +131,8 @@ class GuardRunDir(HoldRunDir):
             # train() names the checkpoints it skips in its log
             finished = continuation(task, run_dir, checked.given, checked.model_cfg, checked.fsdp, warn=False,
                                     bound=checked.bound).finished
+            if finished is None and not fresh:  # it will train
+                check_before_run(task)
         except Exception as err:
             if find_config_error(err) is None:
                 raise

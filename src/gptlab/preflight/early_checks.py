@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from gptlab.checkpoint.reader import check_resumable
 from gptlab.config.budget import Budget
 from gptlab.config.schemas import Runtime
-from gptlab.config.validate import Decided, check
+from gptlab.config.validate import Decided, check, check_target, check_targets, plain
 from gptlab.data import mixture
 from gptlab.errors import find_config_error
 from gptlab.execution.float8 import check_float8_here
@@ -44,10 +44,10 @@ def check_config(cfg: DictConfig) -> list[str]:
     return _config_pass(cfg)[1]
 
 
-def _config_pass(cfg: DictConfig, before_targets=None) -> tuple[Decided, list[str]]:
+def _config_pass(cfg: DictConfig, before_targets=None, targets: bool = True) -> tuple[Decided, list[str]]:
     """check_config, with what the config decides (gptlab.config.validate.Decided) for the plan; `before_targets`
-    runs before the _target_ lookups (which import their modules)."""
-    decided = check(cfg, before_targets=before_targets)
+    runs before the _target_ lookups (which import their modules; `targets=False` leaves them out)."""
+    decided = check(cfg, before_targets=before_targets, targets=targets)
     return decided, ignored_options(cfg, sweep_jobs.in_sweep_job())
 
 
@@ -121,29 +121,54 @@ def epoch_windows(data: DictConfig, tokenizer: Any) -> Optional[int]:
 
 
 # Configs this process has already passed, by their text: the Hydra callback checks before the run dir exists and
-# train() checks again (for callers without Hydra); the second time costs nothing and repeats no warning.
+# train() checks again (for callers without Hydra); the second time costs nothing and repeats no warning. _TRAINS:
+# those whose check_to_train part passed too.
 _PASSED: dict[str, Checked] = {}
+_TRAINS: set[str] = set()
 
 
-def check_before_run(cfg: DictConfig) -> Checked:
+def check_before_run(cfg: DictConfig, trains: bool = True) -> Checked:
     """Raises ConfigError for a config this machine would refuse at any later point; builds the tokenizer and the
-    model config on the way (a missing tokenizer file is a refusal too)."""
+    model config on the way (a missing tokenizer file is a refusal too). `trains=False` leaves out what only a run
+    that trains needs (check_to_train), which imports Lightning: the run dir guard first answers a run that is
+    finished, and calls this again with `trains=True` for one that will train."""
     key = OmegaConf.to_yaml(cfg)
     if key not in _PASSED:
-        _PASSED[key] = _check_before_run(cfg)
+        _PASSED[key] = _check_before_run(cfg, trains)
+        if trains:
+            _TRAINS.add(key)
     checked = _PASSED[key]
     if checked.bound is not None:  # the steps the budget set (config.validate), on this copy of the config too
         with open_dict(cfg):
             cfg.trainer.max_steps = checked.max_steps
+    if trains and key not in _TRAINS:
+        check_to_train(cfg, checked)
+        _TRAINS.add(key)
     return checked
 
 
-def _check_before_run(cfg: DictConfig) -> Checked:
+def check_to_train(cfg: DictConfig, checked: Checked) -> None:
+    """What only a run that trains needs, each of which imports Lightning (seconds): every _target_ imports (the
+    Trainer's, the data module's, the callbacks'), and the disk holds the checkpoints its callbacks keep."""
+    check_targets(cfg)
+    check_space(cfg, checked.parameters)
+
+
+def check_space(cfg: DictConfig, parameters: int) -> None:
+    """The disk holds the checkpoints the callbacks keep (reading which of them save imports Lightning)."""
+    if is_launcher() and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
+        check_checkpoint_space(cfg.get("callbacks"), checkpoint_bytes(parameters),
+                               (cfg.get("paths") or {}).get("log_dir"))
+
+
+def _check_before_run(cfg: DictConfig, trains: bool = True) -> Checked:
     # types and ranges of every group, then the devices: seconds before Lightning would be imported to look up the
-    # _target_ paths (the Trainer's, the data module's), which come next
+    # _target_ paths (the Trainer's, the data module's), which come next (or, without `trains`, not at all)
     launcher = is_launcher()
     # the devices before Lightning spawns a process per device (and before the _target_ lookups import it)
-    decided, warnings = _config_pass(cfg, (lambda: check_devices(cfg.trainer)) if launcher else None)
+    decided, warnings = _config_pass(cfg, (lambda: check_devices(cfg.trainer)) if launcher else None, targets=trains)
+    if not trains and "_target_" in cfg.tokenizer:  # built next, so looked up here in any case
+        check_target("tokenizer._target_", plain(cfg.tokenizer._target_))
     tokenizer = hydra.utils.instantiate(cfg.tokenizer)
     model_cfg = build_model_config(cfg.model, tokenizer.vocab_size)
     check_attention_runs_here(model_cfg, cfg.trainer)
@@ -156,8 +181,7 @@ def _check_before_run(cfg: DictConfig) -> Checked:
     given = given_checkpoint(cfg.get("ckpt_path"))  # a file outside the run dir, so it is checked here too
     if given is not None:
         check_resumable(given, model_cfg, decided.fsdp, cfg.optimizer.get("_target_"))
-    if launcher and not cfg.trainer.get("fast_dev_run"):  # a smoke test saves no checkpoint
-        check_checkpoint_space(cfg.get("callbacks"), checkpoint_bytes(parameters),
-                               (cfg.get("paths") or {}).get("log_dir"))
+    if trains:
+        check_space(cfg, parameters)
     return Checked(tokenizer, model_cfg, warnings, decided.runtime, decided.fsdp, parameters, given, decided.bound,
                    cfg.trainer.max_steps)
