@@ -17,7 +17,7 @@ HEAVY = ("lightning", "lightning_fabric", "pytorch_lightning", "torchmetrics", "
          "torch.distributed.checkpoint", "torch._dynamo")
 
 # Runs each entry script's main() in one fresh interpreter (the tests' zygote has Lightning imported already), then
-# prints which of HEAVY it had imported and the exit codes.
+# prints which of the watched modules (argv[2]) it had imported and the exit codes.
 DRIVER = """
 import json, runpy, sys
 from hydra.core.global_hydra import GlobalHydra
@@ -34,6 +34,16 @@ print(json.dumps({"codes": codes, "heavy": sorted(m for m in heavy if m in sys.m
 """
 
 
+def drive(runs: list[tuple[str, list[str]]], watched=HEAVY,
+          cwd: Path = ROOT) -> tuple[dict, subprocess.CompletedProcess]:
+    """DRIVER over `runs` ((script, args) pairs, in one fresh interpreter): the exit codes and which of `watched`
+    were imported; and the process, for its output."""
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), json.dumps(list(watched))], cwd=cwd,
+                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc
+
+
 def test_config_errors_and_cfg_job_never_import_lightning(tmp_path) -> None:
     runs = [("src/train.py", ["model.n_layerr=2"]), ("src/train.py", ["--cfg", "job"]),
             ("src/eval.py", ["--cfg", "job", "ckpt_path=x.ckpt"]), ("src/sample.py", ["--cfg", "job", "ckpt_path=x"]),
@@ -41,10 +51,7 @@ def test_config_errors_and_cfg_job_never_import_lightning(tmp_path) -> None:
             # arguments), and the machine's refusal, which needs no _target_
             ("src/train.py", ["callbacks.preemption_checkpoint.grace_seconds=-1", f"hydra.run.dir={tmp_path / 'a'}"]),
             ("src/train.py", ["trainer.devices=64", f"hydra.run.dir={tmp_path / 'b'}"])]
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), json.dumps(HEAVY)], cwd=ROOT,
-                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen, proc = drive(runs)
     assert seen["codes"] == [2, 0, 0, 0, 2, 2], proc.stderr[-3000:]
     assert "model.n_layerr is not a key of model" in proc.stderr
     assert seen["heavy"] == [], f"imported before any work: {seen['heavy']}"
@@ -58,10 +65,7 @@ def test_a_run_dir_that_needs_no_training_is_answered_without_lightning(tmp_path
     run_tiny(run_dir, *steps)
     given = [*TINY, *steps, f"hydra.run.dir={run_dir}"]
     runs = [("src/train.py", [*given, "resume=auto"]), ("src/train.py", given)]
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(runs), json.dumps(HEAVY)], cwd=ROOT,
-                          env=CHECKOUT_ENV, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen, proc = drive(runs)
     assert seen["codes"] == [0, 2], proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"{run_dir} is finished" in proc.stdout and "holds" in proc.stderr, proc.stdout + proc.stderr
     assert seen["heavy"] == [], f"imported to answer a dir that needs no training: {seen['heavy']}"
@@ -69,51 +73,20 @@ def test_a_run_dir_that_needs_no_training_is_answered_without_lightning(tmp_path
 
 NOT_FOR_HELP = ("torch", "scipy", "mlflow", *HEAVY)  # a script parses its arguments before it imports these
 
-# Runs each script's --help in turn in one fresh interpreter, then prints each one's exit code and which of the
-# watched modules it imported (a module an earlier script imported is seen there, not again).
-HELP_DRIVER = """
-import json, runpy, sys
-from hydra.core.global_hydra import GlobalHydra
-scripts, watched, seen = json.loads(sys.argv[1]), json.loads(sys.argv[2]), {}
-for script in scripts:
-    GlobalHydra.instance().clear()
-    before = set(sys.modules)
-    sys.argv = [script, "--help"]
-    try:
-        runpy.run_path(script, run_name="__main__")
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    except Exception as err:
-        code = f"{type(err).__name__}: {err}"
-    seen[script] = {"code": code, "imported": [m for m in watched if m in sys.modules and m not in before]}
-print(json.dumps(seen))
-"""
-
-
 def hydra_app(script: Path) -> bool:
     """A script whose arguments are Hydra overrides: its --help composes the config."""
     return re.search(r"\b(gptlab_main|hydra\.main)\(", script.read_text(encoding="utf-8")) is not None
-
-
-def help_imports(scripts: list[Path], cwd: Path) -> dict[Path, dict]:
-    """Each script's --help exit code and the NOT_FOR_HELP modules it imported, the scripts run in one interpreter."""
-    proc = subprocess.run([sys.executable, "-c", HELP_DRIVER, json.dumps([str(s) for s in scripts]),
-                           json.dumps(NOT_FOR_HELP)], cwd=cwd, env=CHECKOUT_ENV, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {Path(s): v for s, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
 
 
 def test_every_script_answers_help_before_its_heavy_imports(tmp_path) -> None:
     scripts = sorted((ROOT / "scripts").glob("*.py"))
     hydra = [s for s in scripts if hydra_app(s)]
     assert 0 < len(hydra) < len(scripts), f"Hydra apps among scripts/: {hydra}"
-    seen = help_imports(hydra, tmp_path)  # together: each imports torch with its config
+    seen = {"Hydra apps together (each imports torch with its config)":
+            drive([(str(s), ["--help"]) for s in hydra], HEAVY, tmp_path)[0]}
     for script in set(scripts) - set(hydra):  # each alone, so every one that imports a module is named
-        seen.update(help_imports([script], tmp_path))
-    codes = {s.name: v["code"] for s, v in seen.items() if v["code"] != 0}
+        seen[script.name] = drive([(str(script), ["--help"])], NOT_FOR_HELP, tmp_path)[0]
+    codes = {name: v["codes"] for name, v in seen.items() if set(v["codes"]) != {0}}
     assert codes == {}, f"--help did not exit 0: {codes}"
-    heavy = {s.name: [m for m in v["imported"] if m in (HEAVY if s in hydra else NOT_FOR_HELP)]
-             for s, v in sorted(seen.items())}
-    assert {name: mods for name, mods in heavy.items() if mods} == {}, "--help imported these before parsing"
+    heavy = {name: v["heavy"] for name, v in sorted(seen.items()) if v["heavy"]}
+    assert heavy == {}, "--help imported these before parsing"
